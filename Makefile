@@ -1,0 +1,41 @@
+# braid: durable workflows and DAGs on PostgreSQL, built on River.
+# `make help` lists the targets.
+
+DURATION ?= 60s
+GO       ?= go
+TESTFLAGS ?=
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## List the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: setup
+setup: ## Install the PostgreSQL server binaries if missing (apt-get, as root), else say what to install
+	@./scripts/setup-postgres.sh $(firstword $(MAKECMDGOALS))
+
+.PHONY: test
+test: setup verify ## go vet, then every test under the race detector
+	$(GO) vet ./...
+	$(GO) test -race -count=1 -timeout 25m $(TESTFLAGS) ./...
+
+.PHONY: verify
+verify: ## Fail if the rendered River migrations drift from the pinned River version
+	$(GO) run ./internal/rivergen -check
+
+.PHONY: generate
+generate: ## Render River's migrations into migrations/sql again
+	$(GO) run ./internal/rivergen
+
+.PHONY: demo
+demo: setup ## Run the feed-fetcher example end to end (DURATION=60s; DATABASE_URL optional)
+	$(GO) run ./examples/feedfetcher/cmd/feedfetcher -duration $(DURATION)
+
+.PHONY: bench
+bench: setup ## Benchmarks beside raw River, as JSON on stdout (QUICK=1 for a short run)
+	$(GO) run ./cmd/braid bench $(if $(QUICK),-quick)
+
+.PHONY: build
+build: ## Build the braid CLI into bin/braid
+	$(GO) build -o bin/braid ./cmd/braid

@@ -1,0 +1,48 @@
+package feedfetcher
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+	"time"
+)
+
+// Entry is one item of a feed: an RSS <item> or an Atom <entry>.
+type Entry struct {
+	// GUID is the entry's identifier: the RSS <guid> or the Atom <id>. It
+	// may be empty, since RSS makes <guid> optional.
+	GUID string `json:"guid,omitempty"`
+	// Link is the absolute URL of the entry's page.
+	Link string `json:"link,omitempty"`
+	// Title is the entry's title as plain text.
+	Title string `json:"title,omitempty"`
+	// Published is when the entry was published, or last updated when the
+	// feed gives no publication date; the zero time when it gives neither.
+	Published time.Time `json:"published,omitzero"`
+	// Summary is the entry's description or content as plain text, cut to
+	// at most 500 characters.
+	Summary string `json:"summary,omitempty"`
+}
+
+// Key returns the key that identifies the entry within its feed, for
+// deduplication: see [EntryKey].
+func (e Entry) Key() string { return EntryKey(e.GUID, e.Link, e.Title, e.Published) }
+
+// EntryKey returns the deduplication key of an entry: its GUID when it has
+// one, else its link. An entry with neither is keyed by a hash of its title
+// and publication time, prefixed "sha256:", so that the same entry seen
+// twice still gets the same key. Surrounding white space is ignored.
+func EntryKey(guid, link, title string, published time.Time) string {
+	if g := strings.TrimSpace(guid); g != "" {
+		return g
+	}
+	if l := strings.TrimSpace(link); l != "" {
+		return l
+	}
+	var stamp string
+	if !published.IsZero() {
+		stamp = published.UTC().Format(time.RFC3339)
+	}
+	sum := sha256.Sum256([]byte(strings.TrimSpace(title) + "\n" + stamp))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}

@@ -1,0 +1,209 @@
+package migrations
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
+)
+
+//go:embed sql/*.sql
+var embedded embed.FS
+
+// FS returns braid's migration files (River's rendered schema and braid's
+// tables), rooted so that the .sql files are at the top level.
+func FS() fs.FS {
+	sub, err := fs.Sub(embedded, "sql")
+	if err != nil {
+		panic(err) // the embed pattern guarantees the directory exists
+	}
+	return sub
+}
+
+// TableDefault is the table in which braid records its applied versions.
+const TableDefault = "braid_schema_version"
+
+// Config describes a set of migrations.
+type Config struct {
+	// FS holds goose SQL files at its top level. Default: braid's own
+	// migrations (FS()).
+	FS fs.FS
+
+	// Table records the applied versions. Default TableDefault. Give each
+	// set of migrations its own table.
+	Table string
+}
+
+// Migrator applies one set of goose migrations to one database.
+type Migrator struct {
+	db       *sql.DB
+	provider *goose.Provider
+}
+
+// Result is the outcome of applying or reverting one version.
+type Result struct {
+	Version   int64
+	Name      string
+	Direction string // "up" or "down"
+	Duration  time.Duration
+}
+
+// VersionStatus is one version and whether it is applied.
+type VersionStatus struct {
+	Version   int64
+	Name      string
+	Applied   bool
+	AppliedAt time.Time
+}
+
+// New returns a migrator over pool. Close it when done.
+func New(pool *pgxpool.Pool, cfg *Config) (*Migrator, error) {
+	if pool == nil {
+		return nil, errors.New("migrations: pool is nil")
+	}
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	if c.FS == nil {
+		c.FS = FS()
+	}
+	if c.Table == "" {
+		c.Table = TableDefault
+	}
+	locker, err := lock.NewPostgresSessionLocker()
+	if err != nil {
+		return nil, fmt.Errorf("migrations: %w", err)
+	}
+	db := stdlib.OpenDBFromPool(pool)
+	provider, err := goose.NewProvider(goose.DialectPostgres, db, c.FS,
+		goose.WithTableName(c.Table),
+		goose.WithSessionLocker(locker),
+	)
+	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("migrations: %w", err)
+	}
+	return &Migrator{db: db, provider: provider}, nil
+}
+
+// Close releases the migrator's connection handle. The pool stays open.
+func (m *Migrator) Close() error { return m.db.Close() }
+
+// Up applies every pending version.
+func (m *Migrator) Up(ctx context.Context) ([]Result, error) {
+	res, err := m.provider.Up(ctx)
+	return results(res), wrap(err)
+}
+
+// Down reverts the most recently applied version.
+func (m *Migrator) Down(ctx context.Context) ([]Result, error) {
+	res, err := m.provider.Down(ctx)
+	if res == nil {
+		return nil, wrap(err)
+	}
+	return results([]*goose.MigrationResult{res}), wrap(err)
+}
+
+// DownTo reverts every applied version above version. DownTo(ctx, 0)
+// reverts everything.
+func (m *Migrator) DownTo(ctx context.Context, version int64) ([]Result, error) {
+	res, err := m.provider.DownTo(ctx, version)
+	return results(res), wrap(err)
+}
+
+// Redo reverts the most recently applied version and applies it again.
+func (m *Migrator) Redo(ctx context.Context) ([]Result, error) {
+	down, err := m.Down(ctx)
+	if err != nil {
+		return down, err
+	}
+	if len(down) == 0 {
+		return nil, errors.New("migrations: nothing to redo: no version is applied")
+	}
+	up, err := m.provider.UpByOne(ctx)
+	if up == nil {
+		return down, wrap(err)
+	}
+	return append(down, results([]*goose.MigrationResult{up})...), wrap(err)
+}
+
+// Status lists every known version and whether it is applied.
+func (m *Migrator) Status(ctx context.Context) ([]VersionStatus, error) {
+	sts, err := m.provider.Status(ctx)
+	if err != nil {
+		return nil, wrap(err)
+	}
+	out := make([]VersionStatus, 0, len(sts))
+	for _, s := range sts {
+		out = append(out, VersionStatus{
+			Version:   s.Source.Version,
+			Name:      s.Source.Path,
+			Applied:   s.State == goose.StateApplied,
+			AppliedAt: s.AppliedAt,
+		})
+	}
+	return out, nil
+}
+
+// Version returns the highest applied version, or 0.
+func (m *Migrator) Version(ctx context.Context) (int64, error) {
+	v, err := m.provider.GetDBVersion(ctx)
+	return v, wrap(err)
+}
+
+func results(rs []*goose.MigrationResult) []Result {
+	out := make([]Result, 0, len(rs))
+	for _, r := range rs {
+		if r == nil || r.Source == nil {
+			continue
+		}
+		out = append(out, Result{Version: r.Source.Version, Name: r.Source.Path, Direction: r.Direction, Duration: r.Duration})
+	}
+	return out
+}
+
+func wrap(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("migrations: %w", err)
+}
+
+// Up applies every pending braid migration to pool.
+func Up(ctx context.Context, pool *pgxpool.Pool) error {
+	return with(pool, func(m *Migrator) error { _, err := m.Up(ctx); return err })
+}
+
+// Down reverts the most recently applied braid migration.
+func Down(ctx context.Context, pool *pgxpool.Pool) error {
+	return with(pool, func(m *Migrator) error { _, err := m.Down(ctx); return err })
+}
+
+// Status lists braid's migrations and whether each is applied.
+func Status(ctx context.Context, pool *pgxpool.Pool) ([]VersionStatus, error) {
+	var out []VersionStatus
+	err := with(pool, func(m *Migrator) error {
+		var err error
+		out, err = m.Status(ctx)
+		return err
+	})
+	return out, err
+}
+
+func with(pool *pgxpool.Pool, fn func(*Migrator) error) error {
+	m, err := New(pool, nil)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	return fn(m)
+}
