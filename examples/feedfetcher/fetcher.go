@@ -2,6 +2,7 @@ package feedfetcher
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -117,14 +118,14 @@ func NewFetcher(cfg FetcherConfig) (*Fetcher, error) {
 	}
 	f := &Fetcher{
 		client:  cfg.Client,
-		timeout: cmpOr(cfg.Timeout, TimeoutDefault),
-		maxBody: cmpOr(cfg.MaxBodyBytes, MaxBodyBytesDefault),
+		timeout: cmp.Or(cfg.Timeout, TimeoutDefault),
+		maxBody: cmp.Or(cfg.MaxBodyBytes, MaxBodyBytesDefault),
 		bounds: Bounds{
-			Min:      cmpOr(cfg.MinInterval, MinIntervalDefault),
-			Max:      cmpOr(cfg.MaxInterval, MaxIntervalDefault),
-			Fallback: cmpOr(cfg.FallbackInterval, FallbackIntervalDefault),
+			Min:      cmp.Or(cfg.MinInterval, MinIntervalDefault),
+			Max:      cmp.Or(cfg.MaxInterval, MaxIntervalDefault),
+			Fallback: cmp.Or(cfg.FallbackInterval, FallbackIntervalDefault),
 		},
-		agent: cmpOr(cfg.UserAgent, UserAgentDefault),
+		agent: cmp.Or(cfg.UserAgent, UserAgentDefault),
 		now:   cfg.Now,
 	}
 	if f.bounds.Min > f.bounds.Max {
@@ -139,15 +140,6 @@ func NewFetcher(cfg FetcherConfig) (*Fetcher, error) {
 		f.now = time.Now
 	}
 	return f, nil
-}
-
-// cmpOr returns v, or def when v is the zero value.
-func cmpOr[T comparable](v, def T) T {
-	var zero T
-	if v == zero {
-		return def
-	}
-	return v
 }
 
 // Bounds returns the interval bounds the fetcher schedules within.
@@ -197,8 +189,8 @@ type FetchResult struct {
 	// the stored entries are current.
 	NotModified bool `json:"not_modified,omitempty"`
 	// ETag and LastModified are the validators to store and send on the next
-	// fetch. After a 304 they are the request's, unless the server sent new
-	// ones.
+	// fetch; empty when the server sent none. After a 304 they are the
+	// request's, unless the server sent new ones.
 	ETag         string `json:"etag,omitempty"`
 	LastModified string `json:"last_modified,omitempty"`
 	// Title is the feed's title.
@@ -241,13 +233,17 @@ func (f *Fetcher) Fetch(ctx context.Context, req FetchRequest) (*FetchResult, er
 	res := &FetchResult{
 		URL:          resp.Request.URL.String(),
 		Status:       resp.StatusCode,
-		ETag:         cmpOr(resp.Header.Get("ETag"), req.ETag),
-		LastModified: cmpOr(resp.Header.Get("Last-Modified"), req.LastModified),
+		ETag:         resp.Header.Get("ETag"),
+		LastModified: resp.Header.Get("Last-Modified"),
 		TTL:          req.TTL,
 		FetchedAt:    now,
 	}
 	if resp.StatusCode == http.StatusNotModified {
+		// The stored document is current, and so are its validators unless
+		// the server sent new ones.
 		res.NotModified = true
+		res.ETag = cmp.Or(res.ETag, req.ETag)
+		res.LastModified = cmp.Or(res.LastModified, req.LastModified)
 	} else {
 		parser := gofeed.NewParser()
 		parser.KeepOriginalFeed = true
@@ -536,7 +532,7 @@ func readPage(body []byte) (title, excerpt string) {
 			}
 		}
 	}
-	title = clip(cmpOr(strings.TrimSpace(title), h1), titleLimit)
-	excerpt = clip(cmpOr(strings.TrimSpace(metaDesc), para), excerptLimit)
+	title = clip(cmp.Or(strings.TrimSpace(title), h1), titleLimit)
+	excerpt = clip(cmp.Or(strings.TrimSpace(metaDesc), para), excerptLimit)
 	return title, excerpt
 }

@@ -139,7 +139,7 @@ CREATE TABLE braid_schedules (
     CONSTRAINT braid_schedules_target_length CHECK (char_length(target) BETWEEN 1 AND 200),
     CONSTRAINT braid_schedules_priority CHECK (priority BETWEEN 1 AND 4),
     CONSTRAINT braid_schedules_overlap_policy CHECK (overlap_policy IN ('skip', 'allow')),
-    CONSTRAINT braid_schedules_catch_up_policy CHECK (catch_up_policy IN ('once', 'skip'))
+    CONSTRAINT braid_schedules_catch_up_policy CHECK (catch_up_policy IN ('once', 'skip', 'all'))
 );
 
 CREATE INDEX braid_schedules_due ON braid_schedules (next_run_at) WHERE enabled;

@@ -57,14 +57,18 @@ func (s *Server) serveFeed(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	// Date comes from the server's clock, like Expires, so that a client
+	// reading Expires against Date sees exactly the feed's lifetime.
+	now := s.cfg.Now()
 	h := w.Header()
+	h.Set("Date", now.UTC().Format(http.TimeFormat))
 	h.Set("ETag", etag(body))
 	h.Set("Last-Modified", modified.UTC().Format(http.TimeFormat))
 	if maxAge > 0 {
 		h.Set("Cache-Control", fmt.Sprintf("public, max-age=%d", int(maxAge/time.Second)))
 	}
 	if expires > 0 {
-		h.Set("Expires", s.cfg.Now().Add(expires).UTC().Format(http.TimeFormat))
+		h.Set("Expires", now.Add(expires).UTC().Format(http.TimeFormat))
 	}
 	if notModified(r, h.Get("ETag"), modified) {
 		w.WriteHeader(http.StatusNotModified)

@@ -305,7 +305,7 @@ var samples = []sample{
 			"All versions before the fixed release are affected.",
 			"No exploitation in the wild is known at the time of writing.",
 			"Upgrade, or disable the module until you can.",
-			"The issue was reported privately and fixed within a week.",
+			"The flaw was reported privately and fixed within a week.",
 			"Default configurations are not affected.",
 			"Severity is rated high because no authentication is required.",
 		},

@@ -323,7 +323,7 @@ func (s *Server) Feeds() []FeedInfo {
 // Publish adds a new entry to the feed with the given slug now, in addition to
 // the entries published on the feed's own cadence, and returns it. The
 // entry's publication time is the clock's current second, or one second after
-// the feed's newest entry if that is later, so Last-Modified always moves
+// the feed last changed if that is later, so that Last-Modified always moves
 // forward.
 func (s *Server) Publish(slug string) (Entry, error) {
 	s.mu.Lock()
@@ -336,8 +336,8 @@ func (s *Server) Publish(slug string) (Entry, error) {
 		return Entry{}, fmt.Errorf("feedserver: feed %q (%s) does not publish entries", slug, fs.behavior)
 	}
 	at := s.cfg.Now().UTC().Truncate(time.Second)
-	if n := len(fs.entries); n > 0 && !at.After(fs.entries[n-1].Published) {
-		at = fs.entries[n-1].Published.Add(time.Second)
+	if !at.After(fs.modified) {
+		at = fs.modified.Add(time.Second)
 	}
 	return s.appendEntry(fs, at), nil
 }

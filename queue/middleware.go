@@ -1,0 +1,258 @@
+package queue
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+	"unicode/utf8"
+
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+)
+
+const (
+	// MetadataTrace is the job metadata key under which the insert
+	// middleware stores the W3C trace context (an object with "traceparent"
+	// and, when present, "tracestate") of the inserting context.
+	MetadataTrace = "braid_trace"
+
+	// MetadataIdempotencyKey is the job metadata key that carries an
+	// idempotency key. Queue.Insert sets it from InsertOpts.IdempotencyKey;
+	// an insert made through River directly with this key in its metadata
+	// behaves the same way.
+	MetadataIdempotencyKey = "braid_idempotency_key"
+
+	// metadataAgedAt records when aging last raised a job's priority.
+	metadataAgedAt = "braid_aged_at"
+)
+
+// w3c is the propagator for the trace context kept in job metadata. It is
+// fixed to W3C Trace Context, whatever global propagator the process set,
+// so that every process reads what every other wrote.
+var w3c = propagation.TraceContext{}
+
+// middleware is braid's River middleware: on insert it stores the trace
+// context and applies idempotency keys; around each attempt it starts the
+// attempt span, records metrics, and puts the job context in ctx.
+type middleware struct {
+	river.MiddlewareDefaults
+	q *Queue
+}
+
+var (
+	_ rivertype.JobInsertMiddleware = (*middleware)(nil)
+	_ rivertype.WorkerMiddleware    = (*middleware)(nil)
+)
+
+// InsertMany implements rivertype.JobInsertMiddleware.
+func (m *middleware) InsertMany(ctx context.Context, manyParams []*rivertype.JobInsertParams, doInner func(context.Context) ([]*rivertype.JobInsertResult, error)) ([]*rivertype.JobInsertResult, error) {
+	var carrier propagation.MapCarrier
+	if trace.SpanContextFromContext(ctx).IsValid() {
+		carrier = propagation.MapCarrier{}
+		w3c.Inject(ctx, carrier)
+	}
+	var seen map[string]bool
+	for _, p := range manyParams {
+		key, err := prepareInsert(p, carrier)
+		if err != nil {
+			return nil, err
+		}
+		if key == "" {
+			continue
+		}
+		if seen == nil {
+			seen = make(map[string]bool)
+		}
+		id := p.Kind + "\x00" + key
+		if seen[id] {
+			return nil, fmt.Errorf("queue: idempotency key %q appears twice for kind %q in one batch", key, p.Kind)
+		}
+		seen[id] = true
+	}
+	return doInner(ctx)
+}
+
+// prepareInsert adds the trace context to p's metadata and turns an
+// idempotency key in it into River's unique key. It returns the key.
+func prepareInsert(p *rivertype.JobInsertParams, carrier propagation.MapCarrier) (string, error) {
+	hasKey := bytes.Contains(p.Metadata, []byte(`"`+MetadataIdempotencyKey+`"`))
+	if len(carrier) == 0 && !hasKey {
+		return "", nil
+	}
+	md := map[string]json.RawMessage{}
+	if len(p.Metadata) > 0 {
+		if err := json.Unmarshal(p.Metadata, &md); err != nil {
+			return "", fmt.Errorf("queue: metadata of a %q job is not a JSON object: %w", p.Kind, err)
+		}
+		if md == nil {
+			md = map[string]json.RawMessage{}
+		}
+	}
+	changed := false
+	if _, ok := md[MetadataTrace]; !ok && len(carrier) > 0 {
+		b, err := json.Marshal(carrier)
+		if err != nil {
+			return "", err
+		}
+		md[MetadataTrace] = b
+		changed = true
+	}
+	var key string
+	if raw, ok := md[MetadataIdempotencyKey]; ok {
+		if err := json.Unmarshal(raw, &key); err != nil {
+			return "", fmt.Errorf("queue: metadata %s of a %q job must be a string: %w", MetadataIdempotencyKey, p.Kind, err)
+		}
+		if err := validateIdempotencyKey(key); err != nil {
+			return "", err
+		}
+		sum := sha256.Sum256([]byte("braid/idempotency\x00" + p.Kind + "\x00" + key))
+		p.UniqueKey = sum[:]
+		p.UniqueStates = allStatesBitmask
+	}
+	if changed {
+		b, err := json.Marshal(md)
+		if err != nil {
+			return "", err
+		}
+		p.Metadata = b
+	}
+	return key, nil
+}
+
+// allStatesBitmask is River's unique_states bitmask with every job state
+// set: an idempotency key holds while its job exists in any state.
+const allStatesBitmask byte = 0xFF
+
+// IdempotencyKeyMaxLength is the longest idempotency key accepted, in
+// characters.
+const IdempotencyKeyMaxLength = 500
+
+func validateIdempotencyKey(key string) error {
+	switch {
+	case key == "":
+		return errors.New("queue: idempotency key is empty")
+	case !utf8.ValidString(key):
+		return fmt.Errorf("queue: idempotency key %q is not valid UTF-8", key)
+	case utf8.RuneCountInString(key) > IdempotencyKeyMaxLength:
+		return fmt.Errorf("queue: idempotency key is %d characters; the limit is %d", utf8.RuneCountInString(key), IdempotencyKeyMaxLength)
+	case bytes.IndexByte([]byte(key), 0) >= 0:
+		return fmt.Errorf("queue: idempotency key %q contains a NUL character", key)
+	}
+	return nil
+}
+
+// TraceContext returns ctx carrying, as its remote parent, the span context
+// that was current when job was inserted (stored under MetadataTrace). A
+// worker of an UntracedKinds kind starts its own attempt span from it. When
+// the job carries no trace context, ctx is returned unchanged.
+func TraceContext(ctx context.Context, job *rivertype.JobRow) context.Context {
+	if job == nil || !bytes.Contains(job.Metadata, []byte(`"`+MetadataTrace+`"`)) {
+		return ctx
+	}
+	var md struct {
+		Trace map[string]string `json:"braid_trace"`
+	}
+	if err := json.Unmarshal(job.Metadata, &md); err != nil || len(md.Trace) == 0 {
+		return ctx
+	}
+	return w3c.Extract(ctx, propagation.MapCarrier(md.Trace))
+}
+
+// Work implements rivertype.WorkerMiddleware.
+func (m *middleware) Work(ctx context.Context, job *rivertype.JobRow, doInner func(context.Context) error) (err error) {
+	q := m.q
+	start := time.Now()
+	attrs := metric.WithAttributes(attribute.String("job.kind", job.Kind), attribute.String("queue", job.Queue))
+	q.metrics.attempts.Add(ctx, 1, attrs)
+
+	var span trace.Span
+	if !q.untraced[job.Kind] {
+		ctx, span = q.tracer.Start(TraceContext(ctx, job), "river.job "+job.Kind,
+			trace.WithSpanKind(trace.SpanKindConsumer),
+			trace.WithAttributes(
+				attribute.Int64("job.id", job.ID),
+				attribute.String("job.kind", job.Kind),
+				attribute.String("queue", job.Queue),
+				attribute.Int("attempt", job.Attempt),
+				attribute.Int("priority", job.Priority),
+			))
+	}
+
+	ctx, cancel := context.WithCancelCause(ctx)
+	jc := &jobContext{q: q, job: job, cancel: cancel, interval: q.intervals[job.Kind]}
+	ctx = context.WithValue(ctx, jobContextKey{}, jc)
+	stopWatch := func() {}
+	if jc.interval > 0 {
+		if err := jc.record(ctx, nil); err != nil && !errors.Is(err, ErrJobNotRunning) {
+			q.logger.WarnContext(ctx, "queue: recording the first heartbeat failed",
+				"job_id", job.ID, "kind", job.Kind, "error", err)
+		}
+		stopWatch = jc.watch(ctx)
+	}
+
+	panicking := true
+	defer func() {
+		var pv any
+		if panicking {
+			pv = recover()
+		}
+		stopWatch()
+		cancel(nil)
+		if jc.interval > 0 || jc.touched.Load() {
+			jc.clear()
+		}
+
+		outcome, errType := "completed", ""
+		var recErr error
+		var snooze *rivertype.JobSnoozeError
+		var cancelled *rivertype.JobCancelError
+		switch {
+		case panicking && pv == nil:
+			// runtime.Goexit: nothing to record but the span's end.
+			outcome = "exited"
+		case panicking:
+			outcome, errType = "panicked", "panic"
+			recErr = fmt.Errorf("panic: %v", pv)
+		case err == nil:
+		case errors.As(err, &snooze):
+			outcome = "snoozed"
+		case errors.As(err, &cancelled):
+			outcome, errType, recErr = "cancelled", "cancel", err
+		default:
+			outcome, errType, recErr = "failed", "error", err
+		}
+		mctx := context.WithoutCancel(ctx)
+		if errType != "" {
+			q.metrics.failures.Add(mctx, 1, metric.WithAttributes(
+				attribute.String("job.kind", job.Kind), attribute.String("queue", job.Queue),
+				attribute.String("error.type", errType)))
+		}
+		q.metrics.duration.Record(mctx, time.Since(start).Seconds(), metric.WithAttributes(
+			attribute.String("job.kind", job.Kind), attribute.String("queue", job.Queue),
+			attribute.String("outcome", outcome)))
+		if span != nil {
+			span.SetAttributes(attribute.String("outcome", outcome))
+			if recErr != nil {
+				span.RecordError(recErr, trace.WithStackTrace(errType == "panic"))
+				span.SetStatus(codes.Error, recErr.Error())
+			}
+			span.End()
+		}
+		if panicking && pv != nil {
+			// River records the panic, with its stack, as the attempt's error.
+			panic(pv)
+		}
+	}()
+	err = doInner(ctx)
+	panicking = false
+	return err
+}

@@ -1,0 +1,523 @@
+package scheduler
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/braidflow/braid/leases"
+)
+
+// Limits that braid_recurring enforces.
+const (
+	KindMaxLength = 200
+	KeyMaxLength  = 500
+)
+
+// ErrRecurringNotFound is returned (wrapped) when no recurring job has the
+// given kind and key.
+var ErrRecurringNotFound = errors.New("scheduler: recurring job not found")
+
+// Recurring is one durable recurring job: a row of braid_recurring, one per
+// (kind, entity key).
+type Recurring struct {
+	ID       int64           `json:"id"`
+	Kind     string          `json:"kind"`
+	Key      string          `json:"key"`
+	Args     json.RawMessage `json:"args"`
+	Queue    string          `json:"queue"`
+	Priority int             `json:"priority"`
+	Enabled  bool            `json:"enabled"`
+
+	// NextRunAt is when the job runs next. A disabled job keeps it.
+	NextRunAt time.Time `json:"next_run_at"`
+
+	// RunningSince is when the current run was claimed, nil when idle.
+	RunningSince *time.Time `json:"running_since,omitempty"`
+
+	// JobID is the River job of the current or last run.
+	JobID *int64 `json:"job_id,omitempty"`
+
+	// LastRunAt is when the last run finished.
+	LastRunAt *time.Time `json:"last_run_at,omitempty"`
+
+	// LastError is the error of the last run, cleared by a success.
+	LastError string `json:"last_error,omitempty"`
+
+	// ConsecutiveFailures counts failed runs since the last success.
+	ConsecutiveFailures int `json:"consecutive_failures"`
+
+	// DeadAt is when the job was parked as a dead letter; nil while live.
+	DeadAt *time.Time `json:"dead_at,omitempty"`
+
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// RecurringListParams filters and pages ListRecurring.
+type RecurringListParams struct {
+	// Kind, when set, lists only jobs of that kind.
+	Kind string
+
+	// Enabled, when set, lists only jobs with that state.
+	Enabled *bool
+
+	// Dead, when set, lists only dead letters (true) or live jobs (false).
+	Dead *bool
+
+	// Limit is the most jobs returned.
+	//
+	// Defaults to 100.
+	Limit int
+
+	// Offset skips that many jobs, in (kind, key) order.
+	Offset int
+}
+
+const recurringColumns = `id, kind, key, args, queue, priority, enabled, next_run_at, running_since, job_id,
+    last_run_at, last_error, consecutive_failures, dead_at, created_at, updated_at`
+
+func scanRecurring(row pgx.Row) (*Recurring, error) {
+	var (
+		r         Recurring
+		priority  int16
+		lastError *string
+		failures  int32
+	)
+	err := row.Scan(&r.ID, &r.Kind, &r.Key, &r.Args, &r.Queue, &priority, &r.Enabled, &r.NextRunAt, &r.RunningSince,
+		&r.JobID, &r.LastRunAt, &lastError, &failures, &r.DeadAt, &r.CreatedAt, &r.UpdatedAt)
+	if err != nil {
+		return nil, err
+	}
+	r.Priority, r.ConsecutiveFailures = int(priority), int(failures)
+	if lastError != nil {
+		r.LastError = *lastError
+	}
+	return &r, nil
+}
+
+func validateKindKey(kind, key string) error {
+	if kind == "" || !utf8.ValidString(kind) || utf8.RuneCountInString(kind) > KindMaxLength {
+		return fmt.Errorf("scheduler: recurring job kind %q must be 1 to %d characters of UTF-8", kind, KindMaxLength)
+	}
+	if key == "" || !utf8.ValidString(key) || utf8.RuneCountInString(key) > KeyMaxLength {
+		return fmt.Errorf("scheduler: recurring job %s key %q must be 1 to %d characters of UTF-8", kind, key, KeyMaxLength)
+	}
+	return nil
+}
+
+func notFound(kind, key string) error {
+	return fmt.Errorf("scheduler: recurring job %s/%s: %w", kind, key, ErrRecurringNotFound)
+}
+
+// Ensure makes sure the recurring job (kind, key) exists and is enabled,
+// and returns its next_run_at so the application can mirror it. See
+// EnsureTx.
+func (s *Scheduler) Ensure(ctx context.Context, kind, key string, args any, firstRunAt time.Time) (time.Time, error) {
+	var next time.Time
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		next, err = s.EnsureTx(ctx, tx, kind, key, args, firstRunAt)
+		return err
+	})
+	return next, err
+}
+
+// EnsureTx is idempotent: it creates the recurring job (kind, key), first
+// due at firstRunAt (zero means now), or, when the job exists, enables it
+// again and stores args, keeping its next_run_at. It returns next_run_at. A
+// dead letter stays parked; Revive brings it back.
+//
+// args are the River job's args: anything encoding/json accepts, a
+// json.RawMessage as is. When args is a river.JobArgs, kind may be empty
+// and is taken from it, and the Queue and Priority of its InsertOpts, if it
+// has any, apply to the job.
+func (s *Scheduler) EnsureTx(ctx context.Context, tx pgx.Tx, kind, key string, args any, firstRunAt time.Time) (time.Time, error) {
+	queue, priority := QueueDefault, PriorityDefault
+	if ja, ok := args.(river.JobArgs); ok {
+		if kind == "" {
+			kind = ja.Kind()
+		} else if kind != ja.Kind() {
+			return time.Time{}, fmt.Errorf("scheduler: recurring job kind %q does not match the kind %q of its args", kind, ja.Kind())
+		}
+		if wo, ok := args.(river.JobArgsWithInsertOpts); ok {
+			opts := wo.InsertOpts()
+			queue, priority = orDefault(opts.Queue, queue), orDefault(opts.Priority, priority)
+		}
+	}
+	if err := validateKindKey(kind, key); err != nil {
+		return time.Time{}, err
+	}
+	if err := validateQueue(queue); err != nil {
+		return time.Time{}, fmt.Errorf("scheduler: recurring job %s/%s: %w", kind, key, err)
+	}
+	if err := validatePriority(priority); err != nil {
+		return time.Time{}, fmt.Errorf("scheduler: recurring job %s/%s: %w", kind, key, err)
+	}
+	encoded, err := encodeArgs(args)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("scheduler: recurring job %s/%s: %w", kind, key, err)
+	}
+	if len(encoded) == 0 || encoded[0] != '{' {
+		return time.Time{}, fmt.Errorf("scheduler: recurring job %s/%s: args must be a JSON object, got %s", kind, key, encoded)
+	}
+	var first *time.Time
+	if !firstRunAt.IsZero() {
+		first = &firstRunAt
+	}
+	var next time.Time
+	err = tx.QueryRow(ctx, `
+INSERT INTO braid_recurring (kind, key, args, queue, priority, next_run_at)
+VALUES ($1, $2, $3, $4, $5, coalesce($6, now()))
+ON CONFLICT (kind, key) DO UPDATE
+SET enabled = true, args = excluded.args, queue = excluded.queue, priority = excluded.priority, updated_at = now()
+RETURNING next_run_at`, kind, key, encoded, queue, priority, first).Scan(&next)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("scheduler: ensuring recurring job %s/%s: %w", kind, key, err)
+	}
+	if err := notify(ctx, tx); err != nil {
+		return time.Time{}, err
+	}
+	return next, nil
+}
+
+// SetEnabled enables or disables the recurring job (kind, key) and returns
+// it. See SetEnabledTx.
+func (s *Scheduler) SetEnabled(ctx context.Context, kind, key string, enabled bool) (*Recurring, error) {
+	var r *Recurring
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		r, err = s.SetEnabledTx(ctx, tx, kind, key, enabled)
+		return err
+	})
+	return r, err
+}
+
+// SetEnabledTx enables or disables the recurring job (kind, key) inside tx
+// and returns it. Its next_run_at is kept either way: a job enabled again
+// runs at that time, or at once if it has passed. Disabling a running job
+// lets the run finish normally; the job is just not claimed again. It
+// returns an error matching ErrRecurringNotFound when there is no such job.
+func (s *Scheduler) SetEnabledTx(ctx context.Context, tx pgx.Tx, kind, key string, enabled bool) (*Recurring, error) {
+	r, err := scanRecurring(tx.QueryRow(ctx, `
+UPDATE braid_recurring SET enabled = $3, updated_at = now()
+WHERE kind = $1 AND key = $2
+RETURNING `+recurringColumns, kind, key, enabled))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, notFound(kind, key)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("scheduler: setting recurring job %s/%s enabled=%t: %w", kind, key, enabled, err)
+	}
+	if err := notify(ctx, tx); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Enable is SetEnabled(ctx, kind, key, true).
+func (s *Scheduler) Enable(ctx context.Context, kind, key string) (*Recurring, error) {
+	return s.SetEnabled(ctx, kind, key, true)
+}
+
+// EnableTx is SetEnabledTx(ctx, tx, kind, key, true).
+func (s *Scheduler) EnableTx(ctx context.Context, tx pgx.Tx, kind, key string) (*Recurring, error) {
+	return s.SetEnabledTx(ctx, tx, kind, key, true)
+}
+
+// Disable is SetEnabled(ctx, kind, key, false).
+func (s *Scheduler) Disable(ctx context.Context, kind, key string) (*Recurring, error) {
+	return s.SetEnabled(ctx, kind, key, false)
+}
+
+// DisableTx is SetEnabledTx(ctx, tx, kind, key, false).
+func (s *Scheduler) DisableTx(ctx context.Context, tx pgx.Tx, kind, key string) (*Recurring, error) {
+	return s.SetEnabledTx(ctx, tx, kind, key, false)
+}
+
+// SyncEnabledTx sets whether the recurring job (kind, key) is enabled from
+// the application's own data, atomically. It locks the job's row, then
+// calls wanted, which queries inside tx (for example whether any
+// subscription of the entity is left), and stores the answer.
+//
+// Because wanted runs after the lock, in a statement of its own, it sees
+// every change committed by a transaction that held the lock before, such
+// as a concurrent subscribe that called EnsureTx. So when the last
+// subscriber leaves while another arrives, the job ends up enabled; a bare
+// UPDATE … SET enabled = EXISTS (…) can miss the arrival under READ
+// COMMITTED. Call it after writing the change (the unsubscribe) in the same
+// tx.
+func (s *Scheduler) SyncEnabledTx(ctx context.Context, tx pgx.Tx, kind, key string, wanted func(ctx context.Context, tx pgx.Tx) (bool, error)) (*Recurring, error) {
+	if wanted == nil {
+		return nil, errors.New("scheduler: SyncEnabledTx needs a non-nil wanted function")
+	}
+	if _, err := getRecurring(ctx, tx, kind, key, "FOR UPDATE"); err != nil {
+		return nil, err
+	}
+	enabled, err := wanted(ctx, tx)
+	if err != nil {
+		return nil, fmt.Errorf("scheduler: deciding whether recurring job %s/%s is wanted: %w", kind, key, err)
+	}
+	return s.SetEnabledTx(ctx, tx, kind, key, enabled)
+}
+
+// Revive brings the recurring job (kind, key) back from the dead letters
+// and returns it. See ReviveTx.
+func (s *Scheduler) Revive(ctx context.Context, kind, key string) (*Recurring, error) {
+	var r *Recurring
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		r, err = s.ReviveTx(ctx, tx, kind, key)
+		return err
+	})
+	return r, err
+}
+
+// ReviveTx clears the dead letter mark of the recurring job (kind, key),
+// resets its consecutive failures and makes it due now. last_error is kept
+// until the next success. Reviving a live job just makes it due now.
+func (s *Scheduler) ReviveTx(ctx context.Context, tx pgx.Tx, kind, key string) (*Recurring, error) {
+	r, err := scanRecurring(tx.QueryRow(ctx, `
+UPDATE braid_recurring SET dead_at = NULL, consecutive_failures = 0, next_run_at = now(), updated_at = now()
+WHERE kind = $1 AND key = $2
+RETURNING `+recurringColumns, kind, key))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, notFound(kind, key)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("scheduler: reviving recurring job %s/%s: %w", kind, key, err)
+	}
+	if err := notify(ctx, tx); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// DeleteRecurring removes the recurring job (kind, key), for when its
+// entity is gone for good. A run in progress finishes; its outcome is
+// dropped. It returns an error matching ErrRecurringNotFound when there is
+// no such job.
+func (s *Scheduler) DeleteRecurring(ctx context.Context, kind, key string) error {
+	return s.inTx(ctx, func(tx pgx.Tx) error { return s.DeleteRecurringTx(ctx, tx, kind, key) })
+}
+
+// DeleteRecurringTx is DeleteRecurring inside tx.
+func (s *Scheduler) DeleteRecurringTx(ctx context.Context, tx pgx.Tx, kind, key string) error {
+	tag, err := tx.Exec(ctx, `DELETE FROM braid_recurring WHERE kind = $1 AND key = $2`, kind, key)
+	if err != nil {
+		return fmt.Errorf("scheduler: deleting recurring job %s/%s: %w", kind, key, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return notFound(kind, key)
+	}
+	return nil
+}
+
+// GetRecurring returns the recurring job (kind, key), or an error matching
+// ErrRecurringNotFound.
+func (s *Scheduler) GetRecurring(ctx context.Context, kind, key string) (*Recurring, error) {
+	return getRecurring(ctx, s.pool, kind, key, "")
+}
+
+func getRecurring(ctx context.Context, db dbtx, kind, key, lock string) (*Recurring, error) {
+	r, err := scanRecurring(db.QueryRow(ctx, `SELECT `+recurringColumns+` FROM braid_recurring WHERE kind = $1 AND key = $2 `+lock, kind, key))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, notFound(kind, key)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("scheduler: reading recurring job %s/%s: %w", kind, key, err)
+	}
+	return r, nil
+}
+
+// ListRecurring returns recurring jobs in (kind, key) order.
+func (s *Scheduler) ListRecurring(ctx context.Context, params *RecurringListParams) ([]*Recurring, error) {
+	var p RecurringListParams
+	if params != nil {
+		p = *params
+	}
+	if p.Limit < 0 || p.Offset < 0 {
+		return nil, fmt.Errorf("scheduler: list limit %d and offset %d must not be negative", p.Limit, p.Offset)
+	}
+	if p.Limit == 0 {
+		p.Limit = 100
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+recurringColumns+` FROM braid_recurring
+WHERE ($1 = '' OR kind = $1)
+  AND ($2::boolean IS NULL OR enabled = $2)
+  AND ($3::boolean IS NULL OR (dead_at IS NOT NULL) = $3)
+ORDER BY kind, key LIMIT $4 OFFSET $5`, p.Kind, p.Enabled, p.Dead, p.Limit, p.Offset)
+	if err != nil {
+		return nil, fmt.Errorf("scheduler: listing recurring jobs: %w", err)
+	}
+	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*Recurring, error) { return scanRecurring(row) })
+	if err != nil {
+		return nil, fmt.Errorf("scheduler: listing recurring jobs: %w", err)
+	}
+	return list, nil
+}
+
+// Metadata keys of the River jobs of recurring jobs. The middleware finds
+// the row of a run through MetadataRecurringID.
+const (
+	MetadataRecurringID   = "braid_recurring_id"
+	MetadataRecurringKey  = "braid_recurring_key"
+	insertFailureRetry    = time.Minute
+	insertFailureErrorMsg = "inserting the River job failed: "
+)
+
+// claimedRow is a recurring job claimed for a run.
+type claimedRow struct {
+	id       int64
+	kind     string
+	key      string
+	args     json.RawMessage
+	queue    string
+	priority int16
+	previous *time.Time // running_since before the claim: set when reclaimed as stale
+}
+
+// claimRecurring claims due recurring jobs and inserts their River jobs in
+// the same transaction. It returns how many rows it claimed.
+func (s *Scheduler) claimRecurring(ctx context.Context, lease *leases.Lease) (int, error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("scheduler: beginning: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if lease != nil {
+		if err := s.cfg.Leases.CheckTx(ctx, tx, lease); err != nil {
+			return 0, err
+		}
+	}
+	rows, err := tx.Query(ctx, `
+WITH due AS (
+    SELECT id, running_since AS previous FROM braid_recurring
+    WHERE enabled AND dead_at IS NULL AND next_run_at <= now()
+      AND (running_since IS NULL OR running_since <= now() - $1::bigint * interval '1 microsecond')
+    ORDER BY next_run_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE braid_recurring r SET running_since = now(), updated_at = now()
+FROM due WHERE r.id = due.id
+RETURNING r.id, r.kind, r.key, r.args, r.queue, r.priority, due.previous`,
+		s.cfg.RecurringStaleAfter.Microseconds(), s.cfg.RecurringBatchSize)
+	if err != nil {
+		return 0, fmt.Errorf("scheduler: claiming recurring jobs: %w", err)
+	}
+	claimed, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (claimedRow, error) {
+		var c claimedRow
+		err := row.Scan(&c.id, &c.kind, &c.key, &c.args, &c.queue, &c.priority, &c.previous)
+		return c, err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("scheduler: claiming recurring jobs: %w", err)
+	}
+	if len(claimed) == 0 {
+		return 0, nil
+	}
+
+	params := make([]river.InsertManyParams, len(claimed))
+	for i, c := range claimed {
+		if c.previous != nil {
+			s.logger.WarnContext(ctx, "scheduler: reclaiming a stale recurring job", slog.String("kind", c.kind),
+				slog.String("key", c.key), slog.Time("running_since", *c.previous))
+		}
+		meta, err := json.Marshal(map[string]any{MetadataRecurringID: c.id, MetadataRecurringKey: c.key})
+		if err != nil {
+			return 0, err
+		}
+		params[i] = river.InsertManyParams{
+			Args: rawJobArgs{kind: c.kind, args: c.args},
+			// One attempt: the row's backoff is the retry.
+			InsertOpts: &river.InsertOpts{Queue: c.queue, Priority: int(c.priority), MaxAttempts: 1, Metadata: meta},
+		}
+	}
+
+	ids := make([]int64, 0, len(claimed))
+	jobIDs := make([]int64, 0, len(claimed))
+	if results, err := insertManySavepoint(ctx, tx, s.cfg.River, params); err == nil {
+		for i, r := range results {
+			ids, jobIDs = append(ids, claimed[i].id), append(jobIDs, r.Job.ID)
+		}
+	} else {
+		if errors.Is(err, errTxBroken) {
+			return 0, err
+		}
+		// One row's job cannot be inserted (for example its kind has no
+		// worker in this process); insert one by one so the others run.
+		for i, c := range claimed {
+			results, err := insertManySavepoint(ctx, tx, s.cfg.River, params[i:i+1])
+			if err == nil {
+				ids, jobIDs = append(ids, c.id), append(jobIDs, results[0].Job.ID)
+				continue
+			}
+			if errors.Is(err, errTxBroken) {
+				return 0, err
+			}
+			s.logger.ErrorContext(ctx, "scheduler: cannot insert the job of a recurring job; retrying later",
+				slog.String("kind", c.kind), slog.String("key", c.key), slog.String("error", err.Error()))
+			if _, err := tx.Exec(ctx, `UPDATE braid_recurring SET running_since = NULL, last_error = $2,
+    next_run_at = now() + $3::bigint * interval '1 microsecond', updated_at = now() WHERE id = $1`,
+				c.id, insertFailureErrorMsg+err.Error(), insertFailureRetry.Microseconds()); err != nil {
+				return 0, fmt.Errorf("scheduler: releasing recurring job %s/%s: %w", c.kind, c.key, err)
+			}
+		}
+	}
+	if len(ids) > 0 {
+		if _, err := tx.Exec(ctx, `UPDATE braid_recurring r SET job_id = v.job_id
+FROM unnest($1::bigint[], $2::bigint[]) AS v(id, job_id) WHERE r.id = v.id`, ids, jobIDs); err != nil {
+			return 0, fmt.Errorf("scheduler: recording recurring job IDs: %w", err)
+		}
+	}
+	if err := commit(ctx, tx); err != nil {
+		return 0, err
+	}
+	s.logger.DebugContext(ctx, "scheduler: claimed recurring jobs", slog.Int("count", len(ids)))
+	return len(claimed), nil
+}
+
+func insertManySavepoint(ctx context.Context, tx pgx.Tx, client *river.Client[pgx.Tx], params []river.InsertManyParams) ([]*rivertype.JobInsertResult, error) {
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errTxBroken, err)
+	}
+	results, err := client.InsertManyTx(ctx, sp, params)
+	if err != nil {
+		if rbErr := sp.Rollback(ctx); rbErr != nil {
+			return nil, fmt.Errorf("%w: %w (rolling back: %w)", errTxBroken, err, rbErr)
+		}
+		return nil, err
+	}
+	if err := sp.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("%w: %w", errTxBroken, err)
+	}
+	return results, nil
+}
+
+// recurringIDOf returns the recurring row of a River job from its metadata.
+func recurringIDOf(metadata []byte) (int64, bool) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(metadata, &m); err != nil {
+		return 0, false
+	}
+	raw, ok := m[MetadataRecurringID]
+	if !ok {
+		return 0, false
+	}
+	id, err := strconv.ParseInt(string(raw), 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	return id, true
+}

@@ -1,0 +1,294 @@
+package scheduler
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"runtime/debug"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+)
+
+const (
+	// RecurringIntervalDefault is when a recurring job runs again after a
+	// success, when its handler did not choose (NextRunAt) and its kind has
+	// no interval of its own.
+	RecurringIntervalDefault = time.Hour
+
+	// RecurringMaxFailuresDefault is how many consecutive failures park a
+	// recurring job as a dead letter.
+	RecurringMaxFailuresDefault = 10
+
+	// RecurringBackoffBaseDefault, RecurringBackoffMaxDefault and
+	// RecurringBackoffJitter define RecurringBackoffDefault: base·2^(n-1)
+	// after the n-th consecutive failure, capped at the maximum, ±20%.
+	RecurringBackoffBaseDefault = time.Minute
+	RecurringBackoffMaxDefault  = 24 * time.Hour
+	RecurringBackoffJitter      = 0.2
+
+	// lastErrorMaxLength bounds the stored error text, in characters.
+	lastErrorMaxLength = 4000
+)
+
+// ErrNotRecurring is returned by NextRunAt outside the run of a recurring
+// job.
+var ErrNotRecurring = errors.New("scheduler: not running a recurring job")
+
+// RecurringBackoffDefault is the delay before the next run after the n-th
+// consecutive failure: one minute times 2^(n-1), capped at 24 hours, with
+// ±20% jitter (1m, 2m, 4m, … give 48–72s, 96–144s, 192–288s, …).
+func RecurringBackoffDefault(failures int) time.Duration {
+	d := RecurringBackoffMaxDefault
+	if failures < 1 {
+		failures = 1
+	}
+	if failures <= 31 {
+		d = min(RecurringBackoffBaseDefault<<(failures-1), RecurringBackoffMaxDefault)
+	}
+	jitter := 1 + RecurringBackoffJitter*(2*rand.Float64()-1)
+	return time.Duration(float64(d) * jitter)
+}
+
+// RecurringConfig configures a RecurringMiddleware. The zero value is
+// valid: every field has a documented default.
+type RecurringConfig struct {
+	// Interval is when a job runs again after a success, when its handler
+	// did not call NextRunAt and Intervals has no entry for its kind.
+	//
+	// Defaults to RecurringIntervalDefault (1h).
+	Interval time.Duration
+
+	// Intervals overrides Interval per kind.
+	Intervals map[string]time.Duration
+
+	// MaxFailures is how many consecutive failures park a job as a dead
+	// letter. A negative value never parks.
+	//
+	// Defaults to RecurringMaxFailuresDefault (10).
+	MaxFailures int
+
+	// Backoff returns the delay before the next run after the given number
+	// (1 or more) of consecutive failures.
+	//
+	// Defaults to RecurringBackoffDefault.
+	Backoff func(failures int) time.Duration
+
+	// Logger receives outcomes that could not be recorded.
+	//
+	// Defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// RecurringMiddleware is the River worker middleware that records the
+// outcome of each run of a recurring job on its row. Add it to the River
+// client's (or queue's) Middleware; it passes every other job through
+// untouched.
+//
+// The handler of a recurring job is an ordinary River worker for its kind.
+// Its River job is inserted with MaxAttempts 1: River does not retry it,
+// because the row's backoff is the retry. After the handler returns:
+//
+//   - success: next_run_at is the time the handler passed to NextRunAt, or
+//     now plus the kind's interval; consecutive_failures and last_error are
+//     reset;
+//   - river.JobSnooze(d): counts as a success that runs again in d; the
+//     River job completes rather than snoozing;
+//   - an error, a panic or river.JobCancel: consecutive_failures grows,
+//     last_error is stored and next_run_at is now plus Backoff; after
+//     MaxFailures in a row the job is parked (dead_at) until Revive. The
+//     error is returned to River, so the attempt fails (and its River job
+//     ends discarded) as any other. A panic never escapes.
+//
+// A row whose run was reclaimed as stale, or that was deleted, ignores the
+// late outcome of the old run.
+type RecurringMiddleware struct {
+	river.MiddlewareDefaults
+
+	pool *pgxpool.Pool
+	cfg  RecurringConfig
+}
+
+var _ rivertype.WorkerMiddleware = (*RecurringMiddleware)(nil)
+
+// NewRecurringMiddleware returns the middleware, writing outcomes through
+// pool. A nil cfg means all defaults. It returns an error naming the
+// offending field when the configuration is invalid; it never panics.
+func NewRecurringMiddleware(pool *pgxpool.Pool, cfg *RecurringConfig) (*RecurringMiddleware, error) {
+	if pool == nil {
+		return nil, errors.New("scheduler: NewRecurringMiddleware needs a non-nil pool")
+	}
+	var c RecurringConfig
+	if cfg != nil {
+		c = *cfg
+	}
+	if c.Interval < 0 {
+		return nil, fmt.Errorf("scheduler: RecurringConfig.Interval is %s; it must be positive (or zero for the default %s)", c.Interval, RecurringIntervalDefault)
+	}
+	if c.Interval == 0 {
+		c.Interval = RecurringIntervalDefault
+	}
+	for kind, d := range c.Intervals {
+		if d <= 0 {
+			return nil, fmt.Errorf("scheduler: RecurringConfig.Intervals[%q] is %s; it must be positive", kind, d)
+		}
+	}
+	if c.MaxFailures == 0 {
+		c.MaxFailures = RecurringMaxFailuresDefault
+	}
+	if c.Backoff == nil {
+		c.Backoff = RecurringBackoffDefault
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return &RecurringMiddleware{pool: pool, cfg: c}, nil
+}
+
+type runStateKey struct{}
+
+// runState carries the handler's choice of next run time.
+type runState struct {
+	mu   sync.Mutex
+	next time.Time
+}
+
+// NextRunAt sets when the recurring job whose handler is running runs next
+// after this run succeeds. Call it from the handler with the context River
+// passed to Work. It returns ErrNotRecurring outside the run of a recurring
+// job. A failed run ignores it and backs off.
+func NextRunAt(ctx context.Context, t time.Time) error {
+	st, ok := ctx.Value(runStateKey{}).(*runState)
+	if !ok {
+		return ErrNotRecurring
+	}
+	if t.IsZero() {
+		return errors.New("scheduler: NextRunAt needs a non-zero time")
+	}
+	st.mu.Lock()
+	st.next = t
+	st.mu.Unlock()
+	return nil
+}
+
+// Work implements rivertype.WorkerMiddleware.
+func (m *RecurringMiddleware) Work(ctx context.Context, job *rivertype.JobRow, doInner func(ctx context.Context) error) error {
+	if !bytes.Contains(job.Metadata, []byte(MetadataRecurringID)) {
+		return doInner(ctx)
+	}
+	id, ok := recurringIDOf(job.Metadata)
+	if !ok {
+		return doInner(ctx)
+	}
+	st := &runState{}
+	err := callSafely(context.WithValue(ctx, runStateKey{}, st), doInner)
+
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
+	defer cancel()
+	var snooze *rivertype.JobSnoozeError
+	switch {
+	case err == nil:
+		st.mu.Lock()
+		next := st.next
+		st.mu.Unlock()
+		interval, ok := m.cfg.Intervals[job.Kind]
+		if !ok {
+			interval = m.cfg.Interval
+		}
+		m.succeed(wctx, id, job, next, interval)
+	case errors.As(err, &snooze):
+		m.succeed(wctx, id, job, time.Time{}, snooze.Duration)
+		err = nil
+	default:
+		m.fail(wctx, id, job, err)
+	}
+	return err
+}
+
+// callSafely calls fn, turning a panic into an error with the stack.
+func callSafely(ctx context.Context, fn func(ctx context.Context) error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic: %v\n%s", r, debug.Stack())
+		}
+	}()
+	return fn(ctx)
+}
+
+const succeedSQL = `
+WITH u AS (
+    UPDATE braid_recurring SET running_since = NULL, last_run_at = now(),
+        next_run_at = coalesce($3::timestamptz, now() + $4::bigint * interval '1 microsecond'),
+        last_error = NULL, consecutive_failures = 0, updated_at = now()
+    WHERE id = $1 AND job_id = $2 AND running_since IS NOT NULL
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM u), pg_notify($5, '')`
+
+func (m *RecurringMiddleware) succeed(ctx context.Context, id int64, job *rivertype.JobRow, next time.Time, interval time.Duration) {
+	var chosen *time.Time
+	if !next.IsZero() {
+		chosen = &next
+	}
+	var n int64
+	err := m.pool.QueryRow(ctx, succeedSQL, id, job.ID, chosen, interval.Microseconds(), NotifyChannel).Scan(&n, nil)
+	m.recorded(ctx, job, n, err)
+}
+
+func (m *RecurringMiddleware) fail(ctx context.Context, id int64, job *rivertype.JobRow, runErr error) {
+	var n int64
+	err := pgx.BeginFunc(ctx, m.pool, func(tx pgx.Tx) error {
+		var failures int32
+		err := tx.QueryRow(ctx, `SELECT consecutive_failures FROM braid_recurring
+WHERE id = $1 AND job_id = $2 AND running_since IS NOT NULL FOR UPDATE`, id, job.ID).Scan(&failures)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		count := int(failures) + 1
+		dead := m.cfg.MaxFailures > 0 && count >= m.cfg.MaxFailures
+		if _, err := tx.Exec(ctx, `
+UPDATE braid_recurring SET running_since = NULL, last_run_at = now(), consecutive_failures = $2, last_error = $3,
+    next_run_at = now() + $4::bigint * interval '1 microsecond',
+    dead_at = CASE WHEN $5 THEN now() ELSE dead_at END, updated_at = now()
+WHERE id = $1`, id, count, truncateError(runErr), m.cfg.Backoff(count).Microseconds(), dead); err != nil {
+			return err
+		}
+		if dead {
+			m.cfg.Logger.WarnContext(ctx, "scheduler: recurring job parked as a dead letter", slog.String("kind", job.Kind),
+				slog.Int64("recurring_id", id), slog.Int("consecutive_failures", count), slog.String("error", runErr.Error()))
+		}
+		n = 1
+		return notify(ctx, tx)
+	})
+	m.recorded(ctx, job, n, err)
+}
+
+func (m *RecurringMiddleware) recorded(ctx context.Context, job *rivertype.JobRow, n int64, err error) {
+	switch {
+	case err != nil:
+		m.cfg.Logger.ErrorContext(ctx, "scheduler: recording the outcome of a recurring job failed; it will be reclaimed when stale",
+			slog.String("kind", job.Kind), slog.Int64("job_id", job.ID), slog.String("error", err.Error()))
+	case n == 0:
+		m.cfg.Logger.WarnContext(ctx, "scheduler: outcome of a recurring job ignored: its row was reclaimed or deleted",
+			slog.String("kind", job.Kind), slog.Int64("job_id", job.ID))
+	}
+}
+
+func truncateError(err error) string {
+	s := err.Error()
+	if utf8.RuneCountInString(s) <= lastErrorMaxLength {
+		return s
+	}
+	return string([]rune(s)[:lastErrorMaxLength]) + "…"
+}

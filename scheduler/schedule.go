@@ -1,0 +1,890 @@
+package scheduler
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+
+	"github.com/braidflow/braid/leases"
+)
+
+// TargetType says what a schedule fires.
+type TargetType string
+
+const (
+	// TargetJob inserts a River job of kind Target with Args.
+	TargetJob TargetType = "job"
+
+	// TargetWorkflow starts a run of the workflow named Target with Args as
+	// its input, through Config.Workflows.
+	TargetWorkflow TargetType = "workflow"
+)
+
+// OverlapPolicy says whether a slot fires while the previous fire is
+// unfinished.
+type OverlapPolicy string
+
+const (
+	// OverlapSkip skips a slot while the job or run of the previous fire is
+	// unfinished: a job not yet completed, cancelled or discarded, or a run
+	// not yet completed, failed or cancelled. The skipped slot is not fired
+	// later.
+	OverlapSkip OverlapPolicy = "skip"
+
+	// OverlapAllow fires every slot regardless of the previous fire.
+	OverlapAllow OverlapPolicy = "allow"
+)
+
+// CatchUpPolicy says what happens to slots that passed while no scheduler
+// was leading, or while the leader was busy: several slots are due at once.
+type CatchUpPolicy string
+
+const (
+	// CatchUpOnce fires once for all the missed slots: the fire is labelled
+	// with the latest slot that passed, and the schedule resumes at the
+	// slot after it.
+	CatchUpOnce CatchUpPolicy = "once"
+
+	// CatchUpSkip skips missed slots: the latest slot that passed fires
+	// only if it is at most Config.MissedSlotGrace late; otherwise nothing
+	// fires and the schedule waits for its next slot.
+	CatchUpSkip CatchUpPolicy = "skip"
+
+	// CatchUpAll fires every missed slot, oldest first, each as its own job
+	// or run. After a long outage of a frequent schedule this makes many
+	// fires; use it only where every slot matters.
+	CatchUpAll CatchUpPolicy = "all"
+)
+
+// Limits that braid_schedules enforces.
+const (
+	NameMaxLength   = 200
+	TargetMaxLength = 200
+)
+
+var (
+	// ErrScheduleNotFound is returned (wrapped) when no schedule has the
+	// given name.
+	ErrScheduleNotFound = errors.New("scheduler: schedule not found")
+
+	// ErrScheduleExists is returned (wrapped) by Create when the name is
+	// taken.
+	ErrScheduleExists = errors.New("scheduler: schedule already exists")
+)
+
+// Schedule is a durable cron entry: a row of braid_schedules.
+type Schedule struct {
+	ID            int64           `json:"id"`
+	Name          string          `json:"name"`
+	Description   string          `json:"description"`
+	Expression    string          `json:"expression"`
+	TimeZone      string          `json:"time_zone"`
+	TargetType    TargetType      `json:"target_type"`
+	Target        string          `json:"target"`
+	Args          json.RawMessage `json:"args"`
+	Queue         string          `json:"queue"`
+	Priority      int             `json:"priority"`
+	MaxAttempts   int             `json:"max_attempts,omitempty"`
+	Enabled       bool            `json:"enabled"`
+	OverlapPolicy OverlapPolicy   `json:"overlap_policy"`
+	CatchUpPolicy CatchUpPolicy   `json:"catch_up_policy"`
+
+	// NextRunAt is the next slot to fire.
+	NextRunAt time.Time `json:"next_run_at"`
+
+	// LastRunAt is when the schedule last fired, on the database clock.
+	LastRunAt *time.Time `json:"last_run_at,omitempty"`
+
+	// LastJobID is the River job of the last fire of a job target.
+	LastJobID *int64 `json:"last_job_id,omitempty"`
+
+	// LastRunID is the workflow run of the last fire of a workflow target.
+	LastRunID string `json:"last_run_id,omitempty"`
+
+	CreatedBy string    `json:"created_by"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// ScheduleParams describes a schedule to Create.
+type ScheduleParams struct {
+	// Name identifies the schedule; 1 to NameMaxLength characters, unique.
+	Name string
+
+	// Description is free text for operators.
+	Description string
+
+	// Expression is when the schedule fires, in the syntax of Parse.
+	Expression string
+
+	// TimeZone is the IANA zone Expression is evaluated in.
+	//
+	// Defaults to UTC.
+	TimeZone string
+
+	// TargetType says whether the schedule inserts a job or starts a
+	// workflow.
+	//
+	// Defaults to TargetJob.
+	TargetType TargetType
+
+	// Target is the River job kind or the workflow name; 1 to
+	// TargetMaxLength characters.
+	Target string
+
+	// Args are the job's args (a JSON object) or the workflow's input.
+	// Anything encoding/json accepts; a json.RawMessage is used as is.
+	//
+	// Defaults to {}.
+	Args any
+
+	// Queue is the River queue of the job. Workflow runs use the engine's
+	// own queues.
+	//
+	// Defaults to QueueDefault.
+	Queue string
+
+	// Priority is the River priority of the job, 1 (most urgent) to 4.
+	//
+	// Defaults to PriorityDefault.
+	Priority int
+
+	// MaxAttempts is the River max attempts of the job.
+	//
+	// Defaults to River's own default.
+	MaxAttempts int
+
+	// Disabled creates the schedule disabled.
+	Disabled bool
+
+	// OverlapPolicy says whether a slot fires while the previous fire is
+	// unfinished.
+	//
+	// Defaults to OverlapSkip.
+	OverlapPolicy OverlapPolicy
+
+	// CatchUpPolicy says what happens to missed slots.
+	//
+	// Defaults to CatchUpOnce.
+	CatchUpPolicy CatchUpPolicy
+
+	// CreatedBy names who created the schedule, for operators.
+	CreatedBy string
+}
+
+// ScheduleUpdate changes the fields of a schedule that are non-nil. A
+// change of Expression or TimeZone moves next_run_at to the new
+// expression's first slot after now.
+type ScheduleUpdate struct {
+	Description   *string
+	Expression    *string
+	TimeZone      *string
+	TargetType    *TargetType
+	Target        *string
+	Args          any // nil leaves the args unchanged
+	Queue         *string
+	Priority      *int
+	MaxAttempts   *int
+	Enabled       *bool
+	OverlapPolicy *OverlapPolicy
+	CatchUpPolicy *CatchUpPolicy
+}
+
+// ScheduleListParams filters and pages List.
+type ScheduleListParams struct {
+	// Enabled, when set, lists only schedules with that state.
+	Enabled *bool
+
+	// Limit is the most schedules returned.
+	//
+	// Defaults to 100.
+	Limit int
+
+	// Offset skips that many schedules, in name order.
+	Offset int
+}
+
+const scheduleColumns = `id, name, description, expression, time_zone, target_type, target, args, queue,
+    priority, max_attempts, enabled, overlap_policy, catch_up_policy, next_run_at, last_run_at,
+    last_job_id, last_run_id, created_by, created_at, updated_at`
+
+func scanSchedule(row pgx.Row, extra ...any) (*Schedule, error) {
+	var (
+		sch         Schedule
+		maxAttempts *int32
+		priority    int16
+		lastRunID   *uuid.UUID
+	)
+	dest := append([]any{
+		&sch.ID, &sch.Name, &sch.Description, &sch.Expression, &sch.TimeZone, &sch.TargetType, &sch.Target,
+		&sch.Args, &sch.Queue, &priority, &maxAttempts, &sch.Enabled, &sch.OverlapPolicy, &sch.CatchUpPolicy,
+		&sch.NextRunAt, &sch.LastRunAt, &sch.LastJobID, &lastRunID, &sch.CreatedBy, &sch.CreatedAt, &sch.UpdatedAt,
+	}, extra...)
+	if err := row.Scan(dest...); err != nil {
+		return nil, err
+	}
+	sch.Priority = int(priority)
+	if maxAttempts != nil {
+		sch.MaxAttempts = int(*maxAttempts)
+	}
+	if lastRunID != nil {
+		sch.LastRunID = lastRunID.String()
+	}
+	return &sch, nil
+}
+
+// queueNameRE is River's rule for queue names.
+var queueNameRE = regexp.MustCompile(`^(?:[a-z0-9])+(?:[_|\-]?[a-z0-9]+)*$`)
+
+func validateQueue(queue string) error {
+	if len(queue) > 64 || !queueNameRE.MatchString(queue) {
+		return fmt.Errorf("queue %q is invalid: use 1 to 64 lower-case letters and digits separated by underscores or hyphens", queue)
+	}
+	return nil
+}
+
+func validatePriority(priority int) error {
+	if priority < 1 || priority > 4 {
+		return fmt.Errorf("priority %d is out of range 1-4", priority)
+	}
+	return nil
+}
+
+func validateName(name string) error {
+	if name == "" {
+		return fmt.Errorf("schedule name is empty; it must be 1 to %d characters", NameMaxLength)
+	}
+	if !utf8.ValidString(name) {
+		return fmt.Errorf("schedule name %q is not valid UTF-8", name)
+	}
+	if n := utf8.RuneCountInString(name); n > NameMaxLength {
+		return fmt.Errorf("schedule name is %d characters; the limit is %d", n, NameMaxLength)
+	}
+	return nil
+}
+
+// encodeArgs encodes args as JSON; nil becomes {}.
+func encodeArgs(args any) (json.RawMessage, error) {
+	switch a := args.(type) {
+	case nil:
+		return json.RawMessage(`{}`), nil
+	case json.RawMessage:
+		if len(a) == 0 {
+			return json.RawMessage(`{}`), nil
+		}
+		if !json.Valid(a) {
+			return nil, errors.New("args are not valid JSON")
+		}
+		var buf bytes.Buffer
+		if err := json.Compact(&buf, a); err != nil {
+			return nil, err
+		}
+		return buf.Bytes(), nil
+	default:
+		b, err := json.Marshal(args)
+		if err != nil {
+			return nil, fmt.Errorf("args cannot be encoded as JSON: %w", err)
+		}
+		return b, nil
+	}
+}
+
+// validate checks a complete schedule and returns its parsed expression.
+func (sch *Schedule) validate() (*Expression, error) {
+	fail := func(err error) (*Expression, error) {
+		return nil, fmt.Errorf("scheduler: schedule %q: %w", sch.Name, err)
+	}
+	if err := validateName(sch.Name); err != nil {
+		return nil, fmt.Errorf("scheduler: %w", err)
+	}
+	e, err := Parse(sch.Expression, sch.TimeZone)
+	if err != nil {
+		return fail(err)
+	}
+	switch sch.TargetType {
+	case TargetJob, TargetWorkflow:
+	default:
+		return fail(fmt.Errorf("target type %q is invalid; use %q or %q", sch.TargetType, TargetJob, TargetWorkflow))
+	}
+	if sch.Target == "" || utf8.RuneCountInString(sch.Target) > TargetMaxLength {
+		return fail(fmt.Errorf("target %q must be 1 to %d characters", sch.Target, TargetMaxLength))
+	}
+	if sch.TargetType == TargetJob && (len(sch.Args) == 0 || sch.Args[0] != '{') {
+		return fail(fmt.Errorf("args of a job target must be a JSON object, got %s", sch.Args))
+	}
+	if err := validateQueue(sch.Queue); err != nil {
+		return fail(err)
+	}
+	if err := validatePriority(sch.Priority); err != nil {
+		return fail(err)
+	}
+	if sch.MaxAttempts < 0 {
+		return fail(fmt.Errorf("max attempts %d is negative", sch.MaxAttempts))
+	}
+	switch sch.OverlapPolicy {
+	case OverlapSkip, OverlapAllow:
+	default:
+		return fail(fmt.Errorf("overlap policy %q is invalid; use %q or %q", sch.OverlapPolicy, OverlapSkip, OverlapAllow))
+	}
+	switch sch.CatchUpPolicy {
+	case CatchUpOnce, CatchUpSkip, CatchUpAll:
+	default:
+		return fail(fmt.Errorf("catch-up policy %q is invalid; use %q, %q or %q", sch.CatchUpPolicy, CatchUpOnce, CatchUpSkip, CatchUpAll))
+	}
+	// Store the canonical forms.
+	sch.Expression, sch.TimeZone = e.String(), e.TimeZone()
+	return e, nil
+}
+
+// dbNow reads the database clock.
+func dbNow(ctx context.Context, db dbtx) (time.Time, error) {
+	var now time.Time
+	if err := db.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
+		return time.Time{}, fmt.Errorf("scheduler: reading the database clock: %w", err)
+	}
+	return now, nil
+}
+
+// firstSlot is the first slot of a new or changed expression: the next
+// slot after now, where @every counts from now truncated to the second.
+func firstSlot(e *Expression, now time.Time) time.Time {
+	if d, ok := e.Every(); ok {
+		return now.Truncate(time.Second).Add(everyStep(d))
+	}
+	return e.Next(now)
+}
+
+// everyStep is the step of an @every grid at the database's microsecond
+// precision.
+func everyStep(d time.Duration) time.Duration { return d.Truncate(time.Microsecond) }
+
+// nextSlot returns the slot after slot.
+func nextSlot(e *Expression, slot time.Time) time.Time {
+	if d, ok := e.Every(); ok {
+		return slot.Add(everyStep(d))
+	}
+	return e.Next(slot)
+}
+
+// slotAfter returns the first slot of the grid through slot that is
+// strictly after now.
+func slotAfter(e *Expression, slot, now time.Time) time.Time {
+	if !slot.After(now) {
+		slot = lastSlot(e, slot, now)
+	}
+	for !slot.After(now) {
+		slot = nextSlot(e, slot)
+	}
+	return slot
+}
+
+// lastSlot returns the latest slot at or before now of the grid through
+// first (which is itself at or before now).
+func lastSlot(e *Expression, first, now time.Time) time.Time {
+	if d, ok := e.Every(); ok {
+		step := everyStep(d)
+		return first.Add(now.Sub(first) / step * step)
+	}
+	last := first
+	for range 1000 {
+		n := e.Next(last)
+		if n.After(now) {
+			return last
+		}
+		last = n
+	}
+	// Far behind: find a slot close to now by looking back over growing
+	// windows, then walk forward.
+	for _, w := range []time.Duration{time.Minute, time.Hour, 24 * time.Hour, 32 * 24 * time.Hour, 366 * 24 * time.Hour, 10 * 366 * 24 * time.Hour} {
+		c := e.Next(now.Add(-w))
+		if c.IsZero() || c.After(now) {
+			continue
+		}
+		for {
+			n := e.Next(c)
+			if n.IsZero() || n.After(now) {
+				break
+			}
+			c = n
+		}
+		if c.After(last) {
+			return c
+		}
+		return last
+	}
+	return last
+}
+
+// Create adds a schedule. Its first slot is the expression's first slot
+// after now (for @every: now, truncated to the second, plus the interval).
+func (s *Scheduler) Create(ctx context.Context, params *ScheduleParams) (*Schedule, error) {
+	var sch *Schedule
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		sch, err = s.CreateTx(ctx, tx, params)
+		return err
+	})
+	return sch, err
+}
+
+// CreateTx is Create inside tx; the schedule exists only if tx commits.
+func (s *Scheduler) CreateTx(ctx context.Context, tx pgx.Tx, params *ScheduleParams) (*Schedule, error) {
+	if params == nil {
+		return nil, errors.New("scheduler: Create needs params")
+	}
+	args, err := encodeArgs(params.Args)
+	if err != nil {
+		return nil, fmt.Errorf("scheduler: schedule %q: %w", params.Name, err)
+	}
+	sch := &Schedule{
+		Name:          params.Name,
+		Description:   params.Description,
+		Expression:    params.Expression,
+		TimeZone:      params.TimeZone,
+		TargetType:    orDefault(params.TargetType, TargetJob),
+		Target:        params.Target,
+		Args:          args,
+		Queue:         orDefault(params.Queue, QueueDefault),
+		Priority:      orDefault(params.Priority, PriorityDefault),
+		MaxAttempts:   params.MaxAttempts,
+		Enabled:       !params.Disabled,
+		OverlapPolicy: orDefault(params.OverlapPolicy, OverlapSkip),
+		CatchUpPolicy: orDefault(params.CatchUpPolicy, CatchUpOnce),
+		CreatedBy:     params.CreatedBy,
+	}
+	e, err := sch.validate()
+	if err != nil {
+		return nil, err
+	}
+	now, err := dbNow(ctx, tx)
+	if err != nil {
+		return nil, err
+	}
+	sch.NextRunAt = firstSlot(e, now)
+
+	created, err := scanSchedule(tx.QueryRow(ctx, `
+INSERT INTO braid_schedules (name, description, expression, time_zone, target_type, target, args, queue,
+    priority, max_attempts, enabled, overlap_policy, catch_up_policy, next_run_at, created_by)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+ON CONFLICT (name) DO NOTHING
+RETURNING `+scheduleColumns,
+		sch.Name, sch.Description, sch.Expression, sch.TimeZone, sch.TargetType, sch.Target, sch.Args, sch.Queue,
+		sch.Priority, nullIfZero(sch.MaxAttempts), sch.Enabled, sch.OverlapPolicy, sch.CatchUpPolicy, sch.NextRunAt, sch.CreatedBy))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("scheduler: schedule %q: %w", sch.Name, ErrScheduleExists)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("scheduler: creating schedule %q: %w", sch.Name, err)
+	}
+	if err := notify(ctx, tx); err != nil {
+		return nil, err
+	}
+	return created, nil
+}
+
+func orDefault[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+func nullIfZero(n int) *int {
+	if n == 0 {
+		return nil
+	}
+	return &n
+}
+
+// Get returns the named schedule, or an error matching ErrScheduleNotFound.
+func (s *Scheduler) Get(ctx context.Context, name string) (*Schedule, error) {
+	return getSchedule(ctx, s.pool, name, "")
+}
+
+func getSchedule(ctx context.Context, db dbtx, name, lock string) (*Schedule, error) {
+	sch, err := scanSchedule(db.QueryRow(ctx, `SELECT `+scheduleColumns+` FROM braid_schedules WHERE name = $1 `+lock, name))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("scheduler: schedule %q: %w", name, ErrScheduleNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("scheduler: reading schedule %q: %w", name, err)
+	}
+	return sch, nil
+}
+
+// List returns schedules in name order.
+func (s *Scheduler) List(ctx context.Context, params *ScheduleListParams) ([]*Schedule, error) {
+	var p ScheduleListParams
+	if params != nil {
+		p = *params
+	}
+	if p.Limit < 0 || p.Offset < 0 {
+		return nil, fmt.Errorf("scheduler: list limit %d and offset %d must not be negative", p.Limit, p.Offset)
+	}
+	if p.Limit == 0 {
+		p.Limit = 100
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+scheduleColumns+` FROM braid_schedules
+WHERE $1::boolean IS NULL OR enabled = $1
+ORDER BY name LIMIT $2 OFFSET $3`, p.Enabled, p.Limit, p.Offset)
+	if err != nil {
+		return nil, fmt.Errorf("scheduler: listing schedules: %w", err)
+	}
+	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*Schedule, error) { return scanSchedule(row) })
+	if err != nil {
+		return nil, fmt.Errorf("scheduler: listing schedules: %w", err)
+	}
+	return list, nil
+}
+
+// Update changes the named schedule and returns it. It returns an error
+// matching ErrScheduleNotFound when there is none.
+func (s *Scheduler) Update(ctx context.Context, name string, update *ScheduleUpdate) (*Schedule, error) {
+	var sch *Schedule
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		sch, err = s.UpdateTx(ctx, tx, name, update)
+		return err
+	})
+	return sch, err
+}
+
+// UpdateTx is Update inside tx.
+func (s *Scheduler) UpdateTx(ctx context.Context, tx pgx.Tx, name string, update *ScheduleUpdate) (*Schedule, error) {
+	if update == nil {
+		update = &ScheduleUpdate{}
+	}
+	sch, err := getSchedule(ctx, tx, name, "FOR UPDATE")
+	if err != nil {
+		return nil, err
+	}
+	oldExpr, oldZone, wasEnabled := sch.Expression, sch.TimeZone, sch.Enabled
+	set := func(dst *string, src *string) {
+		if src != nil {
+			*dst = *src
+		}
+	}
+	set(&sch.Description, update.Description)
+	set(&sch.Expression, update.Expression)
+	set(&sch.TimeZone, update.TimeZone)
+	set(&sch.Target, update.Target)
+	set(&sch.Queue, update.Queue)
+	if update.TargetType != nil {
+		sch.TargetType = *update.TargetType
+	}
+	if update.Args != nil {
+		if sch.Args, err = encodeArgs(update.Args); err != nil {
+			return nil, fmt.Errorf("scheduler: schedule %q: %w", name, err)
+		}
+	}
+	if update.Priority != nil {
+		sch.Priority = *update.Priority
+	}
+	if update.MaxAttempts != nil {
+		sch.MaxAttempts = *update.MaxAttempts
+	}
+	if update.Enabled != nil {
+		sch.Enabled = *update.Enabled
+	}
+	if update.OverlapPolicy != nil {
+		sch.OverlapPolicy = *update.OverlapPolicy
+	}
+	if update.CatchUpPolicy != nil {
+		sch.CatchUpPolicy = *update.CatchUpPolicy
+	}
+	e, err := sch.validate()
+	if err != nil {
+		return nil, err
+	}
+	now, err := dbNow(ctx, tx)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case sch.Expression != oldExpr || sch.TimeZone != oldZone:
+		sch.NextRunAt = firstSlot(e, now)
+	case sch.Enabled && !wasEnabled:
+		sch.NextRunAt = slotAfter(e, sch.NextRunAt, now)
+	}
+	return writeSchedule(ctx, tx, sch)
+}
+
+func writeSchedule(ctx context.Context, tx pgx.Tx, sch *Schedule) (*Schedule, error) {
+	updated, err := scanSchedule(tx.QueryRow(ctx, `
+UPDATE braid_schedules SET description = $2, expression = $3, time_zone = $4, target_type = $5, target = $6,
+    args = $7, queue = $8, priority = $9, max_attempts = $10, enabled = $11, overlap_policy = $12,
+    catch_up_policy = $13, next_run_at = $14, updated_at = now()
+WHERE id = $1
+RETURNING `+scheduleColumns,
+		sch.ID, sch.Description, sch.Expression, sch.TimeZone, sch.TargetType, sch.Target, sch.Args, sch.Queue,
+		sch.Priority, nullIfZero(sch.MaxAttempts), sch.Enabled, sch.OverlapPolicy, sch.CatchUpPolicy, sch.NextRunAt))
+	if err != nil {
+		return nil, fmt.Errorf("scheduler: updating schedule %q: %w", sch.Name, err)
+	}
+	if err := notify(ctx, tx); err != nil {
+		return nil, err
+	}
+	return updated, nil
+}
+
+// Toggle enables or disables the named schedule and returns it. A schedule
+// enabled again resumes at its first slot after now: slots that passed
+// while it was disabled are not missed slots and never fire.
+func (s *Scheduler) Toggle(ctx context.Context, name string, enabled bool) (*Schedule, error) {
+	return s.Update(ctx, name, &ScheduleUpdate{Enabled: &enabled})
+}
+
+// ToggleTx is Toggle inside tx.
+func (s *Scheduler) ToggleTx(ctx context.Context, tx pgx.Tx, name string, enabled bool) (*Schedule, error) {
+	return s.UpdateTx(ctx, tx, name, &ScheduleUpdate{Enabled: &enabled})
+}
+
+// Delete removes the named schedule. Jobs and runs it already fired are
+// not touched. It returns an error matching ErrScheduleNotFound when there
+// is none.
+func (s *Scheduler) Delete(ctx context.Context, name string) error {
+	return s.inTx(ctx, func(tx pgx.Tx) error { return s.DeleteTx(ctx, tx, name) })
+}
+
+// DeleteTx is Delete inside tx.
+func (s *Scheduler) DeleteTx(ctx context.Context, tx pgx.Tx, name string) error {
+	tag, err := tx.Exec(ctx, `DELETE FROM braid_schedules WHERE name = $1`, name)
+	if err != nil {
+		return fmt.Errorf("scheduler: deleting schedule %q: %w", name, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("scheduler: schedule %q: %w", name, ErrScheduleNotFound)
+	}
+	return notify(ctx, tx)
+}
+
+// fireNext takes the earliest due schedule, fires or skips its due slot
+// and advances next_run_at, all in one transaction. It reports whether a
+// due schedule was found.
+func (s *Scheduler) fireNext(ctx context.Context, lease *leases.Lease) (bool, error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return false, fmt.Errorf("scheduler: beginning: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+
+	if lease != nil {
+		if err := s.cfg.Leases.CheckTx(ctx, tx, lease); err != nil {
+			return false, err
+		}
+	}
+	var now time.Time
+	sch, err := scanSchedule(tx.QueryRow(ctx, `SELECT `+scheduleColumns+`, now() FROM braid_schedules
+WHERE enabled AND next_run_at <= now()
+ORDER BY next_run_at LIMIT 1
+FOR UPDATE SKIP LOCKED`), &now)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("scheduler: reading due schedules: %w", err)
+	}
+	log := s.logger.With(slog.String("schedule", sch.Name))
+
+	e, err := s.parse(sch.Expression, sch.TimeZone)
+	if err != nil {
+		// Only a row written around this package gets here; firing it again
+		// and again would spin, so it is disabled.
+		log.ErrorContext(ctx, "scheduler: disabling schedule with an invalid expression", slog.String("error", err.Error()))
+		if _, err := tx.Exec(ctx, `UPDATE braid_schedules SET enabled = false, updated_at = now() WHERE id = $1`, sch.ID); err != nil {
+			return false, fmt.Errorf("scheduler: disabling schedule %q: %w", sch.Name, err)
+		}
+		return true, commit(ctx, tx)
+	}
+
+	first := sch.NextRunAt
+	slot := first
+	fire := true
+	switch sch.CatchUpPolicy {
+	case CatchUpAll:
+	case CatchUpSkip:
+		slot = lastSlot(e, first, now)
+		if late := now.Sub(slot); late > s.cfg.MissedSlotGrace {
+			fire = false
+			log.InfoContext(ctx, "scheduler: skipping missed slots", slog.Time("first_slot", first), slog.Time("last_slot", slot), slog.Duration("late", late))
+		}
+	default: // CatchUpOnce
+		slot = lastSlot(e, first, now)
+	}
+	next := nextSlot(e, slot)
+
+	if fire && sch.OverlapPolicy == OverlapSkip {
+		busy, err := previousUnfinished(ctx, tx, sch)
+		if err != nil {
+			return false, err
+		}
+		if busy {
+			fire = false
+			log.InfoContext(ctx, "scheduler: skipping slot while the previous fire is unfinished", slog.Time("slot", slot))
+		}
+	}
+
+	var (
+		jobID *int64
+		runID *uuid.UUID
+	)
+	if fire {
+		jobID, runID, err = s.fireTarget(ctx, tx, sch, e, first, slot)
+		if err != nil {
+			if errors.Is(err, errTxBroken) {
+				return false, err
+			}
+			fire = false
+			log.ErrorContext(ctx, "scheduler: firing schedule failed; slot skipped", slog.Time("slot", slot), slog.String("error", err.Error()))
+		}
+	}
+
+	tag, err := tx.Exec(ctx, `
+UPDATE braid_schedules SET next_run_at = $2,
+    last_run_at = CASE WHEN $3 THEN now() ELSE last_run_at END,
+    last_job_id = CASE WHEN $3 THEN $4 ELSE last_job_id END,
+    last_run_id = CASE WHEN $3 THEN $5 ELSE last_run_id END
+WHERE id = $1 AND next_run_at = $6`, sch.ID, next, fire, jobID, runID, first)
+	if err != nil {
+		return false, fmt.Errorf("scheduler: advancing schedule %q: %w", sch.Name, err)
+	}
+	if tag.RowsAffected() != 1 {
+		return false, fmt.Errorf("scheduler: schedule %q changed while locked", sch.Name)
+	}
+	if err := commit(ctx, tx); err != nil {
+		return false, err
+	}
+	if fire {
+		log.DebugContext(ctx, "scheduler: fired", slog.Time("slot", slot), slog.Time("next_run_at", next))
+	}
+	return true, nil
+}
+
+func commit(ctx context.Context, tx pgx.Tx) error {
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("scheduler: committing: %w", err)
+	}
+	return nil
+}
+
+// errTxBroken marks a failure after which the transaction cannot go on.
+var errTxBroken = errors.New("transaction aborted")
+
+// fireTarget inserts the job or starts the run of one slot inside a
+// savepoint of tx. An error not matching errTxBroken left tx usable.
+func (s *Scheduler) fireTarget(ctx context.Context, tx pgx.Tx, sch *Schedule, e *Expression, first, slot time.Time) (*int64, *uuid.UUID, error) {
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %w", errTxBroken, err)
+	}
+	jobID, runID, err := s.insertTarget(ctx, sp, sch, first, slot)
+	if err != nil {
+		if rbErr := sp.Rollback(ctx); rbErr != nil {
+			return nil, nil, fmt.Errorf("%w: %w (rolling back: %w)", errTxBroken, err, rbErr)
+		}
+		return nil, nil, err
+	}
+	if err := sp.Commit(ctx); err != nil {
+		return nil, nil, fmt.Errorf("%w: %w", errTxBroken, err)
+	}
+	return jobID, runID, nil
+}
+
+// slotFormat writes slots in metadata and idempotency keys.
+const slotFormat = time.RFC3339Nano
+
+func (s *Scheduler) insertTarget(ctx context.Context, tx pgx.Tx, sch *Schedule, first, slot time.Time) (*int64, *uuid.UUID, error) {
+	switch sch.TargetType {
+	case TargetWorkflow:
+		if s.cfg.Workflows == nil {
+			return nil, nil, fmt.Errorf("schedule targets workflow %q but Config.Workflows is nil", sch.Target)
+		}
+		key := IdempotencyKey(sch.Name, slot)
+		id, err := s.cfg.Workflows.StartWorkflowTx(ctx, tx, sch.Target, sch.Args, key)
+		if err != nil {
+			return nil, nil, fmt.Errorf("starting workflow %q: %w", sch.Target, err)
+		}
+		runID, err := uuid.Parse(id)
+		if err != nil {
+			return nil, nil, fmt.Errorf("workflow %q returned run ID %q, which is not a UUID", sch.Target, id)
+		}
+		return nil, &runID, nil
+	default:
+		meta, err := json.Marshal(map[string]string{
+			MetadataSchedule:  sch.Name,
+			MetadataSlot:      slot.UTC().Format(slotFormat),
+			MetadataFirstSlot: first.UTC().Format(slotFormat),
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+		res, err := s.cfg.River.InsertTx(ctx, tx, rawJobArgs{kind: sch.Target, args: sch.Args}, &river.InsertOpts{
+			Queue:       sch.Queue,
+			Priority:    sch.Priority,
+			MaxAttempts: sch.MaxAttempts,
+			Metadata:    meta,
+		})
+		if err != nil {
+			return nil, nil, fmt.Errorf("inserting job of kind %q: %w", sch.Target, err)
+		}
+		return &res.Job.ID, nil, nil
+	}
+}
+
+// Metadata keys of the River jobs that schedules insert.
+const (
+	// MetadataSchedule holds the schedule's name.
+	MetadataSchedule = "braid_schedule"
+
+	// MetadataSlot holds the slot fired, in RFC 3339 with fractions.
+	MetadataSlot = "braid_slot"
+
+	// MetadataFirstSlot holds the earliest slot this fire stands for:
+	// under CatchUpOnce and CatchUpSkip one fire covers every slot from it
+	// through MetadataSlot.
+	MetadataFirstSlot = "braid_first_slot"
+)
+
+// IdempotencyKey returns the key with which a schedule starts the workflow
+// run of a slot: "schedule:<name>:<slot in RFC 3339, UTC>". A run started
+// twice for the same slot is the same run.
+func IdempotencyKey(schedule string, slot time.Time) string {
+	return "schedule:" + schedule + ":" + slot.UTC().Format(slotFormat)
+}
+
+// previousUnfinished reports whether the job or run of the schedule's
+// previous fire is unfinished.
+func previousUnfinished(ctx context.Context, tx pgx.Tx, sch *Schedule) (bool, error) {
+	var busy bool
+	err := tx.QueryRow(ctx, `
+SELECT EXISTS (SELECT 1 FROM river_job WHERE id = $1 AND state NOT IN ('completed', 'cancelled', 'discarded'))
+    OR EXISTS (SELECT 1 FROM braid_runs WHERE id = $2 AND status NOT IN ('completed', 'failed', 'cancelled'))`,
+		sch.LastJobID, nullUUID(sch.LastRunID)).Scan(&busy)
+	if err != nil {
+		return false, fmt.Errorf("scheduler: checking the previous fire of %q: %w", sch.Name, err)
+	}
+	return busy, nil
+}
+
+func nullUUID(s string) *uuid.UUID {
+	if strings.TrimSpace(s) == "" {
+		return nil
+	}
+	id, err := uuid.Parse(s)
+	if err != nil {
+		return nil
+	}
+	return &id
+}

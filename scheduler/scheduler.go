@@ -1,0 +1,414 @@
+package scheduler
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+
+	"github.com/braidflow/braid/leases"
+)
+
+const (
+	// LeaseNameDefault is the lease under which one process, across all
+	// processes, fires schedules and claims recurring jobs.
+	LeaseNameDefault = "braid:scheduler"
+
+	// PollIntervalDefault is the longest the leader sleeps between looks at
+	// the tables. It normally sleeps until the earliest next_run_at, and
+	// wakes early on a notification when a schedule or recurring job changes.
+	PollIntervalDefault = time.Second
+
+	// MissedSlotGraceDefault is how late a slot may be reached and still
+	// fire under CatchUpSkip.
+	MissedSlotGraceDefault = time.Minute
+
+	// RecurringStaleAfterDefault is how long a recurring job may run before
+	// its row is assumed crashed and can be claimed again.
+	RecurringStaleAfterDefault = 5 * time.Minute
+
+	// RecurringBatchSizeDefault is how many due recurring rows one
+	// transaction claims.
+	RecurringBatchSizeDefault = 100
+
+	// QueueDefault is the River queue of jobs that name no queue.
+	QueueDefault = "default"
+
+	// PriorityDefault is the River priority (1, most urgent, to 4) of jobs
+	// that name none. It matches the column defaults of braid_schedules and
+	// braid_recurring.
+	PriorityDefault = 2
+
+	// NotifyChannel is the PostgreSQL channel on which every change to a
+	// schedule or recurring job is announced, so the leader wakes early.
+	NotifyChannel = "braid_scheduler"
+
+	// maxFiresPerTick bounds the schedules processed in one tick, so
+	// recurring jobs are claimed even while schedules catch up.
+	maxFiresPerTick = 1000
+
+	// busyRetry is the pause when rows are due but could not be taken (they
+	// are locked by a writer), so the leader does not spin.
+	busyRetry = 20 * time.Millisecond
+
+	// writeTimeout bounds bookkeeping writes that must happen even after
+	// their caller's context ended.
+	writeTimeout = 10 * time.Second
+)
+
+// WorkflowStarter starts a workflow run inside a transaction. The workflow
+// engine implements it; the scheduler calls it for schedules whose target is
+// a workflow. It must return the existing run, not start a second one, when
+// idempotencyKey was used before.
+type WorkflowStarter interface {
+	StartWorkflowTx(ctx context.Context, tx pgx.Tx, workflow string, input json.RawMessage, idempotencyKey string) (runID string, err error)
+}
+
+// Config configures a Scheduler. The zero value is valid for managing
+// schedules and recurring jobs; Start also needs River.
+type Config struct {
+	// River inserts the jobs of schedules and recurring jobs, in the same
+	// transaction that advances them. Pass the queue's client (q.River()).
+	// It is required by Start, and not used otherwise.
+	River *river.Client[pgx.Tx]
+
+	// Workflows starts the runs of schedules whose target is a workflow.
+	// When nil, such schedules log an error at each slot instead of firing.
+	Workflows WorkflowStarter
+
+	// Leases elects the one process that fires schedules.
+	//
+	// Defaults to a leases.Manager on the same pool with default settings.
+	Leases *leases.Manager
+
+	// LeaseName is the lease the leader holds.
+	//
+	// Defaults to LeaseNameDefault ("braid:scheduler").
+	LeaseName string
+
+	// PollInterval is the longest the leader sleeps between looks at the
+	// tables.
+	//
+	// Defaults to PollIntervalDefault (1s).
+	PollInterval time.Duration
+
+	// MissedSlotGrace is how late a slot may be reached and still fire
+	// under CatchUpSkip. A slot reached later counts as missed.
+	//
+	// Defaults to MissedSlotGraceDefault (1m).
+	MissedSlotGrace time.Duration
+
+	// RecurringStaleAfter is how long a recurring job may run before its
+	// row is assumed crashed and can be claimed again. A handler that runs
+	// longer than this may run twice at once.
+	//
+	// Defaults to RecurringStaleAfterDefault (5m).
+	RecurringStaleAfter time.Duration
+
+	// RecurringBatchSize is how many due recurring rows one transaction
+	// claims.
+	//
+	// Defaults to RecurringBatchSizeDefault (100).
+	RecurringBatchSize int
+
+	// Logger receives fires, skips and errors.
+	//
+	// Defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Scheduler fires cron schedules and claims recurring jobs, and manages
+// both. Its write methods each have a …Tx twin that works inside the
+// caller's transaction. A Scheduler is safe for concurrent use.
+type Scheduler struct {
+	pool   *pgxpool.Pool
+	cfg    Config
+	logger *slog.Logger
+
+	exprMu    sync.Mutex
+	exprCache map[[2]string]*Expression
+
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// New returns a Scheduler on pool. A nil cfg means all defaults. It returns
+// an error naming the offending field when the configuration is invalid; it
+// never panics.
+func New(pool *pgxpool.Pool, cfg *Config) (*Scheduler, error) {
+	if pool == nil {
+		return nil, errors.New("scheduler: New needs a non-nil pool")
+	}
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.LeaseName == "" {
+		c.LeaseName = LeaseNameDefault
+	}
+	durations := []struct {
+		name  string
+		value *time.Duration
+		def   time.Duration
+	}{
+		{"PollInterval", &c.PollInterval, PollIntervalDefault},
+		{"MissedSlotGrace", &c.MissedSlotGrace, MissedSlotGraceDefault},
+		{"RecurringStaleAfter", &c.RecurringStaleAfter, RecurringStaleAfterDefault},
+	}
+	for _, d := range durations {
+		if *d.value < 0 {
+			return nil, fmt.Errorf("scheduler: Config.%s is %s; it must be positive (or zero for the default %s)", d.name, *d.value, d.def)
+		}
+		if *d.value == 0 {
+			*d.value = d.def
+		}
+	}
+	if c.PollInterval < time.Millisecond {
+		return nil, fmt.Errorf("scheduler: Config.PollInterval is %s; it must be at least 1ms", c.PollInterval)
+	}
+	if c.RecurringBatchSize < 0 {
+		return nil, fmt.Errorf("scheduler: Config.RecurringBatchSize is %d; it must be positive (or zero for the default %d)", c.RecurringBatchSize, RecurringBatchSizeDefault)
+	}
+	if c.RecurringBatchSize == 0 {
+		c.RecurringBatchSize = RecurringBatchSizeDefault
+	}
+	if c.Leases == nil {
+		m, err := leases.New(pool, &leases.Config{Logger: c.Logger})
+		if err != nil {
+			return nil, fmt.Errorf("scheduler: creating lease manager: %w", err)
+		}
+		c.Leases = m
+	}
+	return &Scheduler{
+		pool:      pool,
+		cfg:       c,
+		logger:    c.Logger,
+		exprCache: make(map[[2]string]*Expression),
+	}, nil
+}
+
+// Start begins competing for the scheduler lease in the background. While
+// this process holds it, it fires due schedules and claims due recurring
+// jobs. Cancelling ctx stops it like Stop. Start returns an error when
+// Config.River is nil or the Scheduler is already started.
+func (s *Scheduler) Start(ctx context.Context) error {
+	if s.cfg.River == nil {
+		return errors.New("scheduler: Start needs Config.River to insert jobs")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.done != nil {
+		return errors.New("scheduler: already started")
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	s.cancel, s.done = cancel, done
+	go func() {
+		defer close(done)
+		if err := s.cfg.Leases.Lead(runCtx, s.cfg.LeaseName, s.lead); err != nil {
+			s.logger.ErrorContext(runCtx, "scheduler: leader loop ended", slog.String("error", err.Error()))
+		}
+	}()
+	return nil
+}
+
+// Stop stops firing and releases the lease, waiting until the leader loop
+// has returned or ctx ends. A transaction in flight finishes or rolls back
+// as a whole. Stop on a Scheduler that is not started does nothing; a
+// stopped Scheduler can be started again.
+func (s *Scheduler) Stop(ctx context.Context) error {
+	s.mu.Lock()
+	cancel, done := s.cancel, s.done
+	s.cancel, s.done = nil, nil
+	s.mu.Unlock()
+	if done == nil {
+		return nil
+	}
+	cancel()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("scheduler: stopping: %w", ctx.Err())
+	}
+}
+
+// lead runs while this process holds the lease: tick, then sleep until the
+// earliest next_run_at, the poll interval, or a notification.
+func (s *Scheduler) lead(ctx context.Context, lease *leases.Lease) error {
+	s.logger.InfoContext(ctx, "scheduler: leading", slog.String("lease", lease.Name), slog.Int64("generation", lease.Generation))
+	wake := s.listen(ctx)
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	<-timer.C
+	for {
+		if err := s.tick(ctx, lease); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if errors.Is(err, leases.ErrLeaseNotHeld) {
+				return err
+			}
+			s.logger.ErrorContext(ctx, "scheduler: tick failed", slog.String("error", err.Error()))
+		}
+		wait := s.untilNext(ctx)
+		timer.Reset(wait)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-timer.C:
+		case <-wake:
+			if !timer.Stop() {
+				<-timer.C
+			}
+		}
+	}
+}
+
+// listen holds a connection that LISTENs on NotifyChannel until ctx ends and
+// signals the returned channel on each notification. When listening fails,
+// the leader polls alone.
+func (s *Scheduler) listen(ctx context.Context) <-chan struct{} {
+	wake := make(chan struct{}, 1)
+	pc, err := s.pool.Acquire(ctx)
+	if err != nil {
+		s.logger.WarnContext(ctx, "scheduler: cannot listen for changes; polling only", slog.String("error", err.Error()))
+		return wake
+	}
+	conn := pc.Hijack()
+	if _, err := conn.Exec(ctx, "LISTEN "+NotifyChannel); err != nil {
+		s.logger.WarnContext(ctx, "scheduler: cannot listen for changes; polling only", slog.String("error", err.Error()))
+		closeConn(conn)
+		return wake
+	}
+	go func() {
+		defer closeConn(conn)
+		for {
+			if _, err := conn.WaitForNotification(ctx); err != nil {
+				if ctx.Err() == nil {
+					s.logger.WarnContext(ctx, "scheduler: listening for changes failed; polling only", slog.String("error", err.Error()))
+				}
+				return
+			}
+			select {
+			case wake <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	return wake
+}
+
+func closeConn(conn *pgx.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = conn.Close(ctx)
+}
+
+// tick fires every due schedule and claims due recurring jobs.
+func (s *Scheduler) tick(ctx context.Context, lease *leases.Lease) error {
+	for range maxFiresPerTick {
+		found, err := s.fireNext(ctx, lease)
+		if err != nil {
+			return err
+		}
+		if !found {
+			break
+		}
+	}
+	for range 10 {
+		n, err := s.claimRecurring(ctx, lease)
+		if err != nil {
+			return err
+		}
+		if n < s.cfg.RecurringBatchSize {
+			break
+		}
+	}
+	return nil
+}
+
+const untilNextSQL = `
+SELECT extract(epoch FROM least(
+    (SELECT min(next_run_at) FROM braid_schedules WHERE enabled),
+    (SELECT min(next_run_at) FROM braid_recurring WHERE enabled AND dead_at IS NULL AND running_since IS NULL)
+) - now())::float8`
+
+// untilNext returns how long to sleep: until the earliest next_run_at on
+// the database clock, at most PollInterval.
+func (s *Scheduler) untilNext(ctx context.Context) time.Duration {
+	var seconds *float64
+	if err := s.pool.QueryRow(ctx, untilNextSQL).Scan(&seconds); err != nil || seconds == nil {
+		return s.cfg.PollInterval
+	}
+	d := time.Duration(*seconds * float64(time.Second))
+	if d <= 0 {
+		// Due rows remain that this tick could not take (locked by a
+		// writer); look again shortly.
+		return min(busyRetry, s.cfg.PollInterval)
+	}
+	return min(d, s.cfg.PollInterval)
+}
+
+// parse returns the parsed expression of a stored schedule, cached.
+func (s *Scheduler) parse(expr, zone string) (*Expression, error) {
+	key := [2]string{expr, zone}
+	s.exprMu.Lock()
+	e, ok := s.exprCache[key]
+	s.exprMu.Unlock()
+	if ok {
+		return e, nil
+	}
+	e, err := Parse(expr, zone)
+	if err != nil {
+		return nil, err
+	}
+	s.exprMu.Lock()
+	if len(s.exprCache) > 10000 {
+		clear(s.exprCache)
+	}
+	s.exprCache[key] = e
+	s.exprMu.Unlock()
+	return e, nil
+}
+
+// dbtx is what both *pgxpool.Pool and pgx.Tx provide.
+type dbtx interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// inTx runs fn in a transaction on the pool, committing when it succeeds.
+func (s *Scheduler) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, s.pool, fn)
+}
+
+// notify announces a change on NotifyChannel when tx commits.
+func notify(ctx context.Context, tx dbtx) error {
+	if _, err := tx.Exec(ctx, "SELECT pg_notify($1, '')", NotifyChannel); err != nil {
+		return fmt.Errorf("scheduler: notifying: %w", err)
+	}
+	return nil
+}
+
+// rawJobArgs lets River insert a job from a stored kind and JSON args.
+type rawJobArgs struct {
+	kind string
+	args json.RawMessage
+}
+
+func (a rawJobArgs) Kind() string                 { return a.kind }
+func (a rawJobArgs) MarshalJSON() ([]byte, error) { return a.args, nil }

@@ -1,0 +1,260 @@
+package workflow_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/braidflow/braid/testutil"
+	"github.com/braidflow/braid/workflow"
+)
+
+// Worker processes for the crash tests: the test binary runs itself with
+// envWorker set to a database URL, and works turns until it is killed.
+const (
+	envWorker = "BRAID_TEST_WORKER_DATABASE_URL"
+	envHang   = "BRAID_TEST_HANG_AT_STEP3"
+)
+
+// workerPool is the worker process's pool; step bodies record into its
+// ledger.
+var workerPool *pgxpool.Pool
+
+func ledgerStep(ctx context.Context, t *workflow.Task, step string) error {
+	_, err := workerPool.Exec(ctx, `INSERT INTO ledger (run_id, step, pid) VALUES ($1, $2, $3)`, t.RunID(), step, os.Getpid())
+	return err
+}
+
+var crashFive = workflow.Define("crash_five", func(t *workflow.Task, _ struct{}) (int, error) {
+	total := 0
+	for i := 1; i <= 5; i++ {
+		v, err := workflow.Step(t, fmt.Sprintf("step%d", i), func(ctx context.Context) (int, error) {
+			if err := ledgerStep(ctx, t, fmt.Sprintf("step%d", i)); err != nil {
+				return 0, err
+			}
+			if i == 3 && os.Getenv(envHang) == "1" {
+				time.Sleep(time.Hour) // killed here
+			}
+			return i, nil
+		})
+		if err != nil {
+			return 0, err
+		}
+		total += v
+	}
+	return total, nil
+}, workflow.WithRetry(fast))
+
+var crashSleepy = workflow.Define("crash_sleepy", func(t *workflow.Task, d time.Duration) (int, error) {
+	if err := t.Delay("nap", d); err != nil {
+		return 0, err
+	}
+	return workflow.Step(t, "after", func(ctx context.Context) (int, error) {
+		return os.Getpid(), ledgerStep(ctx, t, "after")
+	})
+}, workflow.WithRetry(fast))
+
+func crashConfig() *workflow.Config {
+	cfg := testConfig(crashFive, crashSleepy)
+	cfg.TurnHeartbeat = 200 * time.Millisecond
+	return cfg
+}
+
+// workerMain is the body of a worker process.
+func workerMain() int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	pool, err := pgxpool.New(ctx, os.Getenv(envWorker))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		return 1
+	}
+	defer pool.Close()
+	workerPool = pool
+	eng, err := workflow.NewEngine(pool, crashConfig())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		return 1
+	}
+	if err := eng.Start(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		return 1
+	}
+	fmt.Println("worker ready")
+	<-ctx.Done()
+	stopCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = eng.Stop(stopCtx)
+	return 0
+}
+
+// startWorker starts a worker process on url. It is killed when the test
+// ends, if still alive.
+func startWorker(t *testing.T, url string, hang bool) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), envWorker+"="+url)
+	if hang {
+		cmd.Env = append(cmd.Env, envHang+"=1")
+	}
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_, _ = cmd.Process.Wait()
+	})
+	return cmd
+}
+
+func kill(t *testing.T, cmd *exec.Cmd) {
+	t.Helper()
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = cmd.Process.Wait()
+}
+
+func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestCrashAfterStepTwoResumesInAnotherProcess(t *testing.T) {
+	t.Parallel()
+	url := testutil.URL(t)
+	pool := testutil.Pool(t, url)
+	ledger(t, pool)
+	eng := newEngine(t, pool, crashConfig())
+	ctx := ctxTimeout(t, 90*time.Second)
+	run, err := crashFive.Start(ctx, eng, struct{}{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	a := startWorker(t, url, true)
+	waitFor(t, "step 3 to start after step 2 was recorded", 30*time.Second, func() bool {
+		return count(t, pool, `SELECT count(*) FROM braid_steps WHERE name = 'step2' AND status = 'completed'`) == 1 &&
+			count(t, pool, `SELECT count(*) FROM ledger WHERE step = 'step3'`) == 1
+	})
+	kill(t, a)
+
+	startWorker(t, url, false)
+	out, err := run.Result(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out != 15 {
+		t.Fatalf("output %d, want 15", out)
+	}
+	for step, limit := range map[string]int{"step1": 1, "step2": 1, "step3": 2, "step4": 1, "step5": 1} {
+		n := count(t, pool, `SELECT count(*) FROM ledger WHERE step = $1`, step)
+		if n < 1 || n > limit {
+			t.Errorf("%s ran %d times, want 1..%d", step, n, limit)
+		}
+	}
+	if n := count(t, pool, `SELECT count(*) FROM ledger WHERE step IN ('step1', 'step2') AND pid <> $1`, a.Process.Pid); n != 0 {
+		t.Errorf("steps 1 and 2 ran again in the second process (%d times)", n)
+	}
+}
+
+func TestDelaySurvivesAWorkerRestart(t *testing.T) {
+	t.Parallel()
+	url := testutil.URL(t)
+	pool := testutil.Pool(t, url)
+	ledger(t, pool)
+	eng := newEngine(t, pool, crashConfig())
+	ctx := ctxTimeout(t, 90*time.Second)
+	run, err := crashSleepy.Start(ctx, eng, 3*time.Second, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := startWorker(t, url, false)
+	waitFor(t, "the delay to start", 30*time.Second, func() bool {
+		return count(t, pool, `SELECT count(*) FROM braid_steps WHERE kind = 'delay' AND status = 'waiting'`) == 1
+	})
+	kill(t, a)
+	b := startWorker(t, url, false)
+	pid, err := run.Result(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pid != b.Process.Pid {
+		t.Fatalf("the step after the delay ran in process %d, want the restarted worker %d", pid, b.Process.Pid)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM ledger WHERE step = 'after'`); n != 1 {
+		t.Fatalf("the step after the delay ran %d times", n)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM ledger l, braid_steps s WHERE s.kind = 'delay' AND l.at < s.resume_at`); n != 0 {
+		t.Fatal("the step after the delay ran before resume_at")
+	}
+}
+
+func TestDelayFiresAfterTheLeaseHolderIsKilled(t *testing.T) {
+	t.Parallel()
+	url := testutil.URL(t)
+	pool := testutil.Pool(t, url)
+	ledger(t, pool)
+	eng := newEngine(t, pool, crashConfig())
+	ctx := ctxTimeout(t, 90*time.Second)
+
+	a := startWorker(t, url, false)
+	b := startWorker(t, url, false)
+	procs := map[int]*exec.Cmd{a.Process.Pid: a, b.Process.Pid: b}
+	var holderPID int
+	waitFor(t, "a delay processor to take the lease", 30*time.Second, func() bool {
+		var holder string
+		err := pool.QueryRow(ctx, `SELECT holder FROM braid_leases WHERE name = $1 AND expires_at > now()`, workflow.DelayLease).Scan(&holder)
+		if err != nil {
+			return false
+		}
+		for pid := range procs {
+			if strings.Contains(holder, "-"+strconv.Itoa(pid)+"-") {
+				holderPID = pid
+				return true
+			}
+		}
+		return false
+	})
+	run, err := crashSleepy.Start(ctx, eng, 2*time.Second, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the delay to start", 30*time.Second, func() bool {
+		return count(t, pool, `SELECT count(*) FROM braid_steps WHERE kind = 'delay' AND status = 'waiting'`) == 1
+	})
+	kill(t, procs[holderPID])
+	pid, err := run.Result(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pid == holderPID {
+		t.Fatalf("the killed lease holder %d ran the step", pid)
+	}
+	var newHolder string
+	if err := pool.QueryRow(ctx, `SELECT holder FROM braid_leases WHERE name = $1`, workflow.DelayLease).Scan(&newHolder); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(newHolder, "-"+strconv.Itoa(holderPID)+"-") {
+		t.Fatalf("lease still held by the killed process: %s", newHolder)
+	}
+	if n := count(t, pool, `SELECT generation FROM braid_leases WHERE name = $1`, workflow.DelayLease); n < 2 {
+		t.Fatalf("lease generation %d after a change of holder, want at least 2", n)
+	}
+}

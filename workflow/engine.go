@@ -1,0 +1,300 @@
+package workflow
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/braidflow/braid/leases"
+	"github.com/braidflow/braid/queue"
+)
+
+// Defaults of Config.
+const (
+	// MaxPayloadBytesDefault caps an encoded input, output or step result.
+	MaxPayloadBytesDefault = 1 << 20
+	// MaxMapItemsDefault caps the number of children one Map call spawns.
+	MaxMapItemsDefault = 100_000
+	// DelayBatchSizeDefault is how many due delays the delay processor
+	// wakes per transaction.
+	DelayBatchSizeDefault = 1000
+	// DelayPollIntervalDefault is the longest the delay processor sleeps
+	// between looks at the earliest pending delay. A NOTIFY wakes it
+	// earlier when a nearer delay is written.
+	DelayPollIntervalDefault = time.Second
+	// ResultPollIntervalDefault is how often Run.Result looks at the run
+	// when no notification arrives.
+	ResultPollIntervalDefault = time.Second
+)
+
+// Names of the lease and the notification channels the engine uses.
+const (
+	// DelayLease is the lease under which exactly one process runs the
+	// delay processor.
+	DelayLease = "braid:delays"
+	// TaskKind is the River job kind of a turn.
+	TaskKind = "braid_task"
+
+	channelRunFinished = "braid_run_finished"
+	channelDelay       = "braid_delay"
+)
+
+// Config configures an Engine.
+type Config struct {
+	// Workflows are the definitions this engine runs and may start. Names
+	// must be unique.
+	Workflows []Definition
+
+	// Queue configures the River client that runs turns. The engine adds
+	// its worker and the queues its workflows name (when Queue.Queues is
+	// nil). Default: queue defaults.
+	Queue *queue.Config
+
+	// Leases configures the lease of the delay processor (holder name, TTL,
+	// heartbeat). Default: leases defaults.
+	Leases *leases.Config
+
+	// MaxPayloadBytes caps an encoded input, output or step result.
+	// Default MaxPayloadBytesDefault (1 MiB).
+	MaxPayloadBytes int
+
+	// MaxMapItems caps how many children one Map call may spawn. Default
+	// MaxMapItemsDefault.
+	MaxMapItems int
+
+	// DelayBatchSize is how many due delays the delay processor wakes per
+	// transaction. Default DelayBatchSizeDefault.
+	DelayBatchSize int
+
+	// DelayPollInterval is the longest the delay processor sleeps before
+	// looking again. Default DelayPollIntervalDefault.
+	DelayPollInterval time.Duration
+
+	// DisableDelayProcessor keeps this process out of the election for the
+	// delay processor. Default false: every engine competes, one leads.
+	DisableDelayProcessor bool
+
+	// ResultPollInterval is the fallback poll of Run.Result. Default
+	// ResultPollIntervalDefault.
+	ResultPollInterval time.Duration
+
+	// TracerProvider and MeterProvider default to the OTel globals.
+	TracerProvider trace.TracerProvider
+	MeterProvider  metric.MeterProvider
+
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Engine runs workflows: it owns the River client that works turns, the
+// delay processor and the registry of definitions.
+type Engine struct {
+	pool     *pgxpool.Pool
+	cfg      Config
+	queue    *queue.Queue
+	leases   *leases.Manager
+	registry map[string]*definition
+	tracer   trace.Tracer
+	metrics  *engineMetrics
+	logger   *slog.Logger
+	notifier *notifier
+
+	mu      sync.Mutex
+	started bool
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+// NewEngine validates the definitions and builds the engine. It does not
+// start anything; call Start.
+func NewEngine(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
+	if pool == nil {
+		return nil, errors.New("workflow: pool is nil")
+	}
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	if c.MaxPayloadBytes == 0 {
+		c.MaxPayloadBytes = MaxPayloadBytesDefault
+	}
+	if c.MaxMapItems == 0 {
+		c.MaxMapItems = MaxMapItemsDefault
+	}
+	if c.DelayBatchSize == 0 {
+		c.DelayBatchSize = DelayBatchSizeDefault
+	}
+	if c.DelayPollInterval == 0 {
+		c.DelayPollInterval = DelayPollIntervalDefault
+	}
+	if c.ResultPollInterval == 0 {
+		c.ResultPollInterval = ResultPollIntervalDefault
+	}
+	switch {
+	case c.MaxPayloadBytes < 0:
+		return nil, fmt.Errorf("workflow: MaxPayloadBytes %d is negative", c.MaxPayloadBytes)
+	case c.MaxMapItems < 0:
+		return nil, fmt.Errorf("workflow: MaxMapItems %d is negative", c.MaxMapItems)
+	case c.DelayBatchSize < 0:
+		return nil, fmt.Errorf("workflow: DelayBatchSize %d is negative", c.DelayBatchSize)
+	case c.DelayPollInterval < 0:
+		return nil, fmt.Errorf("workflow: DelayPollInterval %s is negative", c.DelayPollInterval)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = otel.GetTracerProvider()
+	}
+	if c.MeterProvider == nil {
+		c.MeterProvider = otel.GetMeterProvider()
+	}
+
+	e := &Engine{
+		pool:     pool,
+		cfg:      c,
+		registry: map[string]*definition{},
+		tracer:   c.TracerProvider.Tracer("github.com/braidflow/braid/workflow"),
+		logger:   c.Logger,
+	}
+	for i, w := range c.Workflows {
+		if w == nil {
+			return nil, fmt.Errorf("workflow: Config.Workflows[%d] is nil", i)
+		}
+		d := w.def()
+		if d.err != nil {
+			return nil, d.err
+		}
+		if _, dup := e.registry[d.name]; dup {
+			return nil, &DefinitionError{Workflow: d.name, Reason: "the name is registered twice"}
+		}
+		e.registry[d.name] = d
+	}
+	var err error
+	if e.metrics, err = newEngineMetrics(c.MeterProvider); err != nil {
+		return nil, err
+	}
+
+	var qc queue.Config
+	if c.Queue != nil {
+		qc = *c.Queue
+	}
+	if qc.Workers == nil {
+		qc.Workers = river.NewWorkers()
+	}
+	if err := river.AddWorkerSafely(qc.Workers, &taskWorker{eng: e}); err != nil {
+		return nil, fmt.Errorf("workflow: registering the turn worker: %w", err)
+	}
+	if qc.Queues == nil {
+		qc.Queues = map[string]river.QueueConfig{}
+		for _, d := range e.registry {
+			qc.Queues[d.queue] = river.QueueConfig{MaxWorkers: queue.MaxWorkersDefault}
+		}
+		if len(qc.Queues) == 0 {
+			qc.Queues[river.QueueDefault] = river.QueueConfig{MaxWorkers: queue.MaxWorkersDefault}
+		}
+	}
+	qc.UntracedKinds = append(append([]string(nil), qc.UntracedKinds...), TaskKind)
+	if qc.TracerProvider == nil {
+		qc.TracerProvider = c.TracerProvider
+	}
+	if qc.MeterProvider == nil {
+		qc.MeterProvider = c.MeterProvider
+	}
+	if qc.Logger == nil {
+		qc.Logger = c.Logger
+	}
+	if e.queue, err = queue.New(pool, &qc); err != nil {
+		return nil, err
+	}
+	if e.leases, err = leases.New(pool, c.Leases); err != nil {
+		return nil, err
+	}
+	e.notifier = newNotifier(pool, c.Logger)
+	return e, nil
+}
+
+// Queue returns the engine's queue, whose River client (Queue().River())
+// also works the application's own jobs.
+func (e *Engine) Queue() *queue.Queue { return e.queue }
+
+// Pool returns the engine's database pool.
+func (e *Engine) Pool() *pgxpool.Pool { return e.pool }
+
+// Start starts working turns and, unless disabled, competing for the delay
+// processor's lease.
+func (e *Engine) Start(ctx context.Context) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.started {
+		return errors.New("workflow: engine already started")
+	}
+	if err := e.queue.Start(ctx); err != nil {
+		return err
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	e.cancel = cancel
+	e.started = true
+	if !e.cfg.DisableDelayProcessor {
+		e.wg.Add(1)
+		go func() {
+			defer e.wg.Done()
+			_ = e.leases.Lead(runCtx, DelayLease, e.processDelays)
+		}()
+	}
+	return nil
+}
+
+// Stop stops the delay processor and waits for running turns to finish (or
+// for ctx to end, after which River cancels them).
+func (e *Engine) Stop(ctx context.Context) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.started {
+		e.notifier.stop()
+		return nil
+	}
+	e.started = false
+	e.cancel()
+	e.wg.Wait()
+	err := e.queue.Stop(ctx)
+	e.notifier.stop()
+	return err
+}
+
+// lookup returns the definition registered under name.
+func (e *Engine) lookup(name string) (*definition, error) {
+	d, ok := e.registry[name]
+	if !ok {
+		return nil, fmt.Errorf("%w: %q is not registered with this engine", ErrUnknownWorkflow, name)
+	}
+	return d, nil
+}
+
+// encode marshals v and enforces the payload cap.
+func (e *Engine) encode(what string, v any) (json.RawMessage, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, &EncodeError{What: what, Err: err}
+	}
+	if len(b) > e.cfg.MaxPayloadBytes {
+		return nil, &PayloadTooLargeError{What: what, Size: len(b), Limit: e.cfg.MaxPayloadBytes}
+	}
+	return b, nil
+}
+
+// withTx runs fn in a transaction.
+func (e *Engine) withTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, e.pool, fn)
+}

@@ -1,0 +1,143 @@
+package workflow
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrSuspended is returned by durable calls (Task.Delay, Future.Get, Map, a
+// Step whose retry is pending) when the task must wait. Return it from the
+// workflow function like any error. If the function swallows it, the engine
+// still suspends the task: every durable call after a suspension in the same
+// turn returns this error without running anything.
+var ErrSuspended = errors.New("workflow: task suspended")
+
+// ErrUnknownWorkflow is returned when a workflow that is not registered with
+// the engine is started or spawned.
+var ErrUnknownWorkflow = errors.New("workflow: unknown workflow")
+
+// ErrRunNotFound is returned for a run ID that does not exist.
+var ErrRunNotFound = errors.New("workflow: run not found")
+
+// ErrRunFinished is returned when cancelling a run that already finished.
+var ErrRunFinished = errors.New("workflow: run already finished")
+
+// ErrRunNotRetryable is returned when retrying a run that is neither failed
+// nor cancelled.
+var ErrRunNotRetryable = errors.New("workflow: run is neither failed nor cancelled")
+
+// ErrCancelled is matched by the error of a cancelled run.
+var ErrCancelled = errors.New("workflow: cancelled")
+
+// ErrIdempotencyConflict is returned when an idempotency key or run ID is
+// reused for a different workflow.
+var ErrIdempotencyConflict = errors.New("workflow: idempotency key or run ID already used by another workflow")
+
+// PayloadTooLargeError is returned when an input, output or step result is
+// larger than Config.MaxPayloadBytes once encoded as JSON.
+type PayloadTooLargeError struct {
+	What  string // for example `input of workflow "digest"` or `output of step "send"`
+	Size  int
+	Limit int
+}
+
+func (e *PayloadTooLargeError) Error() string {
+	return fmt.Sprintf("workflow: %s is %d bytes, over the limit of %d bytes", e.What, e.Size, e.Limit)
+}
+
+// EncodeError is returned when a value cannot be encoded as or decoded from
+// JSON.
+type EncodeError struct {
+	What string
+	Err  error
+}
+
+func (e *EncodeError) Error() string {
+	return fmt.Sprintf("workflow: %s cannot be encoded as JSON: %v", e.What, e.Err)
+}
+
+func (e *EncodeError) Unwrap() error { return e.Err }
+
+// DefinitionError is returned by NewEngine for an invalid definition.
+type DefinitionError struct {
+	Workflow string
+	Reason   string
+}
+
+func (e *DefinitionError) Error() string {
+	return fmt.Sprintf("workflow: definition %q: %s", e.Workflow, e.Reason)
+}
+
+// StepError is the recorded failure of a step whose retry policy is
+// exhausted. Replay returns the same error.
+type StepError struct {
+	Step     string
+	Attempts int
+	Message  string
+}
+
+func (e *StepError) Error() string {
+	return fmt.Sprintf("step %q failed after %d attempts: %s", e.Step, e.Attempts, e.Message)
+}
+
+// ChildError is returned by Future.Get and Map when a child task failed
+// permanently or was cancelled. It names the child.
+type ChildError struct {
+	Child    string // the child's key, for example "fetch/3"
+	Workflow string
+	Status   string // "failed" or "cancelled"
+	Message  string
+}
+
+func (e *ChildError) Error() string {
+	return fmt.Sprintf("child %q (workflow %q) %s: %s", e.Child, e.Workflow, e.Status, e.Message)
+}
+
+// Is makes a cancelled child match ErrCancelled.
+func (e *ChildError) Is(target error) bool { return target == ErrCancelled && e.Status == "cancelled" }
+
+// RunError is the error of a failed or cancelled run, returned by
+// Run.Result.
+type RunError struct {
+	RunID    string
+	Workflow string
+	Status   string // "failed" or "cancelled"
+	Message  string
+}
+
+func (e *RunError) Error() string {
+	return fmt.Sprintf("run %s of workflow %q %s: %s", e.RunID, e.Workflow, e.Status, e.Message)
+}
+
+// Is makes a cancelled run match ErrCancelled.
+func (e *RunError) Is(target error) bool { return target == ErrCancelled && e.Status == "cancelled" }
+
+// PanicError is the error of an attempt whose workflow or step code
+// panicked. It carries the stack.
+type PanicError struct {
+	Value any
+	Stack string
+}
+
+func (e *PanicError) Error() string {
+	return fmt.Sprintf("panic: %v\n%s", e.Value, e.Stack)
+}
+
+// LimitError is returned when a call exceeds a configured limit.
+type LimitError struct {
+	What  string
+	Count int
+	Limit int
+}
+
+func (e *LimitError) Error() string {
+	return fmt.Sprintf("workflow: %s has %d items, over the limit of %d", e.What, e.Count, e.Limit)
+}
+
+// storedError is how errors are kept in the error columns.
+type storedError struct {
+	Message string `json:"message"`
+	Kind    string `json:"kind,omitempty"`
+	Child   string `json:"child,omitempty"`
+	Attempt int    `json:"attempt,omitempty"`
+}

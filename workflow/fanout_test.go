@@ -1,0 +1,287 @@
+package workflow_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/riverqueue/river"
+
+	"github.com/braidflow/braid/testutil"
+	"github.com/braidflow/braid/workflow"
+)
+
+func TestMapOverAThousandItems(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	square := workflow.Define("square", func(t *workflow.Task, n int) (int, error) {
+		if n == -1 {
+			return 0, errors.New("negative one is not welcome")
+		}
+		return n * n, nil
+	}, workflow.WithMaxAttempts(2), workflow.WithRetry(fast))
+	parent := workflow.Define("squares", func(t *workflow.Task, items []int) ([]int, error) {
+		return workflow.Map(t, "square", square, items)
+	}, workflow.WithMaxAttempts(1))
+	cfg := testConfig(parent, square)
+	eng := startEngine(t, pool, cfg)
+	ctx := ctxTimeout(t, 2*time.Minute)
+
+	items := make([]int, 1000)
+	for i := range items {
+		items[i] = 1000 - i
+	}
+	run, err := parent.Start(ctx, eng, items, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := run.Result(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out) != len(items) {
+		t.Fatalf("%d outputs, want %d", len(out), len(items))
+	}
+	for i, v := range out {
+		if v != items[i]*items[i] {
+			t.Fatalf("output %d = %d, want %d: outputs must be in input order", i, v, items[i]*items[i])
+		}
+	}
+	// The parent continued exactly once: two turns in all.
+	if n := count(t, pool, `SELECT turns FROM braid_tasks WHERE run_id = $1 AND parent_task_id IS NULL`, run.ID); n != 2 {
+		t.Fatalf("parent had %d turns, want 2 (start and one continuation)", n)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM braid_tasks WHERE run_id = $1 AND parent_task_id IS NOT NULL AND status = 'completed'`, run.ID); n != 1000 {
+		t.Fatalf("%d completed children, want 1000", n)
+	}
+
+	// A permanently failing child makes Map return an error naming it.
+	run, err = parent.Start(ctx, eng, []int{1, 2, -1, 4}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = run.Result(ctx)
+	var re *workflow.RunError
+	if !errors.As(err, &re) {
+		t.Fatalf("err = %v, want a RunError", err)
+	}
+	want := `child "square/2" (workflow "square") failed: negative one is not welcome`
+	if re.Message != want {
+		t.Fatalf("run error %q, want %q", re.Message, want)
+	}
+}
+
+func TestGoAndGet(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	greet := workflow.Define("greet", func(t *workflow.Task, name string) (string, error) { return "hello " + name, nil })
+	parent := workflow.Define("greet_two", func(t *workflow.Task, _ struct{}) ([]string, error) {
+		a := workflow.Go(t, "ann", greet, "ann")
+		b := workflow.Go(t, "bob", greet, "bob")
+		x, err := a.Get()
+		if err != nil {
+			return nil, err
+		}
+		y, err := b.Get()
+		if err != nil {
+			return nil, err
+		}
+		return []string{x, y}, nil
+	})
+	eng := startEngine(t, pool, testConfig(parent, greet))
+	ctx := ctxTimeout(t, 30*time.Second)
+	run, err := parent.Start(ctx, eng, struct{}{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := run.Result(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(out) != "[hello ann hello bob]" {
+		t.Fatalf("output %v", out)
+	}
+}
+
+// TestJoinRace finishes 200 children at the same instant, 20 times, and
+// checks that the parent gets exactly one continuation each time.
+func TestJoinRace(t *testing.T) {
+	t.Parallel()
+	const children, rounds = 200, 20
+	pool := testutil.Pool(t, testutil.URL(t))
+	var (
+		mu      sync.Mutex
+		arrived int
+		release = make(chan struct{})
+	)
+	reset := func() {
+		mu.Lock()
+		arrived = 0
+		release = make(chan struct{})
+		mu.Unlock()
+	}
+	child := workflow.Define("racer", func(t *workflow.Task, i int) (int, error) {
+		mu.Lock()
+		arrived++
+		ch := release
+		if arrived == children {
+			close(release)
+		}
+		mu.Unlock()
+		select {
+		case <-ch:
+		case <-t.Context().Done():
+			return 0, t.Context().Err()
+		}
+		return i, nil
+	})
+	parent := workflow.Define("race", func(t *workflow.Task, n int) (int, error) {
+		out, err := workflow.Map(t, "racer", child, make([]int, n))
+		return len(out), err
+	})
+	cfg := testConfig(parent, child)
+	cfg.Queue.Queues = map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: children + 10}}
+	eng := startEngine(t, pool, cfg)
+	ctx := ctxTimeout(t, 5*time.Minute)
+	for round := range rounds {
+		reset()
+		run, err := parent.Start(ctx, eng, children, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, err := run.Result(ctx); err != nil || n != children {
+			t.Fatalf("round %d: %d, %v", round, n, err)
+		}
+		if n := count(t, pool, `SELECT turns FROM braid_tasks WHERE run_id = $1 AND parent_task_id IS NULL`, run.ID); n != 2 {
+			t.Fatalf("round %d: parent had %d turns, want exactly 2", round, n)
+		}
+		if n := count(t, pool, `SELECT count(*) FROM river_job WHERE args->>'task_id' = (SELECT id::text FROM braid_tasks WHERE run_id = $1 AND parent_task_id IS NULL)`, run.ID); n != 2 {
+			t.Fatalf("round %d: parent had %d turn jobs, want exactly 2", round, n)
+		}
+	}
+}
+
+func TestCancelStopsPendingDelaysAndChildren(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	ledger(t, pool)
+	sleeper := workflow.Define("sleeper", func(t *workflow.Task, i int) (int, error) {
+		if err := t.Delay("nap", 2*time.Second); err != nil {
+			return 0, err
+		}
+		_, err := workflow.Step(t, "woke", func(ctx context.Context) (int, error) { return 0, recordStep(pool, t, "child woke") })
+		return i, err
+	})
+	parent := workflow.Define("sleepers", func(t *workflow.Task, n int) (int, error) {
+		done := workflow.Go(t, "one", sleeper, 1)
+		if err := t.Delay("own nap", 2*time.Second); err != nil {
+			return 0, err
+		}
+		_, err := workflow.Step(t, "woke", func(ctx context.Context) (int, error) { return 0, recordStep(pool, t, "parent woke") })
+		if err != nil {
+			return 0, err
+		}
+		return done.Get()
+	})
+	eng := startEngine(t, pool, testConfig(parent, sleeper))
+	ctx := ctxTimeout(t, 30*time.Second)
+	run, err := parent.Start(ctx, eng, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Wait until both the parent and the child sleep.
+	deadline := time.Now().Add(10 * time.Second)
+	for count(t, pool, `SELECT count(*) FROM braid_steps WHERE kind = 'delay' AND status = 'waiting'`) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("the delays never started")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := eng.Cancel(ctx, run.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run.Result(ctx); !errors.Is(err, workflow.ErrCancelled) {
+		t.Fatalf("Result after Cancel: %v, want ErrCancelled", err)
+	}
+	if err := eng.Cancel(ctx, run.ID); !errors.Is(err, workflow.ErrRunFinished) {
+		t.Fatalf("second Cancel: %v, want ErrRunFinished", err)
+	}
+	time.Sleep(3 * time.Second) // past both delays
+	if n := count(t, pool, `SELECT count(*) FROM ledger`); n != 0 {
+		t.Fatalf("%d steps ran after Cancel", n)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM braid_tasks WHERE status <> 'cancelled'`); n != 0 {
+		t.Fatalf("%d tasks not cancelled", n)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM braid_steps WHERE kind = 'delay' AND status <> 'cancelled'`); n != 0 {
+		t.Fatalf("%d delays not cancelled", n)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM river_job WHERE state NOT IN ('completed', 'cancelled')`); n != 0 {
+		t.Fatalf("%d live jobs after Cancel", n)
+	}
+}
+
+func TestRetryResumesAtTheFailedStep(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	ledger(t, pool)
+	var (
+		mu    sync.Mutex
+		fault = true
+	)
+	wf := workflow.Define("fragile", func(t *workflow.Task, _ struct{}) (string, error) {
+		for _, name := range []string{"one", "two", "three"} {
+			_, err := workflow.Step(t, name, func(ctx context.Context) (int, error) {
+				if err := recordStep(pool, t, name); err != nil {
+					return 0, err
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if name == "three" && fault {
+					return 0, errors.New("step three is broken")
+				}
+				return 1, nil
+			})
+			if err != nil {
+				return "", err
+			}
+		}
+		return "done", nil
+	}, workflow.WithMaxAttempts(2), workflow.WithRetry(fast))
+	eng := startEngine(t, pool, testConfig(wf))
+	ctx := ctxTimeout(t, 30*time.Second)
+	run, err := wf.Start(ctx, eng, struct{}{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run.Result(ctx); err == nil {
+		t.Fatal("run with a broken step succeeded")
+	}
+	if err := eng.Retry(ctx, run.ID); err != nil {
+		t.Fatal(err) // fault still on: a retry is allowed on a failed run
+	}
+	if _, err := run.Result(ctx); err == nil {
+		t.Fatal("retried run with a broken step succeeded")
+	}
+	mu.Lock()
+	fault = false
+	mu.Unlock()
+	if err := eng.Retry(ctx, run.ID); err != nil {
+		t.Fatal(err)
+	}
+	out, err := run.Result(ctx)
+	if err != nil || out != "done" {
+		t.Fatalf("after Retry: %q, %v", out, err)
+	}
+	for step, want := range map[string]int{"one": 1, "two": 1, "three": 5} {
+		if n := count(t, pool, `SELECT count(*) FROM ledger WHERE step = $1`, step); n != want {
+			t.Errorf("step %s ran %d times, want %d", step, n, want)
+		}
+	}
+	if err := eng.Retry(ctx, run.ID); !errors.Is(err, workflow.ErrRunNotRetryable) {
+		t.Fatalf("Retry of a completed run: %v", err)
+	}
+}

@@ -1,0 +1,386 @@
+package workflow
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// RunInfo describes a run, for operators.
+type RunInfo struct {
+	ID             string          `json:"id"`
+	Workflow       string          `json:"workflow"`
+	Status         string          `json:"status"`
+	Input          json.RawMessage `json:"input,omitempty"`
+	Output         json.RawMessage `json:"output,omitempty"`
+	Error          string          `json:"error,omitempty"`
+	IdempotencyKey string          `json:"idempotency_key,omitempty"`
+	TraceID        string          `json:"trace_id,omitempty"`
+	CreatedAt      time.Time       `json:"created_at"`
+	StartedAt      *time.Time      `json:"started_at,omitempty"`
+	FinishedAt     *time.Time      `json:"finished_at,omitempty"`
+	// Tasks are filled by Engine.Run, in creation order; ListRuns leaves
+	// them empty.
+	Tasks []TaskInfo `json:"tasks,omitempty"`
+}
+
+// TaskInfo describes a task of a run.
+type TaskInfo struct {
+	ID         string     `json:"id"`
+	ParentID   string     `json:"parent_id,omitempty"`
+	Key        string     `json:"key"`
+	Workflow   string     `json:"workflow"`
+	Status     string     `json:"status"`
+	Attempt    int        `json:"attempt"`
+	Turns      int        `json:"turns"`
+	Remaining  int        `json:"remaining"`
+	Error      string     `json:"error,omitempty"`
+	CreatedAt  time.Time  `json:"created_at"`
+	StartedAt  *time.Time `json:"started_at,omitempty"`
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
+	Steps      []StepInfo `json:"steps,omitempty"`
+}
+
+// StepInfo describes a recorded step or delay of a task.
+type StepInfo struct {
+	Name       string     `json:"name"`
+	Kind       string     `json:"kind"`
+	Status     string     `json:"status"`
+	Attempts   int        `json:"attempts"`
+	Error      string     `json:"error,omitempty"`
+	ResumeAt   *time.Time `json:"resume_at,omitempty"`
+	StartedAt  *time.Time `json:"started_at,omitempty"`
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
+}
+
+// RunFilter selects runs for ListRuns. The zero value lists the newest
+// runs.
+type RunFilter struct {
+	Status   string // one status, or "" for all
+	Workflow string
+	// Limit is the most runs returned. Default 100, at most 10,000.
+	Limit int
+	// Before lists runs created before this time, for paging.
+	Before time.Time
+}
+
+func errorMessage(raw []byte) string {
+	if len(raw) == 0 {
+		return ""
+	}
+	var se storedError
+	if json.Unmarshal(raw, &se) == nil {
+		return se.Message
+	}
+	return string(raw)
+}
+
+func traceID(traceParent *string) string {
+	if traceParent == nil {
+		return ""
+	}
+	ctx := propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier{"traceparent": *traceParent})
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		return sc.TraceID().String()
+	}
+	return ""
+}
+
+const runColumns = `id, workflow, status, input, output, error, idempotency_key, trace_parent, created_at, started_at, finished_at`
+
+func scanRun(row pgx.Row) (*RunInfo, error) {
+	var (
+		r           RunInfo
+		id          uuid.UUID
+		errRaw      []byte
+		key, tp     *string
+		input, outp []byte
+	)
+	if err := row.Scan(&id, &r.Workflow, &r.Status, &input, &outp, &errRaw, &key, &tp, &r.CreatedAt, &r.StartedAt, &r.FinishedAt); err != nil {
+		return nil, err
+	}
+	r.ID = id.String()
+	r.Input, r.Output = input, outp
+	r.Error = errorMessage(errRaw)
+	if key != nil {
+		r.IdempotencyKey = *key
+	}
+	r.TraceID = traceID(tp)
+	return &r, nil
+}
+
+// Run returns a run with its tasks and their steps.
+func (e *Engine) Run(ctx context.Context, runID string) (*RunInfo, error) {
+	return Inspect(ctx, e.pool, runID)
+}
+
+// Inspect returns a run with its tasks and their steps, reading the
+// database directly; it needs no engine (the CLI uses it).
+func Inspect(ctx context.Context, db interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, runID string) (*RunInfo, error) {
+	id, err := uuid.Parse(runID)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %q is not a UUID", ErrRunNotFound, runID)
+	}
+	run, err := scanRun(db.QueryRow(ctx, `SELECT `+runColumns+` FROM braid_runs WHERE id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("%w: %s", ErrRunNotFound, runID)
+	}
+	if err != nil {
+		return nil, err
+	}
+	rows, err := db.Query(ctx, `
+		SELECT id, parent_task_id, key, workflow, status, attempt, turns, remaining, error, created_at, started_at, finished_at
+		  FROM braid_tasks WHERE run_id = $1 ORDER BY created_at, id`, id)
+	if err != nil {
+		return nil, err
+	}
+	index := map[uuid.UUID]int{}
+	for rows.Next() {
+		var (
+			ti       TaskInfo
+			tid      uuid.UUID
+			parentID *uuid.UUID
+			errRaw   []byte
+		)
+		if err := rows.Scan(&tid, &parentID, &ti.Key, &ti.Workflow, &ti.Status, &ti.Attempt, &ti.Turns, &ti.Remaining, &errRaw, &ti.CreatedAt, &ti.StartedAt, &ti.FinishedAt); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		ti.ID = tid.String()
+		if parentID != nil {
+			ti.ParentID = parentID.String()
+		}
+		ti.Error = errorMessage(errRaw)
+		index[tid] = len(run.Tasks)
+		run.Tasks = append(run.Tasks, ti)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	rows, err = db.Query(ctx, `
+		SELECT s.task_id, s.name, s.kind, s.status, s.attempts, s.error, s.resume_at, s.started_at, coalesce(s.finished_at, CASE WHEN s.status <> 'waiting' THEN s.created_at END)
+		  FROM braid_steps s JOIN braid_tasks t ON t.id = s.task_id
+		 WHERE t.run_id = $1 ORDER BY s.created_at, s.name`, id)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			si     StepInfo
+			tid    uuid.UUID
+			errRaw []byte
+		)
+		if err := rows.Scan(&tid, &si.Name, &si.Kind, &si.Status, &si.Attempts, &errRaw, &si.ResumeAt, &si.StartedAt, &si.FinishedAt); err != nil {
+			return nil, err
+		}
+		si.Error = errorMessage(errRaw)
+		if i, ok := index[tid]; ok {
+			run.Tasks[i].Steps = append(run.Tasks[i].Steps, si)
+		}
+	}
+	return run, rows.Err()
+}
+
+// ListRuns lists runs, newest first.
+func (e *Engine) ListRuns(ctx context.Context, f RunFilter) ([]*RunInfo, error) {
+	return ListRuns(ctx, e.pool, f)
+}
+
+// ListRuns lists runs, newest first, reading the database directly.
+func ListRuns(ctx context.Context, db interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, f RunFilter) ([]*RunInfo, error) {
+	if f.Limit == 0 {
+		f.Limit = 100
+	}
+	if f.Limit < 0 || f.Limit > 10_000 {
+		return nil, fmt.Errorf("workflow: limit %d is outside 1-10000", f.Limit)
+	}
+	if f.Status != "" && !strings.Contains(" pending running waiting completed failed cancelled ", " "+f.Status+" ") {
+		return nil, fmt.Errorf("workflow: unknown run status %q (want pending, running, waiting, completed, failed or cancelled)", f.Status)
+	}
+	var before any
+	if !f.Before.IsZero() {
+		before = f.Before
+	}
+	rows, err := db.Query(ctx, `
+		SELECT `+runColumns+` FROM braid_runs
+		 WHERE ($1 = '' OR status = $1) AND ($2 = '' OR workflow = $2) AND ($3::timestamptz IS NULL OR created_at < $3)
+		 ORDER BY created_at DESC, id DESC LIMIT $4`, f.Status, f.Workflow, before, f.Limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*RunInfo
+	for rows.Next() {
+		r, err := scanRun(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// Cancel cancels a run: every unfinished task is cancelled, pending delays
+// are removed, and the tasks' turns are cancelled in River (running ones
+// through River's remote cancel, which cancels their context). Nothing of
+// the run runs afterwards.
+func (e *Engine) Cancel(ctx context.Context, runID string) error {
+	id, err := uuid.Parse(runID)
+	if err != nil {
+		return fmt.Errorf("%w: %q is not a UUID", ErrRunNotFound, runID)
+	}
+	var jobIDs []int64
+	err = e.withTx(ctx, func(tx pgx.Tx) error {
+		var status string
+		err := tx.QueryRow(ctx, `SELECT status FROM braid_runs WHERE id = $1 FOR UPDATE`, id).Scan(&status)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("%w: %s", ErrRunNotFound, runID)
+		}
+		if err != nil {
+			return err
+		}
+		if finished(status) {
+			return fmt.Errorf("%w: run %s is %s", ErrRunFinished, runID, status)
+		}
+		errJSON, _ := json.Marshal(storedError{Message: "cancelled"})
+		if _, err := tx.Exec(ctx, `
+			UPDATE braid_runs SET status = 'cancelled', error = $2, finished_at = now(), updated_at = now() WHERE id = $1`, id, errJSON); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `
+			UPDATE braid_tasks SET status = 'cancelled', error = $2, remaining = 0, finished_at = now(), updated_at = now()
+			 WHERE run_id = $1 AND status NOT IN `+finalStatuses+`
+			RETURNING id`, id, errJSON)
+		if err != nil {
+			return err
+		}
+		taskIDs, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+		if err != nil {
+			return err
+		}
+		if len(taskIDs) > 0 {
+			if _, err := tx.Exec(ctx, `
+				UPDATE braid_steps SET status = 'cancelled', finished_at = now()
+				 WHERE task_id = ANY($1) AND kind = 'delay' AND status = 'waiting'`, taskIDs); err != nil {
+				return err
+			}
+			ids := make([]string, len(taskIDs))
+			for i, t := range taskIDs {
+				ids[i] = t.String()
+			}
+			rows, err := tx.Query(ctx, `
+				SELECT id FROM river_job
+				 WHERE kind = $1 AND args->>'task_id' = ANY($2)
+				   AND state NOT IN ('completed', 'cancelled', 'discarded')`, TaskKind, ids)
+			if err != nil {
+				return err
+			}
+			if jobIDs, err = pgx.CollectRows(rows, pgx.RowTo[int64]); err != nil {
+				return err
+			}
+			for _, jid := range jobIDs {
+				if _, err := e.queue.River().JobCancelTx(ctx, tx, jid); err != nil {
+					return fmt.Errorf("workflow: cancelling turn job %d: %w", jid, err)
+				}
+			}
+		}
+		_, err = tx.Exec(ctx, `SELECT pg_notify($1, $2)`, channelRunFinished, id.String())
+		return err
+	})
+	if err == nil {
+		e.logger.InfoContext(ctx, "workflow: run cancelled", "run.id", runID, "turns_cancelled", len(jobIDs))
+	}
+	return err
+}
+
+// Retry resumes a failed or cancelled run. Failed and cancelled tasks go
+// back to pending (or to waiting on their reset children); recorded
+// successful steps are kept, so the run resumes at the step that failed.
+// Steps recorded as failed and cancelled delays are forgotten, so they run
+// again.
+func (e *Engine) Retry(ctx context.Context, runID string) error {
+	id, err := uuid.Parse(runID)
+	if err != nil {
+		return fmt.Errorf("%w: %q is not a UUID", ErrRunNotFound, runID)
+	}
+	return e.withTx(ctx, func(tx pgx.Tx) error {
+		var status string
+		err := tx.QueryRow(ctx, `SELECT status FROM braid_runs WHERE id = $1 FOR UPDATE`, id).Scan(&status)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("%w: %s", ErrRunNotFound, runID)
+		}
+		if err != nil {
+			return err
+		}
+		if status != "failed" && status != "cancelled" {
+			return fmt.Errorf("%w: run %s is %s", ErrRunNotRetryable, runID, status)
+		}
+		rows, err := tx.Query(ctx, `
+			UPDATE braid_tasks SET status = 'pending', error = NULL, attempt = 0, remaining = 0, finished_at = NULL, updated_at = now()
+			 WHERE run_id = $1 AND status IN ('failed', 'cancelled')
+			RETURNING id`, id)
+		if err != nil {
+			return err
+		}
+		reset, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `
+			DELETE FROM braid_steps WHERE task_id = ANY($1)
+			   AND (status IN ('failed', 'retrying') OR (kind = 'delay' AND status = 'cancelled'))`, reset); err != nil {
+			return err
+		}
+		// A reset task with unfinished children waits for them; the others
+		// get a turn.
+		rows, err = tx.Query(ctx, `
+			UPDATE braid_tasks t
+			   SET status = CASE WHEN c.n > 0 THEN 'waiting' ELSE 'pending' END, remaining = c.n
+			  FROM (SELECT p.id, (SELECT count(*) FROM braid_tasks k
+			                       WHERE k.parent_task_id = p.id AND k.status NOT IN `+finalStatuses+`) AS n
+			          FROM braid_tasks p WHERE p.id = ANY($1)) c
+			 WHERE t.id = c.id
+			RETURNING t.id, t.workflow, t.queue, t.priority, t.max_attempts, t.status`, reset)
+		if err != nil {
+			return err
+		}
+		var turns []turn
+		for rows.Next() {
+			var tr turn
+			var prio int16
+			var st string
+			if err := rows.Scan(&tr.taskID, &tr.workflow, &tr.queue, &prio, &tr.maxAttempts, &st); err != nil {
+				rows.Close()
+				return err
+			}
+			tr.priority = queueP(prio)
+			if st == "pending" {
+				turns = append(turns, tr)
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `
+			UPDATE braid_runs SET status = 'running', error = NULL, finished_at = NULL, updated_at = now() WHERE id = $1`, id); err != nil {
+			return err
+		}
+		return e.insertTurns(ctx, tx, turns)
+	})
+}

@@ -1,0 +1,206 @@
+package workflow
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/braidflow/braid/queue"
+)
+
+// StepOption configures one step.
+type StepOption interface{ applyStep(*stepConfig) }
+
+type stepConfig struct {
+	retry *Retry
+}
+
+// Retry is a step's own retry policy. A failing step is retried by
+// snoozing the turn for Backoff.Delay(attempt), without spending the task's
+// River attempts. Once MaxAttempts attempts have failed, Step returns a
+// *StepError to the workflow code, and replay returns the same error.
+//
+// Without a Retry, a failing step returns its error to the workflow code
+// unrecorded; if the workflow returns it, River retries the turn and
+// replay resumes at that step.
+type Retry struct {
+	MaxAttempts int
+	Backoff     queue.Backoff
+}
+
+func (r Retry) applyStep(c *stepConfig) { c.retry = &r }
+
+type stepKeyContext struct{}
+
+// StepIdempotencyKey returns, inside a step's function, the key that
+// Task.IdempotencyKey gives for that step.
+func StepIdempotencyKey(ctx context.Context) string {
+	s, _ := ctx.Value(stepKeyContext{}).(string)
+	return s
+}
+
+// Step runs fn once and records its result under name, memoized by (task,
+// name): every later turn returns the recorded result without running fn.
+// A repeated name in one task gets an automatic "#n" suffix, so steps in
+// loops work. The first recorded result wins; a turn that finishes the same
+// step later gets the winner's result.
+func Step[T any](t *Task, name string, fn func(ctx context.Context) (T, error), opts ...StepOption) (T, error) {
+	var zero T
+	if t.suspended {
+		return zero, ErrSuspended
+	}
+	if err := checkName("step", name); err != nil {
+		return zero, err
+	}
+	if fn == nil {
+		return zero, fmt.Errorf("workflow: step %q has a nil function", name)
+	}
+	var cfg stepConfig
+	for _, o := range opts {
+		o.applyStep(&cfg)
+	}
+	if cfg.retry != nil && cfg.retry.MaxAttempts < 1 {
+		return zero, fmt.Errorf("workflow: step %q: Retry.MaxAttempts %d is below 1", name, cfg.retry.MaxAttempts)
+	}
+	name = t.uniqueName(name)
+
+	attempt := 1
+	if rec := t.steps[name]; rec != nil {
+		if rec.kind != "step" {
+			return zero, fmt.Errorf("workflow: %q is recorded as a %s, not a step: %w", name, rec.kind, errNotDeterministic)
+		}
+		switch rec.status {
+		case "completed":
+			return decodeStep[T](name, rec.output)
+		case "failed":
+			return zero, &StepError{Step: name, Attempts: rec.attempts, Message: rec.err.Message}
+		case "retrying":
+			attempt = rec.attempts + 1
+		}
+	}
+
+	out, runErr := runStep(t, name, attempt, fn)
+	if runErr == nil {
+		raw, err := t.eng.encode(fmt.Sprintf("output of step %q", name), out)
+		if err != nil {
+			return zero, err
+		}
+		rec, err := t.recordStep(name, "completed", raw, nil, attempt)
+		if err != nil {
+			return zero, err
+		}
+		return replayStep[T](name, rec)
+	}
+	if errors.Is(runErr, ErrSuspended) {
+		return zero, runErr
+	}
+	if cfg.retry == nil {
+		return zero, runErr
+	}
+	se := &storedError{Message: runErr.Error(), Attempt: attempt}
+	if attempt < cfg.retry.MaxAttempts {
+		if _, err := t.recordStep(name, "retrying", nil, se, attempt); err != nil {
+			return zero, err
+		}
+		t.snoozing = true
+		t.snooze = cfg.retry.Backoff.Delay(attempt)
+		t.logger.InfoContext(t.ctx, "workflow: step failed; retrying it", "step", name, "attempt", attempt, "in", t.snooze, "error", runErr)
+		return zero, t.suspend()
+	}
+	rec, err := t.recordStep(name, "failed", nil, se, attempt)
+	if err != nil {
+		return zero, err
+	}
+	return replayStep[T](name, rec)
+}
+
+func replayStep[T any](name string, rec *stepRecord) (T, error) {
+	var zero T
+	if rec.status == "failed" {
+		return zero, &StepError{Step: name, Attempts: rec.attempts, Message: rec.err.Message}
+	}
+	return decodeStep[T](name, rec.output)
+}
+
+func decodeStep[T any](name string, raw json.RawMessage) (T, error) {
+	var out T
+	if len(raw) > 0 {
+		if err := json.Unmarshal(raw, &out); err != nil {
+			return out, &EncodeError{What: fmt.Sprintf("recorded output of step %q", name), Err: err}
+		}
+	}
+	return out, nil
+}
+
+// runStep runs one step body under its span. A panic becomes an error.
+func runStep[T any](t *Task, name string, attempt int, fn func(ctx context.Context) (T, error)) (out T, err error) {
+	ctx, span := t.eng.tracer.Start(t.ctx, "braid.step "+name, trace.WithAttributes(
+		attribute.String("run.id", t.runID.String()),
+		attribute.String("task.id", t.id.String()),
+		attribute.String("workflow", t.workflow),
+		attribute.String("step", name),
+		attribute.Int("step.attempt", attempt),
+	))
+	ctx = context.WithValue(ctx, stepKeyContext{}, t.IdempotencyKey(name))
+	start := time.Now()
+	defer func() {
+		if r := recover(); r != nil {
+			err = &PanicError{Value: r, Stack: string(debug.Stack())}
+		}
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		}
+		t.eng.metrics.stepDuration.Record(ctx, time.Since(start).Seconds())
+		span.End()
+	}()
+	return fn(ctx)
+}
+
+// recordStep writes a step's outcome. The first final outcome wins: a
+// write that loses returns the winner's record.
+func (t *Task) recordStep(name, status string, output json.RawMessage, se *storedError, attempts int) (*stepRecord, error) {
+	var errJSON []byte
+	if se != nil {
+		errJSON, _ = json.Marshal(se)
+	}
+	rec := &stepRecord{kind: "step"}
+	var outRaw, errRaw []byte
+	err := t.eng.pool.QueryRow(t.ctx, `
+		INSERT INTO braid_steps (task_id, name, kind, status, output, error, attempts, started_at, finished_at)
+		VALUES ($1, $2, 'step', $3, $4, $5, $6, now(), CASE WHEN $3 = 'retrying' THEN NULL ELSE now() END)
+		ON CONFLICT (task_id, name) DO UPDATE
+		   SET status = EXCLUDED.status, output = EXCLUDED.output, error = EXCLUDED.error,
+		       attempts = EXCLUDED.attempts, finished_at = EXCLUDED.finished_at
+		 WHERE braid_steps.status = 'retrying' AND braid_steps.kind = 'step'
+		RETURNING status, output, error, attempts`,
+		t.id, name, status, nullJSON(output), errJSON, attempts).Scan(&rec.status, &outRaw, &errRaw, &rec.attempts)
+	if errors.Is(err, errNoRows) {
+		// Another turn recorded this step first: its result wins.
+		err = t.eng.pool.QueryRow(t.ctx, `SELECT kind, status, output, error, attempts FROM braid_steps WHERE task_id = $1 AND name = $2`,
+			t.id, name).Scan(&rec.kind, &rec.status, &outRaw, &errRaw, &rec.attempts)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("workflow: recording step %q: %w", name, err)
+	}
+	rec.output = outRaw
+	if len(errRaw) > 0 {
+		_ = json.Unmarshal(errRaw, &rec.err)
+	}
+	t.steps[name] = rec
+	return rec, nil
+}
+
+func nullJSON(b json.RawMessage) any {
+	if b == nil {
+		return nil
+	}
+	return []byte(b)
+}

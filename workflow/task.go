@@ -1,0 +1,176 @@
+package workflow
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Task is one invocation of a durable function inside a run, as seen by
+// its code during one turn. Its durable calls (Step, Delay, Go, Map) are
+// recorded, so a later turn replays them instead of running them again.
+//
+// A Task is only valid during the turn that passed it to the workflow
+// function; do not keep it or use it from other goroutines.
+type Task struct {
+	ctx      context.Context
+	eng      *Engine
+	id       uuid.UUID
+	runID    uuid.UUID
+	workflow string
+	key      string
+	attempt  int
+	span     trace.Span
+	logger   *slog.Logger
+
+	steps    map[string]*stepRecord
+	children map[string]*childRecord
+	names    map[string]int
+
+	// What the turn ends with.
+	suspended    bool
+	snoozing     bool
+	snooze       time.Duration
+	delay        *pendingDelay
+	waitChildren bool
+	spawns       []spawn
+	spawned      map[string]bool
+}
+
+// stepRecord is a row of braid_steps as loaded at the start of a turn.
+type stepRecord struct {
+	kind     string
+	status   string
+	output   json.RawMessage
+	err      storedError
+	attempts int
+}
+
+// childRecord is a child task as loaded at the start of a turn.
+type childRecord struct {
+	id       uuid.UUID
+	workflow string
+	status   string
+	output   json.RawMessage
+	err      storedError
+}
+
+type pendingDelay struct {
+	name  string
+	after time.Duration
+	until time.Time
+	// existing is true when the delay is already recorded and waiting.
+	existing bool
+}
+
+type spawn struct {
+	key   string
+	def   *definition
+	input json.RawMessage
+}
+
+// Context is the turn's context. It carries the turn's span and is
+// cancelled when the turn must stop (timeout, cancellation, shutdown).
+func (t *Task) Context() context.Context { return t.ctx }
+
+// ID is the task's ID.
+func (t *Task) ID() string { return t.id.String() }
+
+// RunID is the ID of the task's run.
+func (t *Task) RunID() string { return t.runID.String() }
+
+// Key is the task's name within its parent: "root" for a run's root task,
+// the name given to Go or Map (with "/i" per item) for a child.
+func (t *Task) Key() string { return t.key }
+
+// Attempt is the River attempt of the current turn, from 1.
+func (t *Task) Attempt() int { return t.attempt }
+
+// Logger returns a logger that names the run and the task.
+func (t *Task) Logger() *slog.Logger { return t.logger }
+
+// IdempotencyKey returns a key that is stable across every turn and retry
+// of this task for the step named stepName (as recorded, with its "#n"
+// suffix for a repeated name). Pass it to external systems so a step body
+// that runs again after a crash does not repeat its side effect.
+func (t *Task) IdempotencyKey(stepName string) string {
+	return t.id.String() + "/" + stepName
+}
+
+// uniqueName gives a repeated name in one turn an automatic "#n" suffix,
+// so durable calls in loops get distinct records.
+func (t *Task) uniqueName(name string) string {
+	t.names[name]++
+	if n := t.names[name]; n > 1 {
+		return fmt.Sprintf("%s#%d", name, n)
+	}
+	return name
+}
+
+func (t *Task) suspend() error {
+	t.suspended = true
+	return ErrSuspended
+}
+
+func checkName(what, name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("workflow: %s name is empty", what)
+	case len(name) > 400:
+		return fmt.Errorf("workflow: %s name is %d bytes, over the limit of 400", what, len(name))
+	}
+	return nil
+}
+
+// Delay suspends the task for d, a durable timer: the task's turn ends, and
+// the delay processor gives it a new turn once d has passed, by the
+// database's clock. It returns ErrSuspended until then, and nil on the turn
+// after the delay fired.
+func (t *Task) Delay(name string, d time.Duration) error {
+	if d < 0 {
+		return fmt.Errorf("workflow: delay %q has a negative duration %s", name, d)
+	}
+	return t.wait(name, &pendingDelay{after: d})
+}
+
+// DelayUntil suspends the task until at, like Delay.
+func (t *Task) DelayUntil(name string, at time.Time) error {
+	if at.IsZero() {
+		return fmt.Errorf("workflow: delay %q has a zero time", name)
+	}
+	return t.wait(name, &pendingDelay{until: at})
+}
+
+func (t *Task) wait(name string, d *pendingDelay) error {
+	if t.suspended {
+		return ErrSuspended
+	}
+	if err := checkName("delay", name); err != nil {
+		return err
+	}
+	name = t.uniqueName(name)
+	d.name = name
+	if rec := t.steps[name]; rec != nil {
+		if rec.kind != "delay" {
+			return fmt.Errorf("workflow: %q is recorded as a %s, not a delay; names of durable calls must be deterministic", name, rec.kind)
+		}
+		switch rec.status {
+		case "fired":
+			return nil
+		case "cancelled":
+			return fmt.Errorf("workflow: delay %q: %w", name, ErrCancelled)
+		}
+		d.existing = true
+	}
+	t.delay = d
+	return t.suspend()
+}
+
+// errNotDeterministic reports a replay that diverged from the record.
+var errNotDeterministic = errors.New("workflow: durable calls must be made in the same order with the same names on every turn")

@@ -1,0 +1,98 @@
+package workflow_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/braidflow/braid/testutil"
+	"github.com/braidflow/braid/workflow"
+)
+
+func TestOneTracePerRun(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+
+	child := workflow.Define("traced_child", func(t *workflow.Task, n int) (int, error) {
+		return workflow.Step(t, "double", func(ctx context.Context) (int, error) { return 2 * n, nil })
+	})
+	parent := workflow.Define("traced", func(t *workflow.Task, _ struct{}) (int, error) {
+		if _, err := workflow.Step(t, "prepare", func(ctx context.Context) (int, error) { return 0, nil }); err != nil {
+			return 0, err
+		}
+		if err := t.Delay("pause", 100*time.Millisecond); err != nil {
+			return 0, err
+		}
+		outs, err := workflow.Map(t, "kids", child, []int{1, 2})
+		if err != nil {
+			return 0, err
+		}
+		return outs[0] + outs[1], nil
+	})
+	cfg := testConfig(parent, child)
+	cfg.TracerProvider = tp
+	eng := startEngine(t, pool, cfg)
+	ctx := ctxTimeout(t, 30*time.Second)
+	run, err := parent.Start(ctx, eng, struct{}{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := run.Result(ctx); err != nil || out != 6 {
+		t.Fatalf("%d, %v", out, err)
+	}
+
+	spans := rec.Ended()
+	var start sdktrace.ReadOnlySpan
+	byID := map[string]sdktrace.ReadOnlySpan{}
+	for _, s := range spans {
+		byID[s.SpanContext().SpanID().String()] = s
+		if s.Name() == "braid.run.start" {
+			start = s
+		}
+	}
+	if start == nil {
+		t.Fatal("no braid.run.start span")
+	}
+	traceID := start.SpanContext().TraceID()
+	var turns, steps, linked int
+	for _, s := range spans {
+		switch {
+		case s.Name() == "braid.task traced" || s.Name() == "braid.task traced_child":
+			turns++
+			if s.SpanContext().TraceID() != traceID {
+				t.Errorf("turn span %s is in trace %s, want the run's %s", s.Name(), s.SpanContext().TraceID(), traceID)
+			}
+			if s.Parent().SpanID() != start.SpanContext().SpanID() {
+				t.Errorf("turn span %s has parent %s, want braid.run.start", s.Name(), s.Parent().SpanID())
+			}
+			if len(s.Links()) > 0 {
+				linked++
+				if _, ok := byID[s.Links()[0].SpanContext.SpanID().String()]; !ok {
+					t.Errorf("turn span %s links to an unknown span", s.Name())
+				}
+			}
+		case len(s.Name()) > len("braid.step ") && s.Name()[:len("braid.step ")] == "braid.step ":
+			steps++
+			p, ok := byID[s.Parent().SpanID().String()]
+			if !ok || p.Name()[:len("braid.task")] != "braid.task" {
+				t.Errorf("step span %s is not a child of a turn span", s.Name())
+			}
+		}
+	}
+	// Parent: start, after delay, after join = 3 turns; children: 1 each.
+	if turns != 5 {
+		t.Errorf("%d turn spans, want 5", turns)
+	}
+	if steps != 3 {
+		t.Errorf("%d step spans, want 3", steps)
+	}
+	if linked != 2 {
+		t.Errorf("%d turns carry a link to the turn that suspended, want 2 (after the delay, after the join)", linked)
+	}
+}

@@ -1,0 +1,538 @@
+package workflow
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/braidflow/braid/queue"
+)
+
+var errNoRows = pgx.ErrNoRows
+
+// taskArgs are the args of a turn: one River job of kind braid_task.
+type taskArgs struct {
+	TaskID   string `json:"task_id"`
+	Workflow string `json:"workflow"`
+}
+
+func (taskArgs) Kind() string { return TaskKind }
+
+// turnUnique allows at most one live turn per task.
+var turnUnique = river.UniqueOpts{
+	ByArgs: true,
+	ByState: []rivertype.JobState{
+		rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRunning,
+		rivertype.JobStateRetryable, rivertype.JobStateScheduled,
+	},
+}
+
+// turn is a turn to insert.
+type turn struct {
+	taskID      uuid.UUID
+	workflow    string
+	queue       string
+	priority    queue.Priority
+	maxAttempts int
+}
+
+// insertTurns inserts turns in tx, at most one live turn per task.
+func (e *Engine) insertTurns(ctx context.Context, tx pgx.Tx, turns []turn) error {
+	if len(turns) == 0 {
+		return nil
+	}
+	params := make([]river.InsertManyParams, len(turns))
+	for i, tr := range turns {
+		params[i] = river.InsertManyParams{
+			Args: taskArgs{TaskID: tr.taskID.String(), Workflow: tr.workflow},
+			InsertOpts: &river.InsertOpts{
+				Queue:       tr.queue,
+				Priority:    int(tr.priority),
+				MaxAttempts: tr.maxAttempts,
+				UniqueOpts:  turnUnique,
+			},
+		}
+	}
+	if _, err := e.queue.River().InsertManyTx(ctx, tx, params); err != nil {
+		return fmt.Errorf("workflow: inserting %d turns: %w", len(turns), err)
+	}
+	return nil
+}
+
+// taskWorker works turns.
+type taskWorker struct {
+	river.WorkerDefaults[taskArgs]
+	eng *Engine
+}
+
+// NextRetry applies the definition's retry policy, or the client's.
+func (w *taskWorker) NextRetry(job *river.Job[taskArgs]) time.Time {
+	if d, ok := w.eng.registry[job.Args.Workflow]; ok && d.retry != nil {
+		return d.retry.NextRetry(job.JobRow)
+	}
+	return time.Time{}
+}
+
+// Timeout applies the definition's timeout, or the client's.
+func (w *taskWorker) Timeout(job *river.Job[taskArgs]) time.Duration {
+	if d, ok := w.eng.registry[job.Args.Workflow]; ok && d.timeout > 0 {
+		return d.timeout
+	}
+	return 0
+}
+
+func (w *taskWorker) Work(ctx context.Context, job *river.Job[taskArgs]) error {
+	return w.eng.runTurn(ctx, job)
+}
+
+const finalStatuses = `('completed', 'failed', 'cancelled', 'skipped')`
+
+// runTurn executes one turn of a task.
+func (e *Engine) runTurn(ctx context.Context, job *river.Job[taskArgs]) error {
+	taskID, err := uuid.Parse(job.Args.TaskID)
+	if err != nil {
+		return river.JobCancel(fmt.Errorf("workflow: turn has an invalid task ID %q", job.Args.TaskID))
+	}
+
+	// Mark the task running and load it, its steps and its children in one
+	// round trip.
+	t := &Task{
+		eng: e, id: taskID, attempt: job.Attempt,
+		steps: map[string]*stepRecord{}, children: map[string]*childRecord{},
+		names: map[string]int{}, spawned: map[string]bool{},
+	}
+	var (
+		input       []byte
+		parentID    *uuid.UUID
+		suspended   *string
+		traceParent *string
+	)
+	batch := &pgx.Batch{}
+	batch.Queue(`
+		UPDATE braid_tasks t
+		   SET status = 'running', attempt = $2, job_id = $3,
+		       turns = t.turns + (t.status = 'pending')::int,
+		       started_at = coalesce(t.started_at, now()), updated_at = now()
+		  FROM braid_runs r
+		 WHERE t.id = $1 AND r.id = t.run_id AND t.status IN ('pending', 'running')
+		RETURNING t.run_id, t.parent_task_id, t.key, t.workflow, t.input, t.suspended_span, r.trace_parent`,
+		taskID, job.Attempt, job.ID)
+	batch.Queue(`SELECT name, kind, status, output, error, attempts FROM braid_steps WHERE task_id = $1`, taskID)
+	batch.Queue(`SELECT id, key, workflow, status, output, error FROM braid_tasks WHERE parent_task_id = $1`, taskID)
+	batch.Queue(`
+		UPDATE braid_runs SET status = 'running', started_at = coalesce(started_at, now()), updated_at = now()
+		 WHERE id = (SELECT run_id FROM braid_tasks WHERE id = $1 AND parent_task_id IS NULL AND status = 'running')
+		   AND status IN ('pending', 'waiting')`, taskID)
+	br := e.pool.SendBatch(ctx, batch)
+	err = br.QueryRow().Scan(&t.runID, &parentID, &t.key, &t.workflow, &input, &suspended, &traceParent)
+	if errors.Is(err, pgx.ErrNoRows) {
+		_ = br.Close()
+		e.logger.DebugContext(ctx, "workflow: turn for a task that is not runnable; nothing to do", "task.id", taskID, "job.id", job.ID)
+		return nil
+	}
+	if err != nil {
+		_ = br.Close()
+		return fmt.Errorf("workflow: loading task %s: %w", taskID, err)
+	}
+	if err := loadSteps(br, t); err != nil {
+		_ = br.Close()
+		return err
+	}
+	if err := loadChildren(br, t); err != nil {
+		_ = br.Close()
+		return err
+	}
+	if _, err := br.Exec(); err != nil {
+		_ = br.Close()
+		return fmt.Errorf("workflow: marking run running: %w", err)
+	}
+	if err := br.Close(); err != nil {
+		return fmt.Errorf("workflow: loading task %s: %w", taskID, err)
+	}
+
+	d, err := e.lookup(t.workflow)
+	if err != nil {
+		return err
+	}
+
+	// One trace per run: the turn's span is a child of braid.run.start,
+	// linked to the turn that suspended.
+	parent := ctx
+	if traceParent != nil {
+		parent = propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier{"traceparent": *traceParent})
+	}
+	var links []trace.Link
+	if suspended != nil {
+		sc := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier{"traceparent": *suspended}))
+		if sc.IsValid() {
+			links = append(links, trace.Link{SpanContext: sc, Attributes: []attribute.KeyValue{attribute.String("braid.link", "suspended turn")}})
+		}
+	}
+	spanCtx, span := e.tracer.Start(parent, "braid.task "+t.workflow, trace.WithLinks(links...), trace.WithAttributes(
+		attribute.String("run.id", t.runID.String()),
+		attribute.String("task.id", taskID.String()),
+		attribute.String("task.key", t.key),
+		attribute.String("workflow", t.workflow),
+		attribute.Int("attempt", job.Attempt),
+		attribute.Int64("job.id", job.ID),
+		attribute.String("queue", job.Queue),
+	))
+	defer span.End()
+	t.ctx, t.span = spanCtx, span
+	t.logger = e.logger.With("run.id", t.runID.String(), "task.id", taskID.String(), "workflow", t.workflow)
+	e.metrics.turns.Add(ctx, 1)
+
+	out, runErr := callWorkflow(t, d, input)
+
+	switch {
+	case t.suspended && t.snoozing:
+		span.SetAttributes(attribute.String("turn.outcome", "step retry"))
+		return river.JobSnooze(t.snooze)
+	case t.suspended:
+		span.SetAttributes(attribute.String("turn.outcome", "suspended"))
+		return e.suspendTurn(ctx, job, t, parentID)
+	case runErr != nil:
+		span.RecordError(runErr)
+		span.SetStatus(codes.Error, runErr.Error())
+		e.metrics.failures.Add(ctx, 1)
+		return e.failTurn(ctx, job, t, parentID, runErr)
+	default:
+		span.SetAttributes(attribute.String("turn.outcome", "completed"))
+		return e.completeTurn(ctx, job, t, parentID, out)
+	}
+}
+
+func loadSteps(br pgx.BatchResults, t *Task) error {
+	rows, err := br.Query()
+	if err != nil {
+		return fmt.Errorf("workflow: loading steps: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var name string
+		var errRaw []byte
+		rec := &stepRecord{}
+		if err := rows.Scan(&name, &rec.kind, &rec.status, &rec.output, &errRaw, &rec.attempts); err != nil {
+			return fmt.Errorf("workflow: loading steps: %w", err)
+		}
+		if len(errRaw) > 0 {
+			_ = json.Unmarshal(errRaw, &rec.err)
+		}
+		t.steps[name] = rec
+	}
+	return rows.Err()
+}
+
+func loadChildren(br pgx.BatchResults, t *Task) error {
+	rows, err := br.Query()
+	if err != nil {
+		return fmt.Errorf("workflow: loading children: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var key string
+		var errRaw []byte
+		c := &childRecord{}
+		if err := rows.Scan(&c.id, &key, &c.workflow, &c.status, &c.output, &errRaw); err != nil {
+			return fmt.Errorf("workflow: loading children: %w", err)
+		}
+		if len(errRaw) > 0 {
+			_ = json.Unmarshal(errRaw, &c.err)
+		}
+		t.children[key] = c
+	}
+	return rows.Err()
+}
+
+// callWorkflow runs the workflow function. A panic fails the attempt with
+// its stack.
+func callWorkflow(t *Task, d *definition, input []byte) (out json.RawMessage, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = &PanicError{Value: r, Stack: string(debug.Stack())}
+		}
+	}()
+	return d.fn(t, input)
+}
+
+// completeTurn records the output and settles the parent's join or the
+// run, in one transaction with the job's completion.
+func (e *Engine) completeTurn(ctx context.Context, job *river.Job[taskArgs], t *Task, parentID *uuid.UUID, out json.RawMessage) error {
+	return e.withTx(ctx, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `
+			UPDATE braid_tasks SET status = 'completed', output = $2, error = NULL, remaining = 0,
+			       finished_at = now(), updated_at = now()
+			 WHERE id = $1 AND status = 'running'`, t.id, []byte(out))
+		if err != nil {
+			return fmt.Errorf("workflow: completing task: %w", err)
+		}
+		if tag.RowsAffected() == 0 {
+			t.logger.InfoContext(ctx, "workflow: task changed state during its turn (cancelled?); its output is dropped")
+			return completeJob(ctx, tx, job)
+		}
+		if err := e.insertSpawns(t.ctx, tx, t); err != nil {
+			return err
+		}
+		if err := e.settle(ctx, tx, t.runID, parentID, "completed", out, nil); err != nil {
+			return err
+		}
+		return completeJob(ctx, tx, job)
+	})
+}
+
+// failTurn records a failed attempt. On the last attempt the task fails
+// and its parent or run learns of it; River then discards the job, which
+// stays inspectable as a dead letter.
+func (e *Engine) failTurn(ctx context.Context, job *river.Job[taskArgs], t *Task, parentID *uuid.UUID, runErr error) error {
+	se := storedError{Message: runErr.Error(), Attempt: job.Attempt}
+	var pe *PanicError
+	if errors.As(runErr, &pe) {
+		se.Kind = "panic"
+	}
+	var ce *ChildError
+	if errors.As(runErr, &ce) {
+		se.Child = ce.Child
+	}
+	errJSON, _ := json.Marshal(se)
+	// A cancelled run's turn ends with a cancelled context; it is not a
+	// failure of the task.
+	last := job.Attempt >= job.MaxAttempts
+	if !last {
+		_, err := e.pool.Exec(context.WithoutCancel(ctx), `UPDATE braid_tasks SET error = $2, updated_at = now() WHERE id = $1 AND status = 'running'`, t.id, errJSON)
+		if err != nil {
+			t.logger.WarnContext(ctx, "workflow: recording a failed attempt", "error", err)
+		}
+		return runErr
+	}
+	err := e.withTx(context.WithoutCancel(ctx), func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `
+			UPDATE braid_tasks SET status = 'failed', error = $2, remaining = 0, finished_at = now(), updated_at = now()
+			 WHERE id = $1 AND status = 'running'`, t.id, errJSON)
+		if err != nil || tag.RowsAffected() == 0 {
+			return err
+		}
+		return e.settle(ctx, tx, t.runID, parentID, "failed", nil, errJSON)
+	})
+	if err != nil {
+		return fmt.Errorf("workflow: failing task after %d attempts: %w (attempt error: %v)", job.Attempt, err, runErr)
+	}
+	return runErr
+}
+
+// settle finishes what a finished task finishes: its run when it is the
+// root, or one count of its parent's join.
+func (e *Engine) settle(ctx context.Context, tx pgx.Tx, runID uuid.UUID, parentID *uuid.UUID, status string, out json.RawMessage, errJSON []byte) error {
+	if parentID == nil {
+		if _, err := tx.Exec(ctx, `
+			UPDATE braid_runs SET status = $2, output = $3, error = $4, finished_at = now(), updated_at = now()
+			 WHERE id = $1 AND status NOT IN `+finalStatuses, runID, status, nullJSON(out), errJSON); err != nil {
+			return fmt.Errorf("workflow: finishing run: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, channelRunFinished, runID.String()); err != nil {
+			return err
+		}
+		if status == "completed" {
+			e.metrics.runsCompleted.Add(ctx, 1)
+		} else {
+			e.metrics.runsFailed.Add(ctx, 1)
+		}
+		return nil
+	}
+	return e.releaseParent(ctx, tx, *parentID)
+}
+
+// releaseParent counts one finished child off the parent's join. The lock
+// on the parent row is taken in its own statement first, so the decrement
+// that follows sees the parent's committed state: a parent that was
+// counting its children while this child finished is either counted with
+// this child finished, or is waiting by the time this child decrements.
+// The child that brings the count to zero inserts the continuation.
+func (e *Engine) releaseParent(ctx context.Context, tx pgx.Tx, parentID uuid.UUID) error {
+	batch := &pgx.Batch{}
+	batch.Queue(`SELECT 1 FROM braid_tasks WHERE id = $1 FOR UPDATE`, parentID)
+	batch.Queue(`
+		UPDATE braid_tasks
+		   SET remaining = remaining - 1,
+		       status = CASE WHEN remaining = 1 THEN 'pending' ELSE status END,
+		       updated_at = now()
+		 WHERE id = $1 AND status = 'waiting' AND remaining > 0
+		RETURNING remaining, workflow, queue, priority, max_attempts`, parentID)
+	br := tx.SendBatch(ctx, batch)
+	if _, err := br.Exec(); err != nil {
+		_ = br.Close()
+		return fmt.Errorf("workflow: locking parent task: %w", err)
+	}
+	var (
+		remaining, maxAttempts int
+		workflow, q            string
+		prio                   int16
+	)
+	err := br.QueryRow().Scan(&remaining, &workflow, &q, &prio, &maxAttempts)
+	closeErr := br.Close()
+	if errors.Is(err, pgx.ErrNoRows) {
+		return closeErr // the parent is not waiting on children
+	}
+	if err != nil {
+		return fmt.Errorf("workflow: releasing parent task: %w", err)
+	}
+	if closeErr != nil {
+		return closeErr
+	}
+	if remaining > 0 {
+		return nil
+	}
+	return e.insertTurns(ctx, tx, []turn{{taskID: parentID, workflow: workflow, queue: q, priority: queue.Priority(prio), maxAttempts: maxAttempts}})
+}
+
+// suspendTurn ends a turn that must wait, on a delay or on children.
+func (e *Engine) suspendTurn(ctx context.Context, job *river.Job[taskArgs], t *Task, parentID *uuid.UUID) error {
+	spanCarrier := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(t.ctx, spanCarrier)
+	return e.withTx(ctx, func(tx pgx.Tx) error {
+		// Lock the task first, in its own statement, so the count below
+		// sees every child that finished before the lock.
+		var status string
+		err := tx.QueryRow(ctx, `SELECT status FROM braid_tasks WHERE id = $1 FOR UPDATE`, t.id).Scan(&status)
+		if err != nil {
+			return fmt.Errorf("workflow: locking task to suspend: %w", err)
+		}
+		if status != "running" {
+			t.logger.InfoContext(ctx, "workflow: task changed state during its turn (cancelled?); not suspending", "status", status)
+			return completeJob(ctx, tx, job)
+		}
+		if err := e.insertSpawns(t.ctx, tx, t); err != nil {
+			return err
+		}
+		if d := t.delay; d != nil && !d.existing {
+			var until any
+			if !d.until.IsZero() {
+				until = d.until
+			}
+			if _, err := tx.Exec(ctx, `
+				INSERT INTO braid_steps (task_id, name, kind, status, resume_at, attempts)
+				VALUES ($1, $2, 'delay', 'waiting', coalesce($4::timestamptz, now() + $3::bigint * interval '1 microsecond'), 1)
+				ON CONFLICT (task_id, name) DO NOTHING`,
+				t.id, d.name, d.after.Microseconds(), until); err != nil {
+				return fmt.Errorf("workflow: recording delay %q: %w", d.name, err)
+			}
+			if _, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, channelDelay); err != nil {
+				return err
+			}
+		}
+		var remaining int
+		err = tx.QueryRow(ctx, `
+			UPDATE braid_tasks
+			   SET status = 'waiting',
+			       remaining = CASE WHEN $2 THEN (SELECT count(*) FROM braid_tasks c
+			                                       WHERE c.parent_task_id = $1 AND c.status NOT IN `+finalStatuses+`)
+			                        ELSE 0 END,
+			       suspended_span = $3, updated_at = now()
+			 WHERE id = $1
+			RETURNING remaining`, t.id, t.waitChildren && t.delay == nil, nullString(spanCarrier.Get("traceparent"))).Scan(&remaining)
+		if err != nil {
+			return fmt.Errorf("workflow: suspending task: %w", err)
+		}
+		if parentID == nil {
+			if _, err := tx.Exec(ctx, `UPDATE braid_runs SET status = 'waiting', updated_at = now() WHERE id = $1 AND status = 'running'`, t.runID); err != nil {
+				return err
+			}
+		}
+		if err := completeJob(ctx, tx, job); err != nil {
+			return err
+		}
+		if t.waitChildren && t.delay == nil && remaining == 0 {
+			// Every awaited child finished during the turn: continue now.
+			if _, err := tx.Exec(ctx, `UPDATE braid_tasks SET status = 'pending' WHERE id = $1`, t.id); err != nil {
+				return err
+			}
+			var maxAttempts int
+			var q string
+			var prio int16
+			if err := tx.QueryRow(ctx, `SELECT queue, priority, max_attempts FROM braid_tasks WHERE id = $1`, t.id).Scan(&q, &prio, &maxAttempts); err != nil {
+				return err
+			}
+			return e.insertTurns(ctx, tx, []turn{{taskID: t.id, workflow: t.workflow, queue: q, priority: queue.Priority(prio), maxAttempts: maxAttempts}})
+		}
+		return nil
+	})
+}
+
+// insertSpawns creates the children started during the turn, and their
+// first turns. A child that exists already (a turn that ran twice) is
+// left alone.
+func (e *Engine) insertSpawns(ctx context.Context, tx pgx.Tx, t *Task) error {
+	if len(t.spawns) == 0 {
+		return nil
+	}
+	n := len(t.spawns)
+	ids := make([]uuid.UUID, n)
+	keys := make([]string, n)
+	workflows := make([]string, n)
+	inputs := make([]string, n)
+	maxAttempts := make([]int32, n)
+	queues := make([]string, n)
+	prios := make([]int16, n)
+	byID := make(map[uuid.UUID]*spawn, n)
+	for i := range t.spawns {
+		s := &t.spawns[i]
+		ids[i] = mustID()
+		keys[i] = s.key
+		workflows[i] = s.def.name
+		inputs[i] = string(s.input)
+		maxAttempts[i] = int32(s.def.maxAttempts)
+		queues[i] = s.def.queue
+		prios[i] = int16(s.def.priority)
+		byID[ids[i]] = s
+	}
+	rows, err := tx.Query(ctx, `
+		INSERT INTO braid_tasks (id, run_id, parent_task_id, key, workflow, status, input, max_attempts, queue, priority)
+		SELECT unnest($1::uuid[]), $2::uuid, $3::uuid, unnest($4::text[]), unnest($5::text[]), 'pending',
+		       unnest($6::text[])::jsonb, unnest($7::int[]), unnest($8::text[]), unnest($9::smallint[])
+		ON CONFLICT (parent_task_id, key) WHERE parent_task_id IS NOT NULL DO NOTHING
+		RETURNING id`, ids, t.runID, t.id, keys, workflows, inputs, maxAttempts, queues, prios)
+	if err != nil {
+		return fmt.Errorf("workflow: creating %d children: %w", n, err)
+	}
+	created, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return fmt.Errorf("workflow: creating %d children: %w", n, err)
+	}
+	turns := make([]turn, 0, len(created))
+	for _, id := range created {
+		s := byID[id]
+		turns = append(turns, turn{taskID: id, workflow: s.def.name, queue: s.def.queue, priority: s.def.priority, maxAttempts: s.def.maxAttempts})
+	}
+	return e.insertTurns(ctx, tx, turns)
+}
+
+func completeJob(ctx context.Context, tx pgx.Tx, job *river.Job[taskArgs]) error {
+	if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job); err != nil {
+		if errors.Is(err, rivertype.ErrNotFound) {
+			// The job is no longer running (cancelled meanwhile): nothing
+			// to complete.
+			return nil
+		}
+		return fmt.Errorf("workflow: completing turn job %d: %w", job.ID, err)
+	}
+	return nil
+}
+
+func nullString(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
