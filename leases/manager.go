@@ -379,8 +379,7 @@ RETURNING ` + leaseColumns
 // Renew extends lease by TTL from now and returns its new state; the
 // generation is unchanged. It is fenced on the lease's name, holder and
 // generation and on the lease being unexpired: otherwise it returns an error
-// matching ErrLeaseNotHeld. Only leases acquired by this Manager's holder can
-// be renewed.
+// matching ErrLeaseNotHeld.
 func (m *Manager) Renew(ctx context.Context, lease *Lease) (*Lease, error) {
 	return m.renew(ctx, m.pool, lease)
 }

@@ -280,8 +280,8 @@ func TestCheckTxHoldsOffTakeover(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := testutil.DB(t)
-	a := newManager(t, pool, "a", 10*time.Second, time.Second)
-	b := newManager(t, pool, "b", 10*time.Second, time.Second)
+	a := newManager(t, pool, "a", 300*time.Millisecond, 100*time.Millisecond)
+	b := newManager(t, pool, "b", 300*time.Millisecond, 100*time.Millisecond)
 
 	lease, err := a.TryAcquire(ctx, "job")
 	if err != nil {
@@ -296,9 +296,19 @@ func TestCheckTxHoldsOffTakeover(t *testing.T) {
 		t.Fatalf("CheckTx on a held lease: %v", err)
 	}
 
-	// The lease expires while the fenced transaction is open; b may not take
-	// it until that transaction ends.
-	expire(t, pool, "job")
+	// The lease expires (on the database clock) while the fenced transaction
+	// is open; b may not take it until that transaction ends.
+	for {
+		var expired bool
+		err := pool.QueryRow(ctx, `SELECT expires_at <= clock_timestamp() FROM braid_leases WHERE name = 'job'`).Scan(&expired)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if expired {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	got := make(chan error, 1)
 	go func() {
 		_, err := b.TryAcquire(ctx, "job")

@@ -197,7 +197,9 @@ type Config struct {
 	// (Hooks, Plugins, PeriodicJobs, PollOnly, SoftStopTimeout, TestOnly…).
 	// Fields set in this Config take precedence over the same fields in
 	// River; Middleware lists are joined (braid's, then Middleware, then
-	// River.Middleware).
+	// River.Middleware). River's deprecated JobInsertMiddleware and
+	// WorkerMiddleware cannot be combined with braid's middleware: River
+	// rejects the mix, so New returns its error.
 	River *river.Config
 }
 

@@ -380,3 +380,29 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// TestSlotArithmetic checks how the scheduler walks slots: the latest slot
+// at or before now, and the first slot after now on the same grid.
+func TestSlotArithmetic(t *testing.T) {
+	t.Parallel()
+	now := utc(t, "2026-11-21T19:52:46.5Z")
+	tests := []struct {
+		expr, first, wantLast, wantAfter string
+	}{
+		{"@every 10s", "2026-11-21T19:50:00.25Z", "2026-11-21T19:52:40.25Z", "2026-11-21T19:52:50.25Z"},
+		{"@every 1h", "2026-11-21T19:52:46.5Z", "2026-11-21T19:52:46.5Z", "2026-11-21T20:52:46.5Z"},
+		{"* * * * *", "2026-11-11T00:00:00Z", "2026-11-21T19:52:00Z", "2026-11-21T19:53:00Z"},
+		{"0 0 1 1 *", "2000-01-01T00:00:00Z", "2026-01-01T00:00:00Z", "2027-01-01T00:00:00Z"},
+		{"*/5 9-17 * * MON-FRI", "2020-01-01T09:00:00Z", "2026-11-20T17:55:00Z", "2026-11-23T09:00:00Z"},
+	}
+	for _, tt := range tests {
+		e := MustParse(tt.expr, "")
+		first := utc(t, tt.first)
+		if got := lastSlot(e, first, now).UTC().Format(time.RFC3339Nano); got != tt.wantLast {
+			t.Errorf("lastSlot(%q, %s) = %s, want %s", tt.expr, tt.first, got, tt.wantLast)
+		}
+		if got := slotAfter(e, first, now).UTC().Format(time.RFC3339Nano); got != tt.wantAfter {
+			t.Errorf("slotAfter(%q, %s) = %s, want %s", tt.expr, tt.first, got, tt.wantAfter)
+		}
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/braidflow/braid/leases"
+	"github.com/braidflow/braid/queue"
 )
 
 // Limits that braid_recurring enforces.
@@ -366,13 +367,22 @@ ORDER BY kind, key LIMIT $4 OFFSET $5`, p.Kind, p.Enabled, p.Dead, p.Limit, p.Of
 	return list, nil
 }
 
-// Metadata keys of the River jobs of recurring jobs. The middleware finds
-// the row of a run through MetadataRecurringID.
+// Metadata keys of the River jobs of recurring jobs.
 const (
-	MetadataRecurringID   = "braid_recurring_id"
-	MetadataRecurringKey  = "braid_recurring_key"
-	insertFailureRetry    = time.Minute
-	insertFailureErrorMsg = "inserting the River job failed: "
+	// MetadataRecurringID holds the ID of the row; the middleware finds
+	// the row of a run through it.
+	MetadataRecurringID = "braid_recurring_id"
+
+	// MetadataRecurringKey holds the entity key, for operators.
+	MetadataRecurringKey = "braid_recurring_key"
+)
+
+// A row whose River job cannot be inserted (say its kind has no worker in
+// this process) is released and tried again after insertFailureRetry, with
+// the error in last_error. It does not count as a failed run.
+const (
+	insertFailureRetry  = time.Minute
+	insertFailurePrefix = "inserting the River job failed: "
 )
 
 // claimedRow is a recurring job claimed for a run.
@@ -427,7 +437,7 @@ RETURNING r.id, r.kind, r.key, r.args, r.queue, r.priority, due.previous`,
 		return 0, nil
 	}
 
-	params := make([]river.InsertManyParams, len(claimed))
+	params := make([]queue.InsertManyParams, len(claimed))
 	for i, c := range claimed {
 		if c.previous != nil {
 			s.logger.WarnContext(ctx, "scheduler: reclaiming a stale recurring job", slog.String("kind", c.kind),
@@ -437,16 +447,18 @@ RETURNING r.id, r.kind, r.key, r.args, r.queue, r.priority, due.previous`,
 		if err != nil {
 			return 0, err
 		}
-		params[i] = river.InsertManyParams{
+		params[i] = queue.InsertManyParams{
 			Args: rawJobArgs{kind: c.kind, args: c.args},
 			// One attempt: the row's backoff is the retry.
-			InsertOpts: &river.InsertOpts{Queue: c.queue, Priority: int(c.priority), MaxAttempts: 1, Metadata: meta},
+			InsertOpts: &queue.InsertOpts{InsertOpts: river.InsertOpts{
+				Queue: c.queue, Priority: int(c.priority), MaxAttempts: 1, Metadata: meta,
+			}},
 		}
 	}
 
 	ids := make([]int64, 0, len(claimed))
 	jobIDs := make([]int64, 0, len(claimed))
-	if results, err := insertManySavepoint(ctx, tx, s.cfg.River, params); err == nil {
+	if results, err := insertManySavepoint(ctx, tx, s.cfg.Queue, params); err == nil {
 		for i, r := range results {
 			ids, jobIDs = append(ids, claimed[i].id), append(jobIDs, r.Job.ID)
 		}
@@ -457,7 +469,7 @@ RETURNING r.id, r.kind, r.key, r.args, r.queue, r.priority, due.previous`,
 		// One row's job cannot be inserted (for example its kind has no
 		// worker in this process); insert one by one so the others run.
 		for i, c := range claimed {
-			results, err := insertManySavepoint(ctx, tx, s.cfg.River, params[i:i+1])
+			results, err := insertManySavepoint(ctx, tx, s.cfg.Queue, params[i:i+1])
 			if err == nil {
 				ids, jobIDs = append(ids, c.id), append(jobIDs, results[0].Job.ID)
 				continue
@@ -469,7 +481,7 @@ RETURNING r.id, r.kind, r.key, r.args, r.queue, r.priority, due.previous`,
 				slog.String("kind", c.kind), slog.String("key", c.key), slog.String("error", err.Error()))
 			if _, err := tx.Exec(ctx, `UPDATE braid_recurring SET running_since = NULL, last_error = $2,
     next_run_at = now() + $3::bigint * interval '1 microsecond', updated_at = now() WHERE id = $1`,
-				c.id, insertFailureErrorMsg+err.Error(), insertFailureRetry.Microseconds()); err != nil {
+				c.id, insertFailurePrefix+err.Error(), insertFailureRetry.Microseconds()); err != nil {
 				return 0, fmt.Errorf("scheduler: releasing recurring job %s/%s: %w", c.kind, c.key, err)
 			}
 		}
@@ -487,12 +499,12 @@ FROM unnest($1::bigint[], $2::bigint[]) AS v(id, job_id) WHERE r.id = v.id`, ids
 	return len(claimed), nil
 }
 
-func insertManySavepoint(ctx context.Context, tx pgx.Tx, client *river.Client[pgx.Tx], params []river.InsertManyParams) ([]*rivertype.JobInsertResult, error) {
+func insertManySavepoint(ctx context.Context, tx pgx.Tx, q *queue.Queue, params []queue.InsertManyParams) ([]*rivertype.JobInsertResult, error) {
 	sp, err := tx.Begin(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errTxBroken, err)
 	}
-	results, err := client.InsertManyTx(ctx, sp, params)
+	results, err := q.InsertManyTx(ctx, sp, params)
 	if err != nil {
 		if rbErr := sp.Rollback(ctx); rbErr != nil {
 			return nil, fmt.Errorf("%w: %w (rolling back: %w)", errTxBroken, err, rbErr)

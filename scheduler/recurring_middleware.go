@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"runtime/debug"
 	"sync"
 	"time"
@@ -16,6 +15,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
+
+	"github.com/braidflow/braid/queue"
 )
 
 const (
@@ -28,13 +29,6 @@ const (
 	// recurring job as a dead letter.
 	RecurringMaxFailuresDefault = 10
 
-	// RecurringBackoffBaseDefault, RecurringBackoffMaxDefault and
-	// RecurringBackoffJitter define RecurringBackoffDefault: base·2^(n-1)
-	// after the n-th consecutive failure, capped at the maximum, ±20%.
-	RecurringBackoffBaseDefault = time.Minute
-	RecurringBackoffMaxDefault  = 24 * time.Hour
-	RecurringBackoffJitter      = 0.2
-
 	// lastErrorMaxLength bounds the stored error text, in characters.
 	lastErrorMaxLength = 4000
 )
@@ -42,21 +36,6 @@ const (
 // ErrNotRecurring is returned by NextRunAt outside the run of a recurring
 // job.
 var ErrNotRecurring = errors.New("scheduler: not running a recurring job")
-
-// RecurringBackoffDefault is the delay before the next run after the n-th
-// consecutive failure: one minute times 2^(n-1), capped at 24 hours, with
-// ±20% jitter (1m, 2m, 4m, … give 48–72s, 96–144s, 192–288s, …).
-func RecurringBackoffDefault(failures int) time.Duration {
-	d := RecurringBackoffMaxDefault
-	if failures < 1 {
-		failures = 1
-	}
-	if failures <= 31 {
-		d = min(RecurringBackoffBaseDefault<<(failures-1), RecurringBackoffMaxDefault)
-	}
-	jitter := 1 + RecurringBackoffJitter*(2*rand.Float64()-1)
-	return time.Duration(float64(d) * jitter)
-}
 
 // RecurringConfig configures a RecurringMiddleware. The zero value is
 // valid: every field has a documented default.
@@ -76,11 +55,11 @@ type RecurringConfig struct {
 	// Defaults to RecurringMaxFailuresDefault (10).
 	MaxFailures int
 
-	// Backoff returns the delay before the next run after the given number
-	// (1 or more) of consecutive failures.
+	// Backoff is the delay before the next run after the n-th consecutive
+	// failure: Backoff.Delay(n).
 	//
-	// Defaults to RecurringBackoffDefault.
-	Backoff func(failures int) time.Duration
+	// Defaults to queue.DefaultBackoff: 1m·2^(n-1), capped at 24h, ±20%.
+	Backoff queue.Backoff
 
 	// Logger receives outcomes that could not be recorded.
 	//
@@ -144,8 +123,11 @@ func NewRecurringMiddleware(pool *pgxpool.Pool, cfg *RecurringConfig) (*Recurrin
 	if c.MaxFailures == 0 {
 		c.MaxFailures = RecurringMaxFailuresDefault
 	}
-	if c.Backoff == nil {
-		c.Backoff = RecurringBackoffDefault
+	if c.Backoff == (queue.Backoff{}) {
+		c.Backoff = queue.DefaultBackoff
+	}
+	if err := c.Backoff.Validate(); err != nil {
+		return nil, fmt.Errorf("scheduler: RecurringConfig.Backoff: %w", err)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -261,7 +243,7 @@ WHERE id = $1 AND job_id = $2 AND running_since IS NOT NULL FOR UPDATE`, id, job
 UPDATE braid_recurring SET running_since = NULL, last_run_at = now(), consecutive_failures = $2, last_error = $3,
     next_run_at = now() + $4::bigint * interval '1 microsecond',
     dead_at = CASE WHEN $5 THEN now() ELSE dead_at END, updated_at = now()
-WHERE id = $1`, id, count, truncateError(runErr), m.cfg.Backoff(count).Microseconds(), dead); err != nil {
+WHERE id = $1`, id, count, truncateError(runErr), m.cfg.Backoff.Delay(count).Microseconds(), dead); err != nil {
 			return err
 		}
 		if dead {

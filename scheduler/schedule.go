@@ -17,6 +17,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/braidflow/braid/leases"
+	"github.com/braidflow/braid/queue"
 )
 
 // TargetType says what a schedule fires.
@@ -830,14 +831,23 @@ func (s *Scheduler) insertTarget(ctx context.Context, tx pgx.Tx, sch *Schedule, 
 		if err != nil {
 			return nil, nil, err
 		}
-		res, err := s.cfg.River.InsertTx(ctx, tx, rawJobArgs{kind: sch.Target, args: sch.Args}, &river.InsertOpts{
-			Queue:       sch.Queue,
-			Priority:    sch.Priority,
-			MaxAttempts: sch.MaxAttempts,
-			Metadata:    meta,
+		res, err := s.cfg.Queue.InsertTx(ctx, tx, rawJobArgs{kind: sch.Target, args: sch.Args}, &queue.InsertOpts{
+			InsertOpts: river.InsertOpts{
+				Queue:       sch.Queue,
+				Priority:    sch.Priority,
+				MaxAttempts: sch.MaxAttempts,
+				Metadata:    meta,
+			},
+			// A backstop for the fence on next_run_at: a slot inserted
+			// twice is the same job.
+			IdempotencyKey: IdempotencyKey(sch.Name, slot),
 		})
 		if err != nil {
 			return nil, nil, fmt.Errorf("inserting job of kind %q: %w", sch.Target, err)
+		}
+		if res.UniqueSkippedAsDuplicate {
+			s.logger.WarnContext(ctx, "scheduler: slot had already fired; keeping its job", slog.String("schedule", sch.Name),
+				slog.Time("slot", slot), slog.Int64("job_id", res.Job.ID))
 		}
 		return &res.Job.ID, nil, nil
 	}
@@ -857,9 +867,11 @@ const (
 	MetadataFirstSlot = "braid_first_slot"
 )
 
-// IdempotencyKey returns the key with which a schedule starts the workflow
-// run of a slot: "schedule:<name>:<slot in RFC 3339, UTC>". A run started
-// twice for the same slot is the same run.
+// IdempotencyKey returns the idempotency key of a schedule's slot:
+// "schedule:<name>:<slot in RFC 3339, UTC>". A schedule starts the workflow
+// run of a slot with it, so a run started twice for the same slot is the
+// same run, and inserts the job of a slot with it (queue.InsertOpts), so a
+// slot inserted twice is the same job.
 func IdempotencyKey(schedule string, slot time.Time) string {
 	return "schedule:" + schedule + ":" + slot.UTC().Format(slotFormat)
 }

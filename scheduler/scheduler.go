@@ -12,9 +12,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river"
 
 	"github.com/braidflow/braid/leases"
+	"github.com/braidflow/braid/queue"
 )
 
 const (
@@ -43,9 +43,9 @@ const (
 	QueueDefault = "default"
 
 	// PriorityDefault is the River priority (1, most urgent, to 4) of jobs
-	// that name none. It matches the column defaults of braid_schedules and
-	// braid_recurring.
-	PriorityDefault = 2
+	// that name none: queue.PriorityNormal, as for every braid insert. It
+	// matches the column defaults of braid_schedules and braid_recurring.
+	PriorityDefault = int(queue.PriorityDefault)
 
 	// NotifyChannel is the PostgreSQL channel on which every change to a
 	// schedule or recurring job is announced, so the leader wakes early.
@@ -73,12 +73,13 @@ type WorkflowStarter interface {
 }
 
 // Config configures a Scheduler. The zero value is valid for managing
-// schedules and recurring jobs; Start also needs River.
+// schedules and recurring jobs; Start also needs Queue.
 type Config struct {
-	// River inserts the jobs of schedules and recurring jobs, in the same
-	// transaction that advances them. Pass the queue's client (q.River()).
-	// It is required by Start, and not used otherwise.
-	River *river.Client[pgx.Tx]
+	// Queue inserts the jobs of schedules and recurring jobs, in the same
+	// transaction that advances them. It is required by Start, and not used
+	// otherwise. It need not be started in this process, but its River
+	// client must know the kinds of the jobs (or skip that check).
+	Queue *queue.Queue
 
 	// Workflows starts the runs of schedules whose target is a workflow.
 	// When nil, such schedules log an error at each slot instead of firing.
@@ -202,10 +203,10 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Scheduler, error) {
 // Start begins competing for the scheduler lease in the background. While
 // this process holds it, it fires due schedules and claims due recurring
 // jobs. Cancelling ctx stops it like Stop. Start returns an error when
-// Config.River is nil or the Scheduler is already started.
+// Config.Queue is nil or the Scheduler is already started.
 func (s *Scheduler) Start(ctx context.Context) error {
-	if s.cfg.River == nil {
-		return errors.New("scheduler: Start needs Config.River to insert jobs")
+	if s.cfg.Queue == nil {
+		return errors.New("scheduler: Start needs Config.Queue to insert jobs")
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -249,10 +250,14 @@ func (s *Scheduler) Stop(ctx context.Context) error {
 // earliest next_run_at, the poll interval, or a notification.
 func (s *Scheduler) lead(ctx context.Context, lease *leases.Lease) error {
 	s.logger.InfoContext(ctx, "scheduler: leading", slog.String("lease", lease.Name), slog.Int64("generation", lease.Generation))
-	wake := s.listen(ctx)
-	timer := time.NewTimer(0)
+	ctx, cancel := context.WithCancel(ctx)
+	wake, listening := s.listen(ctx)
+	defer func() {
+		cancel()
+		<-listening
+	}()
+	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	<-timer.C
 	for {
 		if err := s.tick(ctx, lease); err != nil {
 			if ctx.Err() != nil {
@@ -270,30 +275,31 @@ func (s *Scheduler) lead(ctx context.Context, lease *leases.Lease) error {
 			return nil
 		case <-timer.C:
 		case <-wake:
-			if !timer.Stop() {
-				<-timer.C
-			}
+			timer.Stop()
 		}
 	}
 }
 
 // listen holds a connection that LISTENs on NotifyChannel until ctx ends and
-// signals the returned channel on each notification. When listening fails,
-// the leader polls alone.
-func (s *Scheduler) listen(ctx context.Context) <-chan struct{} {
-	wake := make(chan struct{}, 1)
+// signals wake on each notification; done closes once the connection is
+// closed. When listening fails, the leader polls alone.
+func (s *Scheduler) listen(ctx context.Context) (wake <-chan struct{}, done <-chan struct{}) {
+	wakeC, doneC := make(chan struct{}, 1), make(chan struct{})
 	pc, err := s.pool.Acquire(ctx)
 	if err != nil {
 		s.logger.WarnContext(ctx, "scheduler: cannot listen for changes; polling only", slog.String("error", err.Error()))
-		return wake
+		close(doneC)
+		return wakeC, doneC
 	}
 	conn := pc.Hijack()
 	if _, err := conn.Exec(ctx, "LISTEN "+NotifyChannel); err != nil {
 		s.logger.WarnContext(ctx, "scheduler: cannot listen for changes; polling only", slog.String("error", err.Error()))
 		closeConn(conn)
-		return wake
+		close(doneC)
+		return wakeC, doneC
 	}
 	go func() {
+		defer close(doneC)
 		defer closeConn(conn)
 		for {
 			if _, err := conn.WaitForNotification(ctx); err != nil {
@@ -303,12 +309,12 @@ func (s *Scheduler) listen(ctx context.Context) <-chan struct{} {
 				return
 			}
 			select {
-			case wake <- struct{}{}:
+			case wakeC <- struct{}{}:
 			default:
 			}
 		}
 	}()
-	return wake
+	return wakeC, doneC
 }
 
 func closeConn(conn *pgx.Conn) {

@@ -214,27 +214,64 @@ func redact(connString string) string {
 	return connString
 }
 
-// URL creates a fresh, fully migrated database for the test and returns
-// its connection string. The database is dropped when the test ends. Use it
-// when another process must connect to the same database.
-func URL(tb testing.TB) string {
-	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
+// Database is a fresh, fully migrated database, for code that has no
+// testing.TB (runnable examples, benchmarks).
+type Database struct {
+	// URL is the database's connection string.
+	URL string
+	// Pool is a pool on it.
+	Pool *pgxpool.Pool
+
+	drop func()
+}
+
+// Close closes the pool and drops the database.
+func (d *Database) Close() {
+	if d.Pool != nil {
+		d.Pool.Close()
+	}
+	d.drop()
+}
+
+// Open creates a fresh, fully migrated database with a pool on it.
+func Open(ctx context.Context) (*Database, error) {
+	u, drop, err := create(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := pgxpool.ParseConfig(u)
+	if err != nil {
+		drop()
+		return nil, err
+	}
+	if cfg.MaxConns < PoolMaxConnsDefault {
+		cfg.MaxConns = PoolMaxConnsDefault
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		drop()
+		return nil, err
+	}
+	return &Database{URL: u, Pool: pool, drop: drop}, nil
+}
+
+// create makes a fresh database from the template and returns its URL and
+// a function that drops it.
+func create(ctx context.Context) (string, func(), error) {
 	admin, err := server()
 	if err != nil {
-		tb.Fatalf("testutil: %v", err)
+		return "", nil, err
 	}
 	tmpl, err := template(ctx, admin)
 	if err != nil {
-		tb.Fatalf("testutil: %v", err)
+		return "", nil, err
 	}
 	var rnd [6]byte
 	_, _ = rand.Read(rnd[:])
 	name := "braid_test_" + hex.EncodeToString(rnd[:])
 	conn, err := pgx.Connect(ctx, admin)
 	if err != nil {
-		tb.Fatalf("testutil: connecting: %v", err)
+		return "", nil, fmt.Errorf("testutil: connecting: %w", err)
 	}
 	defer conn.Close(ctx)
 	// CREATE DATABASE … TEMPLATE fails while anyone else is connected to
@@ -247,9 +284,9 @@ func URL(tb testing.TB) string {
 		time.Sleep(100 * time.Millisecond)
 	}
 	if err != nil {
-		tb.Fatalf("testutil: creating database %s: %v", name, err)
+		return "", nil, fmt.Errorf("testutil: creating database %s: %w", name, err)
 	}
-	tb.Cleanup(func() {
+	drop := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		conn, err := pgx.Connect(ctx, admin)
@@ -258,11 +295,27 @@ func URL(tb testing.TB) string {
 		}
 		defer conn.Close(ctx)
 		_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
-	})
+	}
 	u, err := withDatabase(admin, name)
+	if err != nil {
+		drop()
+		return "", nil, err
+	}
+	return u, drop, nil
+}
+
+// URL creates a fresh, fully migrated database for the test and returns
+// its connection string. The database is dropped when the test ends. Use it
+// when another process must connect to the same database.
+func URL(tb testing.TB) string {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	u, drop, err := create(ctx)
 	if err != nil {
 		tb.Fatalf("testutil: %v", err)
 	}
+	tb.Cleanup(drop)
 	return u
 }
 

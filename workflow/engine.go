@@ -36,6 +36,10 @@ const (
 	// ResultPollIntervalDefault is how often Run.Result looks at the run
 	// when no notification arrives.
 	ResultPollIntervalDefault = time.Second
+	// TurnHeartbeatDefault is how often a running turn records that it is
+	// alive. A turn whose process died is rescued by the queue's heartbeat
+	// rescuer after a few missed heartbeats.
+	TurnHeartbeatDefault = 5 * time.Second
 )
 
 // Names of the lease and the notification channels the engine uses.
@@ -89,6 +93,13 @@ type Config struct {
 	// ResultPollIntervalDefault.
 	ResultPollInterval time.Duration
 
+	// TurnHeartbeat is how often a running turn records that it is alive.
+	// The queue's heartbeat rescuer returns a turn whose heartbeats stopped
+	// (its process died) to retryable after Queue.HeartbeatMisses missed
+	// heartbeats, so a crashed turn resumes in seconds rather than after
+	// River's RescueStuckJobsAfter. Default TurnHeartbeatDefault.
+	TurnHeartbeat time.Duration
+
 	// TracerProvider and MeterProvider default to the OTel globals.
 	TracerProvider trace.TracerProvider
 	MeterProvider  metric.MeterProvider
@@ -141,6 +152,9 @@ func NewEngine(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 	if c.ResultPollInterval == 0 {
 		c.ResultPollInterval = ResultPollIntervalDefault
 	}
+	if c.TurnHeartbeat == 0 {
+		c.TurnHeartbeat = TurnHeartbeatDefault
+	}
 	switch {
 	case c.MaxPayloadBytes < 0:
 		return nil, fmt.Errorf("workflow: MaxPayloadBytes %d is negative", c.MaxPayloadBytes)
@@ -150,6 +164,8 @@ func NewEngine(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 		return nil, fmt.Errorf("workflow: DelayBatchSize %d is negative", c.DelayBatchSize)
 	case c.DelayPollInterval < 0:
 		return nil, fmt.Errorf("workflow: DelayPollInterval %s is negative", c.DelayPollInterval)
+	case c.TurnHeartbeat < 0:
+		return nil, fmt.Errorf("workflow: TurnHeartbeat %s is negative", c.TurnHeartbeat)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -206,6 +222,11 @@ func NewEngine(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 		}
 	}
 	qc.UntracedKinds = append(append([]string(nil), qc.UntracedKinds...), TaskKind)
+	heartbeats := map[string]time.Duration{TaskKind: c.TurnHeartbeat}
+	for k, v := range qc.Heartbeats {
+		heartbeats[k] = v
+	}
+	qc.Heartbeats = heartbeats
 	if qc.TracerProvider == nil {
 		qc.TracerProvider = c.TracerProvider
 	}
@@ -215,10 +236,15 @@ func NewEngine(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 	if qc.Logger == nil {
 		qc.Logger = c.Logger
 	}
-	if e.queue, err = queue.New(pool, &qc); err != nil {
+	if qc.Leases != nil && c.Leases == nil {
+		e.leases = qc.Leases
+	} else if e.leases, err = leases.New(pool, c.Leases); err != nil {
 		return nil, err
 	}
-	if e.leases, err = leases.New(pool, c.Leases); err != nil {
+	if qc.Leases == nil {
+		qc.Leases = e.leases
+	}
+	if e.queue, err = queue.New(pool, &qc); err != nil {
 		return nil, err
 	}
 	e.notifier = newNotifier(pool, c.Logger)

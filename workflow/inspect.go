@@ -318,6 +318,13 @@ func (e *Engine) Retry(ctx context.Context, runID string) error {
 	if err != nil {
 		return fmt.Errorf("%w: %q is not a UUID", ErrRunNotFound, runID)
 	}
+	// River records a turn's final state after the turn returns, and a
+	// cancelled turn may still be running its code. A new turn for the
+	// same task must not start before the old one has ended, so wait for
+	// the turns of the tasks being reset to end.
+	if err := e.waitForTurnsToEnd(ctx, id); err != nil {
+		return err
+	}
 	return e.withTx(ctx, func(tx pgx.Tx) error {
 		var status string
 		err := tx.QueryRow(ctx, `SELECT status FROM braid_runs WHERE id = $1 FOR UPDATE`, id).Scan(&status)
@@ -383,4 +390,34 @@ func (e *Engine) Retry(ctx context.Context, runID string) error {
 		}
 		return e.insertTurns(ctx, tx, turns)
 	})
+}
+
+// RetryWaitDefault bounds how long Retry waits for the turns of a run's
+// failed or cancelled tasks to end.
+const RetryWaitDefault = 30 * time.Second
+
+func (e *Engine) waitForTurnsToEnd(ctx context.Context, runID uuid.UUID) error {
+	deadline := time.Now().Add(RetryWaitDefault)
+	for {
+		var running int
+		err := e.pool.QueryRow(ctx, `
+			SELECT count(*) FROM river_job j
+			  JOIN braid_tasks t ON j.args->>'task_id' = t.id::text
+			 WHERE j.kind = $1 AND j.state = 'running'
+			   AND t.run_id = $2 AND t.status IN ('failed', 'cancelled')`, TaskKind, runID).Scan(&running)
+		if err != nil {
+			return err
+		}
+		if running == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("workflow: run %s: %d turns of its failed or cancelled tasks are still running after %s; retry once they end", runID, running, RetryWaitDefault)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }

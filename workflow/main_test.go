@@ -2,6 +2,7 @@ package workflow_test
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"testing"
 	"time"
@@ -36,6 +37,7 @@ func testConfig(defs ...workflow.Definition) *workflow.Config {
 			RetryPolicy: fast,
 		},
 		ResultPollInterval: 200 * time.Millisecond,
+		Logger:             slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}
 }
 
@@ -78,7 +80,7 @@ func ctxTimeout(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
-func exec(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) {
+func execSQL(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) {
 	t.Helper()
 	if _, err := pool.Exec(context.Background(), sql, args...); err != nil {
 		t.Fatalf("%s: %v", sql, err)
@@ -98,5 +100,5 @@ func count(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
 // count how often each body ran.
 func ledger(t *testing.T, pool *pgxpool.Pool) {
 	t.Helper()
-	exec(t, pool, `CREATE TABLE IF NOT EXISTS ledger (run_id text, step text, pid int, at timestamptz NOT NULL DEFAULT clock_timestamp())`)
+	execSQL(t, pool, `CREATE TABLE IF NOT EXISTS ledger (run_id text, step text, pid int, at timestamptz NOT NULL DEFAULT clock_timestamp())`)
 }

@@ -66,8 +66,17 @@ func (e *Engine) insertTurns(ctx context.Context, tx pgx.Tx, turns []turn) error
 			},
 		}
 	}
-	if _, err := e.queue.River().InsertManyTx(ctx, tx, params); err != nil {
+	res, err := e.queue.River().InsertManyTx(ctx, tx, params)
+	if err != nil {
 		return fmt.Errorf("workflow: inserting %d turns: %w", len(turns), err)
+	}
+	for i, r := range res {
+		if r.UniqueSkippedAsDuplicate {
+			// Another live turn exists for the task. Every caller wakes a
+			// task only from a state in which it has no live turn, so this
+			// is a broken invariant, not a race to ignore.
+			return fmt.Errorf("workflow: task %s already has a live turn (job %d); not inserting another", turns[i].taskID, r.Job.ID)
+		}
 	}
 	return nil
 }
@@ -195,7 +204,9 @@ func (e *Engine) runTurn(ctx context.Context, job *river.Job[taskArgs]) error {
 	t.logger = e.logger.With("run.id", t.runID.String(), "task.id", taskID.String(), "workflow", t.workflow)
 	e.metrics.turns.Add(ctx, 1)
 
+	stopHeartbeat := e.heartbeat(ctx)
 	out, runErr := callWorkflow(t, d, input)
+	stopHeartbeat()
 
 	switch {
 	case t.suspended && t.snoozing:
@@ -255,6 +266,34 @@ func loadChildren(br pgx.BatchResults, t *Task) error {
 		t.children[key] = c
 	}
 	return rows.Err()
+}
+
+// heartbeat records that the turn is alive every TurnHeartbeat until the
+// returned function is called.
+func (e *Engine) heartbeat(ctx context.Context) func() {
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		tick := time.NewTicker(e.cfg.TurnHeartbeat)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				if err := queue.Heartbeat(ctx); err != nil && ctx.Err() == nil {
+					e.logger.WarnContext(ctx, "workflow: recording a turn heartbeat", "error", err)
+				}
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-stopped
+	}
 }
 
 // callWorkflow runs the workflow function. A panic fails the attempt with

@@ -1,0 +1,316 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river/rivertype"
+)
+
+// ProgressChannel is the PostgreSQL NOTIFY channel on which Progress
+// announces every update. The payload is a JobProgress as JSON:
+//
+//	{"job_id": 42, "kind": "export", "attempt": 1, "percent": 50,
+//	 "message": "halfway", "updated_at": "2025-01-02T15:04:05.123456+00:00"}
+//
+// Any process can LISTEN braid_job_progress to show live progress.
+const ProgressChannel = "braid_job_progress"
+
+// ProgressMessageMaxLength is the longest progress message accepted, in
+// characters. It keeps every NOTIFY payload under PostgreSQL's 8000-byte
+// limit.
+const ProgressMessageMaxLength = 1000
+
+// clearTimeout bounds the write that ends an attempt's heartbeat.
+const clearTimeout = 5 * time.Second
+
+var (
+	// ErrNotJobContext is returned by Progress and Heartbeat when ctx is not
+	// the context of a job worked by a Queue (for example a background
+	// context, or a goroutine's context not derived from the worker's).
+	ErrNotJobContext = errors.New("queue: ctx is not a job's context; Progress and Heartbeat work only inside a worker run by a queue.Queue")
+
+	// ErrJobNotRunning is returned by Progress and Heartbeat when the attempt
+	// no longer owns its job: the job was rescued, or finished, or another
+	// attempt runs it. The attempt's context is cancelled with this cause;
+	// the worker should return.
+	ErrJobNotRunning = errors.New("queue: this attempt no longer owns its job (rescued, finished or superseded)")
+)
+
+// JobProgress is a job's latest progress report and heartbeat, as stored in
+// braid_job_progress and as sent on ProgressChannel.
+type JobProgress struct {
+	// JobID is the River job's ID.
+	JobID int64 `json:"job_id"`
+	// Kind is the job's kind.
+	Kind string `json:"kind"`
+	// Attempt is the attempt that reported.
+	Attempt int `json:"attempt"`
+	// Percent is the last reported percentage, 0 to 100.
+	Percent int `json:"percent"`
+	// Message is the last reported message.
+	Message string `json:"message"`
+	// HeartbeatAt is the last heartbeat of the running attempt; nil once the
+	// attempt has ended. Not part of the NOTIFY payload.
+	HeartbeatAt *time.Time `json:"heartbeat_at,omitempty"`
+	// UpdatedAt is when the row last changed, on the database clock.
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+type jobContextKey struct{}
+
+// jobContext is what the middleware puts in a worker's context.
+type jobContext struct {
+	q        *Queue
+	job      *rivertype.JobRow
+	cancel   context.CancelCauseFunc
+	interval time.Duration // declared heartbeat interval, or zero
+	touched  atomic.Bool   // Progress or Heartbeat wrote a row
+}
+
+func fromContext(ctx context.Context) (*jobContext, error) {
+	jc, ok := ctx.Value(jobContextKey{}).(*jobContext)
+	if !ok {
+		return nil, ErrNotJobContext
+	}
+	return jc, nil
+}
+
+// JobFromContext returns the job whose attempt ctx belongs to, or false
+// when ctx is not a job's context.
+func JobFromContext(ctx context.Context) (*rivertype.JobRow, bool) {
+	jc, err := fromContext(ctx)
+	if err != nil {
+		return nil, false
+	}
+	return jc.job, true
+}
+
+// FromContext returns the Queue working the job whose attempt ctx belongs
+// to, or false when ctx is not a job's context.
+func FromContext(ctx context.Context) (*Queue, bool) {
+	jc, err := fromContext(ctx)
+	if err != nil {
+		return nil, false
+	}
+	return jc.q, true
+}
+
+// Progress records the running job's progress: percent (0 to 100) and a
+// message of at most ProgressMessageMaxLength characters. It writes at once,
+// in its own statement rather than in any transaction of the worker's, so
+// other processes see it while the job runs, and it sends a NOTIFY on
+// ProgressChannel with the JobProgress as JSON. A progress report also
+// counts as a heartbeat.
+//
+// ctx must be the worker's context (or derived from it); otherwise Progress
+// returns ErrNotJobContext. When the attempt no longer owns its job it
+// returns ErrJobNotRunning and cancels the attempt's context.
+func Progress(ctx context.Context, percent int, message string) error {
+	jc, err := fromContext(ctx)
+	if err != nil {
+		return err
+	}
+	if percent < 0 || percent > 100 {
+		return fmt.Errorf("queue: progress percent %d is out of range; it must be 0 to 100", percent)
+	}
+	if err := validateMessage(message); err != nil {
+		return err
+	}
+	return jc.record(ctx, &progressUpdate{percent: percent, message: message})
+}
+
+func validateMessage(message string) error {
+	switch {
+	case !utf8.ValidString(message):
+		return errors.New("queue: progress message is not valid UTF-8")
+	case utf8.RuneCountInString(message) > ProgressMessageMaxLength:
+		return fmt.Errorf("queue: progress message is %d characters; the limit is %d", utf8.RuneCountInString(message), ProgressMessageMaxLength)
+	case strings.IndexByte(message, 0) >= 0:
+		return errors.New("queue: progress message contains a NUL character")
+	}
+	return nil
+}
+
+// Heartbeat records that the running job is alive. A job whose kind has a
+// heartbeat interval in Config.Heartbeats must call it (or Progress) at
+// least once per interval, or the heartbeat rescuer takes the job back. Each
+// call is one database write, so call it about once per interval rather than
+// in a tight loop. Jobs of other kinds may call it too; it then only
+// records the time.
+//
+// ctx must be the worker's context (or derived from it); otherwise Heartbeat
+// returns ErrNotJobContext. When the attempt no longer owns its job it
+// returns ErrJobNotRunning and cancels the attempt's context.
+func Heartbeat(ctx context.Context) error {
+	jc, err := fromContext(ctx)
+	if err != nil {
+		return err
+	}
+	return jc.record(ctx, nil)
+}
+
+type progressUpdate struct {
+	percent int
+	message string
+}
+
+// The job row is locked FOR SHARE, so a heartbeat and the rescuer's fenced
+// update (which locks the job row first) are serialized: either the
+// heartbeat lands first and the rescuer sees a fresh heartbeat, or the
+// rescue lands first and the heartbeat finds the attempt gone.
+const heartbeatSQL = `
+WITH j AS (
+	SELECT id, kind, attempt FROM river_job
+	WHERE id = $1 AND state = 'running' AND attempt = $2
+	FOR SHARE
+), up AS (
+	INSERT INTO braid_job_progress AS p (job_id, kind, attempt, heartbeat_at, heartbeat_interval, updated_at)
+	SELECT id, kind, attempt, now(), $3::bigint * interval '1 microsecond', now() FROM j
+	ON CONFLICT (job_id) DO UPDATE SET
+		percent            = CASE WHEN p.attempt = excluded.attempt THEN p.percent END,
+		message            = CASE WHEN p.attempt = excluded.attempt THEN p.message END,
+		attempt            = excluded.attempt,
+		heartbeat_at       = now(),
+		heartbeat_interval = excluded.heartbeat_interval,
+		updated_at         = now()
+	RETURNING p.job_id
+)
+SELECT count(*) FROM up`
+
+const progressSQL = `
+WITH j AS (
+	SELECT id, kind, attempt FROM river_job
+	WHERE id = $1 AND state = 'running' AND attempt = $2
+	FOR SHARE
+), up AS (
+	INSERT INTO braid_job_progress AS p (job_id, kind, attempt, percent, message, heartbeat_at, heartbeat_interval, updated_at)
+	SELECT id, kind, attempt, $4, $5, now(), $3::bigint * interval '1 microsecond', now() FROM j
+	ON CONFLICT (job_id) DO UPDATE SET
+		attempt            = excluded.attempt,
+		percent            = excluded.percent,
+		message            = excluded.message,
+		heartbeat_at       = now(),
+		heartbeat_interval = excluded.heartbeat_interval,
+		updated_at         = now()
+	RETURNING p.job_id, p.kind, p.attempt, p.percent, p.message, p.updated_at
+)
+SELECT count(pg_notify('` + ProgressChannel + `', json_build_object(
+	'job_id', job_id, 'kind', kind, 'attempt', attempt,
+	'percent', percent, 'message', message, 'updated_at', updated_at)::text))
+FROM up`
+
+// record writes a heartbeat, or a progress report when p is set, fenced on
+// the attempt still running.
+func (jc *jobContext) record(ctx context.Context, p *progressUpdate) error {
+	var interval *int64
+	if jc.interval > 0 {
+		us := jc.interval.Microseconds()
+		interval = &us
+	}
+	var n int
+	var err error
+	if p == nil {
+		err = jc.q.pool.QueryRow(ctx, heartbeatSQL, jc.job.ID, jc.job.Attempt, interval).Scan(&n)
+	} else {
+		err = jc.q.pool.QueryRow(ctx, progressSQL, jc.job.ID, jc.job.Attempt, interval, p.percent, p.message).Scan(&n)
+	}
+	if err != nil {
+		what := "heartbeat"
+		if p != nil {
+			what = "progress"
+		}
+		return fmt.Errorf("queue: recording %s of job %d: %w", what, jc.job.ID, err)
+	}
+	jc.touched.Store(true)
+	if n == 0 {
+		jc.cancel(ErrJobNotRunning)
+		return ErrJobNotRunning
+	}
+	return nil
+}
+
+// clear ends the attempt's heartbeat, so the rescuer no longer considers
+// it. It runs after the worker returned, whatever its context's state.
+func (jc *jobContext) clear() {
+	ctx, cancel := context.WithTimeout(context.Background(), clearTimeout)
+	defer cancel()
+	_, err := jc.q.pool.Exec(ctx,
+		`UPDATE braid_job_progress SET heartbeat_at = NULL WHERE job_id = $1 AND attempt = $2 AND heartbeat_at IS NOT NULL`,
+		jc.job.ID, jc.job.Attempt)
+	if err != nil {
+		jc.q.logger.WarnContext(ctx, "queue: ending the heartbeat of an attempt failed",
+			"job_id", jc.job.ID, "attempt", jc.job.Attempt, "error", err)
+	}
+}
+
+// watch polls, a few times per heartbeat interval, whether the attempt
+// still owns its job, and cancels the attempt's context with
+// ErrJobNotRunning once it does not (after a rescue by braid or by River).
+// A worker stuck without heartbeating, but waiting on its context, is thus
+// released. It returns a function that stops the watch and waits for it.
+func (jc *jobContext) watch(ctx context.Context) func() {
+	ctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(max(jc.interval/4, 5*time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			var owns bool
+			err := jc.q.pool.QueryRow(ctx,
+				`SELECT EXISTS (SELECT 1 FROM river_job WHERE id = $1 AND state = 'running' AND attempt = $2)`,
+				jc.job.ID, jc.job.Attempt).Scan(&owns)
+			if err != nil {
+				continue // transient; the next tick tries again
+			}
+			if !owns {
+				jc.q.logger.WarnContext(ctx, "queue: attempt lost its job; cancelling it",
+					"job_id", jc.job.ID, "kind", jc.job.Kind, "attempt", jc.job.Attempt)
+				jc.cancel(ErrJobNotRunning)
+				return
+			}
+		}
+	})
+	return func() {
+		stop()
+		wg.Wait()
+	}
+}
+
+// JobProgress returns the latest progress and heartbeat recorded for a job.
+// It returns an error matching rivertype.ErrNotFound when the job never
+// reported.
+func (q *Queue) JobProgress(ctx context.Context, jobID int64) (*JobProgress, error) {
+	var p JobProgress
+	var percent *int
+	var message *string
+	err := q.pool.QueryRow(ctx, `
+		SELECT job_id, kind, attempt, percent, message, heartbeat_at, updated_at
+		FROM braid_job_progress WHERE job_id = $1`, jobID).
+		Scan(&p.JobID, &p.Kind, &p.Attempt, &percent, &message, &p.HeartbeatAt, &p.UpdatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("queue: no progress recorded for job %d: %w", jobID, rivertype.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("queue: reading progress of job %d: %w", jobID, err)
+	}
+	if percent != nil {
+		p.Percent = *percent
+	}
+	if message != nil {
+		p.Message = *message
+	}
+	return &p, nil
+}

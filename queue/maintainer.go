@@ -1,0 +1,295 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/riverqueue/river/rivertype"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/braidflow/braid/leases"
+)
+
+const (
+	// rescueBatch and ageBatch bound the rows one statement handles.
+	rescueBatch = 100
+	ageBatch    = 1000
+
+	// schedulerInterval mirrors River's job scheduler interval: a retry due
+	// sooner than this is made available at once rather than retryable, as
+	// River's own executor does, so short retries do not wait for River's
+	// scheduler.
+	schedulerInterval = 5 * time.Second
+)
+
+// maintain runs under MaintenanceLease: the heartbeat rescuer every
+// HeartbeatCheckInterval and, when aging is on, an aging pass four times
+// per AgeInterval. Both are safe to run twice at once (a lease lost in the
+// middle of a pass): every rescue is fenced on the attempt it saw, and a
+// raise is fenced on the job's last raise.
+func (q *Queue) maintain(ctx context.Context, _ *leases.Lease) error {
+	rescueTicker := time.NewTicker(q.check)
+	defer rescueTicker.Stop()
+	var ageC <-chan time.Time
+	if q.ageAfter > 0 {
+		t := time.NewTicker(max(q.ageEvery/4, time.Millisecond))
+		defer t.Stop()
+		ageC = t.C
+		q.runAging(ctx)
+	}
+	q.runRescue(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-rescueTicker.C:
+			q.runRescue(ctx)
+		case <-ageC:
+			q.runAging(ctx)
+		}
+	}
+}
+
+func (q *Queue) runRescue(ctx context.Context) {
+	if _, err := q.rescueStale(ctx); err != nil && ctx.Err() == nil {
+		q.logger.ErrorContext(ctx, "queue: heartbeat rescue failed", "error", err)
+	}
+}
+
+func (q *Queue) runAging(ctx context.Context) {
+	if _, err := q.ageOnce(ctx); err != nil && ctx.Err() == nil {
+		q.logger.ErrorContext(ctx, "queue: priority aging failed", "error", err)
+	}
+}
+
+// staleAttempt is an attempt the rescuer found silent: the job and the
+// attempt number it saw.
+type staleAttempt struct {
+	id      int64
+	attempt int
+}
+
+// findStale lists running attempts whose last heartbeat is older than
+// HeartbeatMisses of their own intervals, on the database clock.
+func (q *Queue) findStale(ctx context.Context) ([]staleAttempt, error) {
+	rows, err := q.pool.Query(ctx, `
+		SELECT p.job_id, p.attempt
+		FROM braid_job_progress p
+		JOIN river_job j ON j.id = p.job_id
+		WHERE p.heartbeat_at IS NOT NULL
+		  AND p.heartbeat_interval IS NOT NULL
+		  AND p.heartbeat_at < now() - p.heartbeat_interval * $1::integer
+		  AND j.state = 'running'
+		  AND j.attempt = p.attempt
+		ORDER BY p.heartbeat_at
+		LIMIT $2`, q.misses, rescueBatch)
+	if err != nil {
+		return nil, fmt.Errorf("queue: finding silent attempts: %w", err)
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (staleAttempt, error) {
+		var s staleAttempt
+		err := row.Scan(&s.id, &s.attempt)
+		return s, err
+	})
+}
+
+// rescueStale finds silent attempts and rescues them, batch by batch.
+func (q *Queue) rescueStale(ctx context.Context) (int, error) {
+	total := 0
+	for {
+		stale, err := q.findStale(ctx)
+		if err != nil {
+			return total, err
+		}
+		n, err := q.rescue(ctx, stale)
+		total += n
+		if err != nil || len(stale) < rescueBatch || n == 0 {
+			return total, err
+		}
+	}
+}
+
+// rescue takes back each attempt in stale that is, on a fresh look under
+// lock, still running, still the same attempt, and still silent. An
+// attempt that completed, failed, or heartbeated since it was listed is
+// left untouched. It returns how many jobs it rescued.
+func (q *Queue) rescue(ctx context.Context, stale []staleAttempt) (int, error) {
+	n := 0
+	var errs []error
+	for _, s := range stale {
+		ok, err := q.rescueOne(ctx, s)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if ok {
+			n++
+		}
+	}
+	return n, errors.Join(errs...)
+}
+
+func (q *Queue) rescueOne(ctx context.Context, s staleAttempt) (bool, error) {
+	tx, err := q.pool.Begin(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+
+	// Lock the job row first (as Heartbeat and Progress do), then fence on
+	// the state and attempt seen.
+	var locked int64
+	err = tx.QueryRow(ctx, `
+		SELECT id FROM river_job
+		WHERE id = $1 AND state = 'running' AND attempt = $2
+		FOR UPDATE`, s.id, s.attempt).Scan(&locked)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil // finished or superseded meanwhile: not ours to touch
+	}
+	if err != nil {
+		return false, fmt.Errorf("queue: locking job %d for rescue: %w", s.id, err)
+	}
+	var (
+		silentFor time.Duration
+		interval  time.Duration
+		now       time.Time
+	)
+	err = tx.QueryRow(ctx, `
+		SELECT (extract(epoch FROM now() - heartbeat_at) * 1000000)::bigint,
+		       (extract(epoch FROM heartbeat_interval) * 1000000)::bigint,
+		       now()
+		FROM braid_job_progress
+		WHERE job_id = $1 AND attempt = $2
+		  AND heartbeat_at IS NOT NULL AND heartbeat_interval IS NOT NULL
+		  AND heartbeat_at < now() - heartbeat_interval * $3::integer`,
+		s.id, s.attempt, q.misses).Scan((*micros)(&silentFor), (*micros)(&interval), &now)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil // it heartbeated meanwhile
+	}
+	if err != nil {
+		return false, fmt.Errorf("queue: checking the heartbeat of job %d: %w", s.id, err)
+	}
+	job, err := q.client.JobGetTx(ctx, tx, s.id)
+	if err != nil {
+		return false, fmt.Errorf("queue: loading job %d for rescue: %w", s.id, err)
+	}
+
+	attemptErr, err := json.Marshal(rivertype.AttemptError{
+		At:      now,
+		Attempt: job.Attempt,
+		Error: fmt.Sprintf("heartbeat lost: none for %s, more than %d intervals of %s; attempt rescued by braid's heartbeat rescuer",
+			silentFor.Round(time.Millisecond), q.misses, interval),
+	})
+	if err != nil {
+		return false, err
+	}
+	var md struct {
+		CancelAttemptedAt *time.Time `json:"cancel_attempted_at"`
+	}
+	_ = json.Unmarshal(job.Metadata, &md)
+
+	state := rivertype.JobStateRetryable
+	scheduledAt := job.ScheduledAt
+	var finalizedAt *time.Time
+	switch {
+	case md.CancelAttemptedAt != nil:
+		state, finalizedAt = rivertype.JobStateCancelled, &now
+	case job.Attempt >= job.MaxAttempts:
+		state, finalizedAt = rivertype.JobStateDiscarded, &now
+	default:
+		// Never sooner than one interval: an attempt that is alive after all
+		// learns of the rescue within a quarter interval (its context is
+		// cancelled) and should return before the next attempt starts.
+		scheduledAt = q.retry.NextRetry(job)
+		if earliest := time.Now().Add(interval); scheduledAt.Before(earliest) {
+			scheduledAt = earliest
+		}
+		if time.Until(scheduledAt) <= schedulerInterval {
+			state = rivertype.JobStateAvailable
+		}
+	}
+	if _, err := tx.Exec(ctx, `
+		UPDATE river_job
+		SET state = $2::text::river_job_state,
+		    scheduled_at = $3,
+		    finalized_at = $4,
+		    errors = array_append(errors, $5::jsonb)
+		WHERE id = $1`, job.ID, string(state), scheduledAt, finalizedAt, attemptErr); err != nil {
+		return false, fmt.Errorf("queue: rescuing job %d: %w", job.ID, err)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE braid_job_progress SET heartbeat_at = NULL WHERE job_id = $1`, job.ID); err != nil {
+		return false, fmt.Errorf("queue: ending the heartbeat of job %d: %w", job.ID, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return false, fmt.Errorf("queue: committing the rescue of job %d: %w", job.ID, err)
+	}
+	q.metrics.rescues.Add(ctx, 1, metric.WithAttributes(
+		attribute.String("job.kind", job.Kind), attribute.String("state", string(state))))
+	q.logger.WarnContext(ctx, "queue: job's heartbeat stopped; rescued",
+		"job_id", job.ID, "kind", job.Kind, "attempt", job.Attempt,
+		"silent_for", silentFor, "state", string(state), "scheduled_at", scheduledAt)
+	return true, nil
+}
+
+// micros scans a bigint count of microseconds into a time.Duration.
+type micros time.Duration
+
+func (m *micros) ScanInt64(v pgtype.Int8) error {
+	*m = micros(time.Duration(v.Int64) * time.Microsecond)
+	return nil
+}
+
+// ageOnce raises, by one level, every available job that has waited longer
+// than AgeAfter and was not raised within the last AgeInterval. It returns
+// how many jobs it raised.
+func (q *Queue) ageOnce(ctx context.Context) (int, error) {
+	total := 0
+	for {
+		rows, err := q.pool.Query(ctx, `
+			WITH due AS (
+				SELECT id FROM river_job
+				WHERE state = 'available'
+				  AND priority > 1
+				  AND scheduled_at <= now() - $1::bigint * interval '1 microsecond'
+				  AND (NOT metadata ? '`+metadataAgedAt+`'
+				       OR (metadata->>'`+metadataAgedAt+`')::timestamptz <= now() - $2::bigint * interval '1 microsecond')
+				ORDER BY priority, scheduled_at, id
+				LIMIT $3
+				FOR UPDATE SKIP LOCKED
+			)
+			UPDATE river_job j
+			SET priority = j.priority - 1,
+			    metadata = j.metadata || jsonb_build_object('`+metadataAgedAt+`', now())
+			FROM due
+			WHERE j.id = due.id
+			RETURNING j.queue`,
+			q.ageAfter.Microseconds(), q.ageEvery.Microseconds(), ageBatch)
+		if err != nil {
+			return total, fmt.Errorf("queue: aging priorities: %w", err)
+		}
+		queues, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return total, fmt.Errorf("queue: aging priorities: %w", err)
+		}
+		byQueue := make(map[string]int64)
+		for _, qn := range queues {
+			byQueue[qn]++
+		}
+		for qn, n := range byQueue {
+			q.metrics.aged.Add(ctx, n, metric.WithAttributes(attribute.String("queue", qn)))
+		}
+		total += len(queues)
+		if len(queues) > 0 {
+			q.logger.DebugContext(ctx, "queue: aging raised waiting jobs", "count", len(queues))
+		}
+		if len(queues) < ageBatch {
+			return total, nil
+		}
+	}
+}

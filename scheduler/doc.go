@@ -1,0 +1,117 @@
+// Package scheduler runs braid's durable cron schedules and per-entity
+// recurring jobs on PostgreSQL.
+//
+// Both live in tables (braid_schedules and braid_recurring), not in memory,
+// so they survive restarts and changes of leader. One process at a time, the
+// holder of the lease "braid:scheduler", fires them: each fire advances the
+// row and inserts the River job (or starts the workflow run) in one
+// transaction.
+//
+// # Expressions
+//
+// Parse reads the expression of a schedule and binds it to an IANA time
+// zone:
+//
+//   - descriptors: @yearly (or @annually), @monthly, @weekly, @daily (or
+//     @midnight) and @hourly;
+//   - @every <duration>, with units ns, us (µs), ms, s, m, h and d, such as
+//     "@every 90s", "@every 1h30m", "@every 7d" or "@every 1.5d", at least
+//     EveryMinimum (1s);
+//   - 5-field cron (minute hour day-of-month month day-of-week) with lists,
+//     ranges, steps and the names JAN-DEC and SUN-SAT.
+//
+// Anything else is rejected with an *ExpressionError that says what is
+// wrong, such as "minute field 61 is out of range 0-59".
+//
+// # Daylight saving
+//
+// Calendar expressions fire on wall-clock minutes of their zone. A wall time
+// skipped by a spring-forward change fires one gap later (a daily 02:30 in
+// New York fires at 03:30 on 2026-03-08); a wall time repeated by a
+// fall-back change fires once, at its first occurrence. Expressions whose
+// hour field matches every hour (@hourly, "*/15 * * * *") follow elapsed
+// time instead: they skip the missing hour and fire on both passes of the
+// repeated one. @every is elapsed time and ignores the zone. Expression.Next
+// documents the details.
+//
+// # Schedules
+//
+// A Schedule has a unique name, an expression and zone, a target (a River
+// job kind with JSON args, or a workflow with its input), a queue, a
+// priority, an overlap policy and a catch-up policy. Create, Update,
+// Toggle, Delete, Get and List manage them; each write has a …Tx twin that
+// works inside the caller's transaction.
+//
+// next_run_at is the slot to fire next. For @every, slots form a grid
+// anchored at the schedule's creation (truncated to the second): the slot
+// after a slot is that slot plus the interval, never "now plus the
+// interval", so the grid does not drift with the leader's latency.
+//
+// # Firing exactly once
+//
+// The leader takes the earliest due schedule with FOR UPDATE SKIP LOCKED,
+// inserts the job (River's InsertTx) or starts the workflow
+// (WorkflowStarter.StartWorkflowTx with the idempotency key
+// "schedule:<name>:<slot>", see IdempotencyKey), and moves next_run_at on,
+// fenced on the slot it fired, all in one transaction that also checks the
+// lease. Each (schedule, slot) therefore fires exactly once, whichever
+// process fires it and however leadership changes. Jobs carry their
+// schedule and slot in metadata (MetadataSchedule, MetadataSlot,
+// MetadataFirstSlot).
+//
+// Between fires the leader sleeps until the earliest next_run_at, at most
+// Config.PollInterval, and wakes early on a notification on NotifyChannel,
+// which every write of this package sends.
+//
+// # Overlap and catch-up
+//
+// OverlapSkip (the default) skips a slot while the job or run of the
+// previous fire is unfinished; OverlapAllow fires regardless.
+//
+// When several slots are due at once (the scheduler was down, or the
+// leader changed), the catch-up policy decides: CatchUpOnce (the default)
+// fires once for all of them, labelled with the latest; CatchUpSkip fires
+// the latest only if it is at most Config.MissedSlotGrace late; CatchUpAll
+// fires every missed slot, oldest first. A schedule enabled again resumes
+// at its next slot; slots that passed while it was disabled never fire.
+//
+// # Recurring jobs
+//
+// A recurring job is one row per (kind, entity key), such as one
+// fetch_feed per feed. Applications call EnsureTx when an entity gains
+// its first subscriber, in the same transaction as the subscription; it
+// creates the row or enables it again, and returns next_run_at to mirror.
+// When the last subscriber leaves, SyncEnabledTx (or DisableTx) disables the
+// row in the same transaction. A disabled row keeps next_run_at; enabled
+// again it runs at that time, or at once if it has passed.
+//
+// The leader claims due rows (setting running_since) and inserts their
+// River jobs in the same transaction, with MaxAttempts 1. A row running
+// longer than Config.RecurringStaleAfter is assumed crashed and claimed
+// again.
+//
+// # Outcomes and dead letters
+//
+// The handler of a recurring job is an ordinary River worker for its kind.
+// RecurringMiddleware, added to the River client's middleware, records each
+// run's outcome on the row. After a success the row runs next at the time
+// the handler chose with NextRunAt, or after its kind's interval. After a
+// failure it backs off (by RecurringConfig.Backoff, a queue.Backoff:
+// 1m·2^(n-1), capped at 24h, ±20% by default) and counts
+// consecutive_failures; after
+// RecurringConfig.MaxFailures in a row it is parked as a dead letter until
+// Revive. River itself never retries these jobs: the row's backoff is the
+// retry.
+//
+// # Setup
+//
+// The middleware goes into the queue's configuration; the scheduler takes
+// the queue that results:
+//
+//	mw, err := scheduler.NewRecurringMiddleware(pool, &scheduler.RecurringConfig{MaxFailures: 8})
+//	q, err := queue.New(pool, &queue.Config{Workers: workers, Middleware: []rivertype.Middleware{mw}})
+//	s, err := scheduler.New(pool, &scheduler.Config{Queue: q, Workflows: engine})
+//	err = q.Start(ctx)
+//	err = s.Start(ctx)
+//	defer s.Stop(ctx)
+package scheduler

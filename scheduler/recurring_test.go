@@ -1,0 +1,634 @@
+package scheduler
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/braidflow/braid/queue"
+	"github.com/braidflow/braid/testutil"
+)
+
+type feedArgs struct {
+	FeedID string `json:"feed_id"`
+}
+
+func (feedArgs) Kind() string                 { return "fetch_feed" }
+func (feedArgs) InsertOpts() river.InsertOpts { return river.InsertOpts{Queue: "feeds", Priority: 3} }
+
+func TestEnsure(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testutil.DB(t)
+	s := newScheduler(t, pool, nil)
+
+	first := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	next, err := s.Ensure(ctx, "", "42", feedArgs{FeedID: "42"}, first)
+	if err != nil {
+		t.Fatalf("Ensure: %v", err)
+	}
+	if !next.Equal(first) {
+		t.Errorf("Ensure returned %s, want the first run %s", next, first)
+	}
+	// Again, with other args and another first time: one row, the kept
+	// next_run_at, the new args.
+	next, err = s.Ensure(ctx, "fetch_feed", "42", json.RawMessage(`{"feed_id": "42", "v": 2}`), first.Add(time.Hour))
+	if err != nil {
+		t.Fatalf("second Ensure: %v", err)
+	}
+	if !next.Equal(first) {
+		t.Errorf("second Ensure returned %s, want the kept %s", next, first)
+	}
+	if n := queryValue[int](t, pool, "SELECT count(*) FROM braid_recurring"); n != 1 {
+		t.Errorf("%d rows after Ensure twice, want 1", n)
+	}
+	r, err := s.GetRecurring(ctx, "fetch_feed", "42")
+	if err != nil {
+		t.Fatalf("GetRecurring: %v", err)
+	}
+	want := &Recurring{ID: r.ID, Kind: "fetch_feed", Key: "42", Args: json.RawMessage(`{"v": 2, "feed_id": "42"}`), Queue: QueueDefault,
+		Priority: PriorityDefault, Enabled: true, NextRunAt: first, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
+	if diff := cmp.Diff(want, r); diff != "" {
+		t.Errorf("row (-want +got):\n%s", diff)
+	}
+
+	// JobArgs give the kind and their InsertOpts the queue and priority.
+	if _, err := s.Ensure(ctx, "", "43", feedArgs{FeedID: "43"}, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	r, _ = s.GetRecurring(ctx, "fetch_feed", "43")
+	if r.Queue != "feeds" || r.Priority != 3 || r.NextRunAt.After(time.Now().Add(time.Minute)) {
+		t.Errorf("row from JobArgs: %+v; want queue feeds, priority 3, due now", r)
+	}
+
+	// Disable, then Ensure again: enabled, next_run_at kept.
+	if r, err := s.Disable(ctx, "fetch_feed", "42"); err != nil || r.Enabled || !r.NextRunAt.Equal(first) {
+		t.Fatalf("Disable: %v, %+v", err, r)
+	}
+	if next, err := s.Ensure(ctx, "fetch_feed", "42", nil, time.Time{}); err != nil || !next.Equal(first) {
+		t.Fatalf("Ensure after Disable: %s, %v", next, err)
+	}
+	if r, _ := s.GetRecurring(ctx, "fetch_feed", "42"); !r.Enabled {
+		t.Error("Ensure did not enable the row again")
+	}
+
+	// EnsureTx writes nothing when the transaction rolls back.
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.EnsureTx(ctx, tx, "fetch_feed", "ghost", nil, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	_ = tx.Rollback(ctx)
+	if _, err := s.GetRecurring(ctx, "fetch_feed", "ghost"); !errors.Is(err, ErrRecurringNotFound) {
+		t.Errorf("GetRecurring after rollback: %v, want ErrRecurringNotFound", err)
+	}
+
+	bad := []struct {
+		kind, key string
+		args      any
+		want      string
+	}{
+		{"", "k", nil, `recurring job kind "" must be 1 to 200 characters`},
+		{"k", "", nil, `recurring job k key "" must be 1 to 500 characters`},
+		{"other", "k", feedArgs{}, `recurring job kind "other" does not match the kind "fetch_feed" of its args`},
+		{"k", "k", []int{1}, "args must be a JSON object, got [1]"},
+		{"k", "k", make(chan int), "args cannot be encoded as JSON"},
+	}
+	for _, b := range bad {
+		if _, err := s.Ensure(ctx, b.kind, b.key, b.args, time.Time{}); err == nil || !strings.Contains(err.Error(), b.want) {
+			t.Errorf("Ensure(%q, %q, %v) error = %v, want %q", b.kind, b.key, b.args, err, b.want)
+		}
+	}
+	for name, err := range map[string]error{
+		"SetEnabled": func() error { _, err := s.SetEnabled(ctx, "fetch_feed", "nope", true); return err }(),
+		"Revive":     func() error { _, err := s.Revive(ctx, "fetch_feed", "nope"); return err }(),
+		"Delete":     s.DeleteRecurring(ctx, "fetch_feed", "nope"),
+	} {
+		if !errors.Is(err, ErrRecurringNotFound) {
+			t.Errorf("%s of a missing job: %v, want ErrRecurringNotFound", name, err)
+		}
+	}
+
+	list, err := s.ListRecurring(ctx, &RecurringListParams{Kind: "fetch_feed"})
+	if err != nil || len(list) != 2 || list[0].Key != "42" || list[1].Key != "43" {
+		t.Errorf("ListRecurring: %v, %d rows", err, len(list))
+	}
+	if err := s.DeleteRecurring(ctx, "fetch_feed", "43"); err != nil {
+		t.Fatal(err)
+	}
+	if list, _ := s.ListRecurring(ctx, nil); len(list) != 1 {
+		t.Errorf("%d rows after DeleteRecurring, want 1", len(list))
+	}
+}
+
+// riverJobs counts the River jobs of recurring rows.
+func riverJobs(t *testing.T, pool *pgxpool.Pool, key string) int {
+	t.Helper()
+	return queryValue[int](t, pool, `SELECT count(*) FROM river_job WHERE metadata->>'braid_recurring_key' = $1`, key)
+}
+
+func TestRecurringEnableDisable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testutil.DB(t)
+	s := newScheduler(t, pool, &Config{Queue: insertOnlyQueue(t, pool)})
+
+	// A due row that is disabled is not claimed; enabled again it runs at
+	// once, since its time has passed.
+	if _, err := s.Ensure(ctx, "ping", "past", nil, time.Now().Add(-time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Disable(ctx, "ping", "past"); err != nil {
+		t.Fatal(err)
+	}
+	tick(t, s)
+	if n := riverJobs(t, pool, "past"); n != 0 {
+		t.Fatalf("disabled row claimed: %d jobs", n)
+	}
+	if r, _ := s.GetRecurring(ctx, "ping", "past"); r.RunningSince != nil {
+		t.Errorf("disabled row marked running")
+	}
+	if _, err := s.Enable(ctx, "ping", "past"); err != nil {
+		t.Fatal(err)
+	}
+	tick(t, s)
+	if n := riverJobs(t, pool, "past"); n != 1 {
+		t.Fatalf("enabled row: %d jobs, want 1", n)
+	}
+	r, _ := s.GetRecurring(ctx, "ping", "past")
+	jobID := queryValue[int64](t, pool, `SELECT id FROM river_job WHERE metadata->>'braid_recurring_key' = 'past'`)
+	if r.RunningSince == nil || r.JobID == nil || *r.JobID != jobID {
+		t.Errorf("claimed row: running since %v, job %v; want running, job %d", r.RunningSince, r.JobID, jobID)
+	}
+	if a := queryValue[int](t, pool, `SELECT max_attempts FROM river_job WHERE id = $1`, jobID); a != 1 {
+		t.Errorf("recurring River job has max_attempts %d, want 1", a)
+	}
+
+	// A row disabled with its time ahead keeps it and, enabled again, runs
+	// at that time and not before.
+	kept := queryValue[time.Time](t, pool, "SELECT now() + interval '1500 milliseconds'")
+	if _, err := s.Ensure(ctx, "ping", "future", nil, kept); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Disable(ctx, "ping", "future"); err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.Enable(ctx, "ping", "future")
+	if err != nil || !r.NextRunAt.Equal(kept) {
+		t.Fatalf("Enable: %v; next_run_at %v, want the kept %s", err, r.NextRunAt, kept)
+	}
+	tick(t, s)
+	if n := riverJobs(t, pool, "future"); n != 0 {
+		t.Fatalf("claimed before its kept time")
+	}
+	waitFor(t, 10*time.Second, "the kept time", func() bool {
+		tick(t, s)
+		return riverJobs(t, pool, "future") == 1
+	})
+	if created := queryValue[time.Time](t, pool, `SELECT created_at FROM river_job WHERE metadata->>'braid_recurring_key' = 'future'`); created.Before(kept) {
+		t.Errorf("job inserted at %s, before the kept time %s", created, kept)
+	}
+}
+
+func TestSyncEnabledTx(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testutil.DB(t)
+	s := newScheduler(t, pool, nil)
+	exec(t, pool, `CREATE TABLE subscriptions (user_id int, feed_id text)`)
+	exec(t, pool, `INSERT INTO subscriptions VALUES (1, 'f1'), (2, 'f1')`)
+	if _, err := s.Ensure(ctx, "fetch_feed", "f1", feedArgs{FeedID: "f1"}, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+
+	wanted := func(ctx context.Context, tx pgx.Tx) (bool, error) {
+		var exists bool
+		err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM subscriptions WHERE feed_id = 'f1')`).Scan(&exists)
+		return exists, err
+	}
+	unsubscribe := func(user int) *Recurring {
+		t.Helper()
+		var r *Recurring
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `DELETE FROM subscriptions WHERE user_id = $1`, user); err != nil {
+				return err
+			}
+			var err error
+			r, err = s.SyncEnabledTx(ctx, tx, "fetch_feed", "f1", wanted)
+			return err
+		})
+		if err != nil {
+			t.Fatalf("unsubscribe: %v", err)
+		}
+		return r
+	}
+	if r := unsubscribe(1); !r.Enabled {
+		t.Error("disabled while a subscriber is left")
+	}
+	if r := unsubscribe(2); r.Enabled {
+		t.Error("still enabled after the last subscriber left")
+	}
+
+	failing := func(context.Context, pgx.Tx) (bool, error) { return false, errors.New("nope") }
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := s.SyncEnabledTx(ctx, tx, "fetch_feed", "f1", failing)
+		return err
+	})
+	if err == nil || !strings.Contains(err.Error(), "nope") {
+		t.Errorf("SyncEnabledTx with a failing function: %v", err)
+	}
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := s.SyncEnabledTx(ctx, tx, "fetch_feed", "missing", wanted)
+		return err
+	})
+	if !errors.Is(err, ErrRecurringNotFound) {
+		t.Errorf("SyncEnabledTx of a missing row: %v", err)
+	}
+}
+
+func TestStaleRunReclaimed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testutil.DB(t)
+	s := newScheduler(t, pool, &Config{Queue: insertOnlyQueue(t, pool), RecurringStaleAfter: time.Minute})
+	mw, err := NewRecurringMiddleware(pool, &RecurringConfig{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := s.Ensure(ctx, "ping", "k", nil, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	tick(t, s)
+	tick(t, s)
+	if n := riverJobs(t, pool, "k"); n != 1 {
+		t.Fatalf("%d jobs, want 1 (a running row is not claimed again)", n)
+	}
+	exec(t, pool, `UPDATE braid_recurring SET running_since = now() - interval '50 seconds'`)
+	tick(t, s)
+	if n := riverJobs(t, pool, "k"); n != 1 {
+		t.Fatalf("reclaimed before the stale threshold: %d jobs", n)
+	}
+	exec(t, pool, `UPDATE braid_recurring SET running_since = now() - interval '61 seconds'`)
+	tick(t, s)
+	if n := riverJobs(t, pool, "k"); n != 2 {
+		t.Fatalf("%d jobs, want 2 after the stale threshold", n)
+	}
+	r, _ := s.GetRecurring(ctx, "ping", "k")
+	newest := queryValue[int64](t, pool, `SELECT max(id) FROM river_job`)
+	if r.JobID == nil || *r.JobID != newest || r.RunningSince == nil || time.Since(*r.RunningSince) > time.Minute {
+		t.Fatalf("reclaimed row: job %v since %v; want job %d, running since now", r.JobID, r.RunningSince, newest)
+	}
+
+	// The outcome of the old, reclaimed run is ignored.
+	oldest := queryValue[int64](t, pool, `SELECT min(id) FROM river_job`)
+	oldRow := jobRow(t, pool, oldest)
+	if err := mw.Work(ctx, oldRow, func(context.Context) error { return errors.New("late failure") }); err == nil {
+		t.Error("Work swallowed the handler's error")
+	}
+	after, _ := s.GetRecurring(ctx, "ping", "k")
+	if diff := cmp.Diff(r, after); diff != "" {
+		t.Errorf("late outcome of a reclaimed run changed the row (-before +after):\n%s", diff)
+	}
+}
+
+// jobRow reads what the middleware needs of a River job.
+func jobRow(t *testing.T, pool *pgxpool.Pool, id int64) *rivertype.JobRow {
+	t.Helper()
+	row := &rivertype.JobRow{ID: id}
+	if err := pool.QueryRow(context.Background(), `SELECT kind, metadata FROM river_job WHERE id = $1`, id).Scan(&row.Kind, &row.Metadata); err != nil {
+		t.Fatal(err)
+	}
+	return row
+}
+
+// recurringHarness runs recurring jobs of kind "ping" through a working
+// River client with the middleware; the test drives claims with tick.
+type recurringHarness struct {
+	t       *testing.T
+	pool    *pgxpool.Pool
+	s       *Scheduler
+	handler atomic.Pointer[func(ctx context.Context, job *river.Job[pingArgs]) error]
+}
+
+func newRecurringHarness(t *testing.T, cfg *RecurringConfig) *recurringHarness {
+	t.Helper()
+	h := &recurringHarness{t: t, pool: testutil.DB(t)}
+	c := RecurringConfig{Logger: quietLogger()}
+	if cfg != nil {
+		c = *cfg
+		c.Logger = quietLogger()
+	}
+	mw, err := NewRecurringMiddleware(h.pool, &c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok := func(context.Context, *river.Job[pingArgs]) error { return nil }
+	h.handler.Store(&ok)
+	workers := river.NewWorkers()
+	river.AddWorker(workers, &pingWorker{fn: func(ctx context.Context, job *river.Job[pingArgs]) error {
+		return (*h.handler.Load())(ctx, job)
+	}})
+	q := workingQueue(t, h.pool, workers, mw)
+	h.s = newScheduler(t, h.pool, &Config{Queue: q})
+	return h
+}
+
+func (h *recurringHarness) handle(fn func(ctx context.Context, job *river.Job[pingArgs]) error) {
+	h.handler.Store(&fn)
+}
+
+// run makes the row due, claims it and waits until its run is recorded.
+func (h *recurringHarness) run(key string) *Recurring {
+	h.t.Helper()
+	exec(h.t, h.pool, `UPDATE braid_recurring SET next_run_at = now() WHERE kind = 'ping' AND key = $1`, key)
+	before := riverJobs(h.t, h.pool, key)
+	tick(h.t, h.s)
+	if riverJobs(h.t, h.pool, key) != before+1 {
+		h.t.Fatalf("row %s was not claimed", key)
+	}
+	var r *Recurring
+	waitFor(h.t, 10*time.Second, "the run of "+key, func() bool {
+		var err error
+		r, err = h.s.GetRecurring(context.Background(), "ping", key)
+		return err == nil && r.RunningSince == nil
+	})
+	return r
+}
+
+func TestRecurringFailuresBackOff(t *testing.T) {
+	t.Parallel()
+	h := newRecurringHarness(t, &RecurringConfig{
+		Backoff:   queue.Backoff{Strategy: queue.Linear, Base: time.Hour},
+		Intervals: map[string]time.Duration{"ping": 30 * time.Minute},
+	})
+	if _, err := h.s.Ensure(context.Background(), "ping", "k", pingArgs{N: 1}, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+
+	var calls atomic.Int32
+	h.handle(func(context.Context, *river.Job[pingArgs]) error {
+		return errors.New("boom " + string(rune('0'+calls.Add(1))))
+	})
+	for n := 1; n <= 2; n++ {
+		r := h.run("k")
+		if r.ConsecutiveFailures != n || r.LastError != "boom "+string(rune('0'+n)) || r.DeadAt != nil {
+			t.Fatalf("after failure %d: failures %d, error %q, dead %v", n, r.ConsecutiveFailures, r.LastError, r.DeadAt)
+		}
+		if got := r.NextRunAt.Sub(*r.LastRunAt); got != time.Duration(n)*time.Hour {
+			t.Errorf("backoff after failure %d = %s, want %dh", n, got, n)
+		}
+	}
+
+	h.handle(func(context.Context, *river.Job[pingArgs]) error { return nil })
+	r := h.run("k")
+	if r.ConsecutiveFailures != 0 || r.LastError != "" {
+		t.Errorf("after a success: failures %d, error %q; want both reset", r.ConsecutiveFailures, r.LastError)
+	}
+	if got := r.NextRunAt.Sub(*r.LastRunAt); got != 30*time.Minute {
+		t.Errorf("next run after a success = %s after the run, want the kind's 30m", got)
+	}
+}
+
+func TestRecurringParkedAndRevived(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h := newRecurringHarness(t, &RecurringConfig{MaxFailures: 3, Backoff: queue.Backoff{Strategy: queue.Fixed, Base: time.Hour}})
+	if _, err := h.s.Ensure(ctx, "ping", "k", nil, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	h.handle(func(context.Context, *river.Job[pingArgs]) error { panic("handler panicked") })
+	for n := 1; n <= 3; n++ {
+		r := h.run("k")
+		if parked := r.DeadAt != nil; parked != (n == 3) {
+			t.Fatalf("after failure %d: dead_at %v", n, r.DeadAt)
+		}
+		if !strings.Contains(r.LastError, "panic: handler panicked") {
+			t.Errorf("last error %q does not report the panic", r.LastError)
+		}
+	}
+	if dead, _ := h.s.ListRecurring(ctx, &RecurringListParams{Dead: ptr(true)}); len(dead) != 1 {
+		t.Errorf("ListRecurring(dead) = %d rows, want 1", len(dead))
+	}
+
+	// A dead letter is not claimed, even when due.
+	exec(t, h.pool, `UPDATE braid_recurring SET next_run_at = now() - interval '1 second'`)
+	tick(t, h.s)
+	if n := riverJobs(t, h.pool, "k"); n != 3 {
+		t.Fatalf("dead letter claimed: %d jobs", n)
+	}
+	// Ensure does not revive it; Revive does.
+	if _, err := h.s.Ensure(ctx, "ping", "k", nil, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := h.s.GetRecurring(ctx, "ping", "k"); r.DeadAt == nil {
+		t.Error("Ensure revived a dead letter")
+	}
+	r, err := h.s.Revive(ctx, "ping", "k")
+	if err != nil || r.DeadAt != nil || r.ConsecutiveFailures != 0 {
+		t.Fatalf("Revive: %v, %+v", err, r)
+	}
+	h.handle(func(context.Context, *river.Job[pingArgs]) error { return nil })
+	tick(t, h.s)
+	if n := riverJobs(t, h.pool, "k"); n != 4 {
+		t.Fatalf("revived row not claimed: %d jobs", n)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func TestRecurringHandlerChoosesNextRun(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h := newRecurringHarness(t, nil)
+	if _, err := h.s.Ensure(ctx, "ping", "k", nil, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	chosen := time.Date(2031, 5, 6, 7, 8, 9, 123456000, time.UTC)
+	h.handle(func(ctx context.Context, job *river.Job[pingArgs]) error {
+		return NextRunAt(ctx, chosen)
+	})
+	if r := h.run("k"); !r.NextRunAt.Equal(chosen) {
+		t.Errorf("next_run_at = %s, want the handler's %s", r.NextRunAt, chosen)
+	}
+
+	// Without a choice: the default interval.
+	h.handle(func(context.Context, *river.Job[pingArgs]) error { return nil })
+	if r := h.run("k"); r.NextRunAt.Sub(*r.LastRunAt) != RecurringIntervalDefault {
+		t.Errorf("next run %s after the run, want %s", r.NextRunAt.Sub(*r.LastRunAt), RecurringIntervalDefault)
+	}
+
+	// Snoozing runs again after the snooze, and completes the River job.
+	h.handle(func(context.Context, *river.Job[pingArgs]) error { return river.JobSnooze(2 * time.Hour) })
+	r := h.run("k")
+	if r.NextRunAt.Sub(*r.LastRunAt) != 2*time.Hour || r.ConsecutiveFailures != 0 {
+		t.Errorf("after a snooze: next in %s, failures %d; want 2h, 0", r.NextRunAt.Sub(*r.LastRunAt), r.ConsecutiveFailures)
+	}
+	waitFor(t, 5*time.Second, "the snoozed job to complete", func() bool {
+		return queryValue[string](t, h.pool, `SELECT state::text FROM river_job WHERE id = $1`, *r.JobID) == "completed"
+	})
+
+	if err := NextRunAt(ctx, chosen); !errors.Is(err, ErrNotRecurring) {
+		t.Errorf("NextRunAt outside a run: %v, want ErrNotRecurring", err)
+	}
+}
+
+func TestRecurringDisabledDuringRun(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h := newRecurringHarness(t, nil)
+	if _, err := h.s.Ensure(ctx, "ping", "k", nil, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	started, release := make(chan struct{}), make(chan struct{})
+	h.handle(func(context.Context, *river.Job[pingArgs]) error {
+		close(started)
+		<-release
+		return nil
+	})
+	tick(t, h.s)
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("run did not start")
+	}
+	if r, err := h.s.Disable(ctx, "ping", "k"); err != nil || r.Enabled || r.RunningSince == nil {
+		t.Fatalf("Disable during the run: %v, %+v", err, r)
+	}
+	close(release)
+	var r *Recurring
+	waitFor(t, 10*time.Second, "the run to finish", func() bool {
+		r, _ = h.s.GetRecurring(ctx, "ping", "k")
+		return r.RunningSince == nil
+	})
+	if r.Enabled || r.LastRunAt == nil || r.ConsecutiveFailures != 0 || r.NextRunAt.Sub(*r.LastRunAt) != RecurringIntervalDefault {
+		t.Errorf("after the run: %+v; want disabled, finished normally", r)
+	}
+	waitFor(t, 5*time.Second, "the River job to complete", func() bool {
+		return queryValue[string](t, h.pool, `SELECT state::text FROM river_job WHERE id = $1`, *r.JobID) == "completed"
+	})
+	exec(t, h.pool, `UPDATE braid_recurring SET next_run_at = now() - interval '1 second'`)
+	tick(t, h.s)
+	if n := riverJobs(t, h.pool, "k"); n != 1 {
+		t.Errorf("disabled row claimed again: %d jobs", n)
+	}
+}
+
+func TestRecurringInsertFailure(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h := newRecurringHarness(t, nil)
+	// The River client has no worker for "unknown", so its job cannot be
+	// inserted; the row is released with the error and the others run.
+	for _, key := range []string{"a", "b"} {
+		if _, err := h.s.Ensure(ctx, "ping", key, nil, time.Time{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := h.s.Ensure(ctx, "unknown", "x", nil, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	tick(t, h.s)
+	if n := queryValue[int](t, h.pool, `SELECT count(*) FROM river_job`); n != 2 {
+		t.Errorf("%d jobs inserted, want 2", n)
+	}
+	r, _ := h.s.GetRecurring(ctx, "unknown", "x")
+	if r.RunningSince != nil || !strings.Contains(r.LastError, "inserting the River job failed") || !r.NextRunAt.After(time.Now().Add(30*time.Second)) {
+		t.Errorf("row with an uninsertable job: %+v", r)
+	}
+}
+
+func TestRecurringMiddlewarePassesOtherJobs(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	mw, err := NewRecurringMiddleware(pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, meta := range []string{`{}`, `{"braid_recurring_id": "x"}`, `not json`} {
+		called := false
+		err := mw.Work(context.Background(), &rivertype.JobRow{ID: 1, Kind: "k", Metadata: []byte(meta)}, func(ctx context.Context) error {
+			called = true
+			if err := NextRunAt(ctx, time.Now()); !errors.Is(err, ErrNotRecurring) {
+				t.Errorf("NextRunAt in a plain job: %v", err)
+			}
+			return errors.New("plain failure")
+		})
+		if !called || err == nil || err.Error() != "plain failure" {
+			t.Errorf("metadata %s: called %v, error %v", meta, called, err)
+		}
+	}
+
+	bad := []struct {
+		cfg  RecurringConfig
+		want string
+	}{
+		{RecurringConfig{Interval: -1}, "RecurringConfig.Interval is -1ns"},
+		{RecurringConfig{Intervals: map[string]time.Duration{"k": 0}}, `RecurringConfig.Intervals["k"] is 0s`},
+		{RecurringConfig{Backoff: queue.Backoff{Base: -time.Second}}, "RecurringConfig.Backoff: queue: Backoff.Base is -1s"},
+	}
+	for _, b := range bad {
+		if _, err := NewRecurringMiddleware(pool, &b.cfg); err == nil || !strings.Contains(err.Error(), b.want) {
+			t.Errorf("NewRecurringMiddleware(%+v): %v, want %q", b.cfg, err, b.want)
+		}
+	}
+	if _, err := NewRecurringMiddleware(nil, nil); err == nil {
+		t.Error("NewRecurringMiddleware(nil) succeeded")
+	}
+	if mw.cfg.Backoff != queue.DefaultBackoff || mw.cfg.MaxFailures != RecurringMaxFailuresDefault || mw.cfg.Interval != RecurringIntervalDefault {
+		t.Errorf("defaults not applied: %+v", mw.cfg)
+	}
+}
+
+// TestRecurringUnderLeader runs the whole loop: the started scheduler
+// claims a row as soon as Ensure commits (woken by the notification) and
+// again when the handler's chosen time comes.
+func TestRecurringUnderLeader(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h := newRecurringHarness(t, nil)
+	runs := make(chan time.Time, 10)
+	h.handle(func(ctx context.Context, job *river.Job[pingArgs]) error {
+		runs <- time.Now()
+		if len(runs) < 2 {
+			return NextRunAt(ctx, time.Now().Add(300*time.Millisecond))
+		}
+		return NextRunAt(ctx, time.Now().Add(time.Hour))
+	})
+	if err := h.s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.s.Stop(context.Background()) })
+	// Let the leader settle on the lease before the row appears.
+	waitFor(t, 10*time.Second, "a leader", func() bool {
+		return queryValue[int](t, h.pool, `SELECT count(*) FROM braid_leases WHERE name = $1 AND expires_at > now()`, LeaseNameDefault) == 1
+	})
+	if _, err := h.s.Ensure(ctx, "ping", "k", pingArgs{N: 7}, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		select {
+		case <-runs:
+		case <-time.After(15 * time.Second):
+			t.Fatalf("run %d did not happen", i+1)
+		}
+	}
+	if err := h.s.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := riverJobs(t, h.pool, "k"); n != 2 {
+		t.Errorf("%d runs, want 2", n)
+	}
+}
