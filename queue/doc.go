@@ -95,12 +95,12 @@
 //
 // # Heartbeat rescue
 //
-// A kind declares a heartbeat interval in Config.Heartbeats. When an attempt
-// of such a kind starts, its interval is recorded with a first heartbeat.
-// The rescuer, under [MaintenanceLease], looks every
-// Config.HeartbeatCheckInterval for running attempts whose last heartbeat
-// is older than Config.HeartbeatMisses intervals (database time), and
-// takes each back: to retryable (scheduled by Config.RetryPolicy, but no
+// A kind declares a heartbeat interval in Config.Heartbeats; declare the
+// same in every process. The rescuer, under [MaintenanceLease], looks every
+// Config.HeartbeatCheckInterval for running attempts of such kinds whose
+// last heartbeat (or, before the first, whose start) is older than
+// Config.HeartbeatMisses intervals, on the database clock, and takes each
+// back: to retryable (scheduled by Config.RetryPolicy, but no
 // sooner than one interval), or to discarded when its attempts are spent
 // (cancelled if a cancel was requested), with a "heartbeat lost" error
 // recorded for the attempt. Each rescue locks the job row and checks again

@@ -101,6 +101,27 @@ func TestHeartbeatRescueDiscardsSpentJob(t *testing.T) {
 	}
 }
 
+// TestShortHeartbeatJobWritesNothing: declaring a heartbeat costs a short
+// attempt no write.
+func TestShortHeartbeatJobWritesNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	workers := river.NewWorkers()
+	river.AddWorker(workers, river.WorkFunc(func(context.Context, *river.Job[liveArgs]) error { return nil }))
+	q := startQueue(t, testutil.DB(t), &Config{
+		Workers:    workers,
+		Heartbeats: map[string]time.Duration{"hb_live": time.Minute},
+	})
+	res, err := q.Insert(ctx, liveArgs{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, q, res.Job.ID, rivertype.JobStateCompleted)
+	if p, err := q.JobProgress(ctx, res.Job.ID); !errors.Is(err, rivertype.ErrNotFound) {
+		t.Errorf("JobProgress = %+v, %v; want no row for an attempt that never reported", p, err)
+	}
+}
+
 // TestHeartbeatingJobNotRescued: a job that keeps heartbeating runs well
 // past the rescue threshold and completes in its first attempt.
 func TestHeartbeatingJobNotRescued(t *testing.T) {

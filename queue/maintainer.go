@@ -75,20 +75,30 @@ type staleAttempt struct {
 	attempt int
 }
 
-// findStale lists running attempts whose last heartbeat is older than
-// HeartbeatMisses of their own intervals, on the database clock.
+// silentSQL is the liveness rule, shared by the search and the fenced
+// re-check. An attempt's last sign of life is its last heartbeat, or its
+// start (River's attempted_at) when it has not heartbeated yet; its
+// interval is the one stored with its heartbeats, else the one this
+// process declares for its kind. An attempt whose heartbeat was ended (a
+// progress row for it with heartbeat_at NULL) has returned: it is never
+// silent. $1 and $2 are the declared kinds and intervals (microseconds),
+// $3 the misses.
+const silentSQL = `
+	FROM river_job j
+	LEFT JOIN braid_job_progress p ON p.job_id = j.id AND p.attempt = j.attempt
+	LEFT JOIN unnest($1::text[], $2::bigint[]) AS d(kind, micros) ON d.kind = j.kind
+	WHERE j.state = 'running'
+	  AND (p.job_id IS NULL OR p.heartbeat_at IS NOT NULL)
+	  AND COALESCE(p.heartbeat_interval, d.micros * interval '1 microsecond') IS NOT NULL
+	  AND COALESCE(p.heartbeat_at, j.attempted_at)
+	      < now() - COALESCE(p.heartbeat_interval, d.micros * interval '1 microsecond') * $3::integer`
+
+// findStale lists running attempts that have been silent for longer than
+// HeartbeatMisses of their heartbeat intervals, on the database clock.
 func (q *Queue) findStale(ctx context.Context) ([]staleAttempt, error) {
-	rows, err := q.pool.Query(ctx, `
-		SELECT p.job_id, p.attempt
-		FROM braid_job_progress p
-		JOIN river_job j ON j.id = p.job_id
-		WHERE p.heartbeat_at IS NOT NULL
-		  AND p.heartbeat_interval IS NOT NULL
-		  AND p.heartbeat_at < now() - p.heartbeat_interval * $1::integer
-		  AND j.state = 'running'
-		  AND j.attempt = p.attempt
-		ORDER BY p.heartbeat_at
-		LIMIT $2`, q.misses, rescueBatch)
+	rows, err := q.pool.Query(ctx, `SELECT j.id, j.attempt`+silentSQL+`
+		ORDER BY COALESCE(p.heartbeat_at, j.attempted_at)
+		LIMIT $4`, q.declaredKinds, q.declaredMicros, q.misses, rescueBatch)
 	if err != nil {
 		return nil, fmt.Errorf("queue: finding silent attempts: %w", err)
 	}
@@ -161,14 +171,11 @@ func (q *Queue) rescueOne(ctx context.Context, s staleAttempt) (bool, error) {
 		now       time.Time
 	)
 	err = tx.QueryRow(ctx, `
-		SELECT (extract(epoch FROM now() - heartbeat_at) * 1000000)::bigint,
-		       (extract(epoch FROM heartbeat_interval) * 1000000)::bigint,
-		       now()
-		FROM braid_job_progress
-		WHERE job_id = $1 AND attempt = $2
-		  AND heartbeat_at IS NOT NULL AND heartbeat_interval IS NOT NULL
-		  AND heartbeat_at < now() - heartbeat_interval * $3::integer`,
-		s.id, s.attempt, q.misses).Scan((*micros)(&silentFor), (*micros)(&interval), &now)
+		SELECT (extract(epoch FROM now() - COALESCE(p.heartbeat_at, j.attempted_at)) * 1000000)::bigint,
+		       (extract(epoch FROM COALESCE(p.heartbeat_interval, d.micros * interval '1 microsecond')) * 1000000)::bigint,
+		       now()`+silentSQL+`
+		  AND j.id = $4 AND j.attempt = $5`,
+		q.declaredKinds, q.declaredMicros, q.misses, s.id, s.attempt).Scan((*micros)(&silentFor), (*micros)(&interval), &now)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil // it heartbeated meanwhile
 	}

@@ -192,10 +192,6 @@ func (m *middleware) Work(ctx context.Context, job *rivertype.JobRow, doInner fu
 	ctx = context.WithValue(ctx, jobContextKey{}, jc)
 	stopWatch := func() {}
 	if jc.interval > 0 {
-		if err := jc.record(ctx, nil); err != nil && !errors.Is(err, ErrJobNotRunning) {
-			q.logger.WarnContext(ctx, "queue: recording the first heartbeat failed",
-				"job_id", job.ID, "kind", job.Kind, "error", err)
-		}
 		stopWatch = jc.watch(ctx)
 	}
 
@@ -207,7 +203,7 @@ func (m *middleware) Work(ctx context.Context, job *rivertype.JobRow, doInner fu
 		}
 		stopWatch()
 		cancel(nil)
-		if jc.interval > 0 || jc.touched.Load() {
+		if jc.touched.Load() {
 			jc.clear()
 		}
 

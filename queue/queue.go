@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -131,9 +133,12 @@ type Config struct {
 	// RescueStuckJobsAfter still applies to them. Each interval must be at
 	// least HeartbeatIntervalMin.
 	//
-	// The interval is stored with the job's progress row when an attempt
-	// starts, so the rescuer judges every job by its own interval whatever
-	// process runs the rescuer.
+	// An attempt that has heartbeated is judged by the interval stored with
+	// its heartbeats, whatever process runs the rescuer. An attempt that
+	// has not heartbeated yet is judged from its start, by the interval the
+	// rescuing process declares for its kind, so declare the same
+	// Heartbeats in every process. Nothing is written when an attempt
+	// starts: a short attempt costs no extra write.
 	Heartbeats map[string]time.Duration
 
 	// HeartbeatMisses is how many heartbeat intervals may pass without a
@@ -219,10 +224,14 @@ type Queue struct {
 	working   bool
 	noMaint   bool
 	intervals map[string]time.Duration
-	misses    int
-	check     time.Duration
-	ageAfter  time.Duration
-	ageEvery  time.Duration
+	// declaredKinds and declaredMicros are intervals as the rescuer's
+	// query takes them.
+	declaredKinds  []string
+	declaredMicros []int64
+	misses         int
+	check          time.Duration
+	ageAfter       time.Duration
+	ageEvery       time.Duration
 
 	mu        sync.Mutex
 	started   bool
@@ -277,6 +286,10 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Queue, error) {
 			return nil, fmt.Errorf("queue: Config.Heartbeats[%q] is %s; it must be at least %s", kind, d, HeartbeatIntervalMin)
 		}
 		q.intervals[kind] = d
+	}
+	for _, kind := range slices.Sorted(maps.Keys(q.intervals)) {
+		q.declaredKinds = append(q.declaredKinds, kind)
+		q.declaredMicros = append(q.declaredMicros, q.intervals[kind].Microseconds())
 	}
 	switch {
 	case c.HeartbeatMisses < 0:

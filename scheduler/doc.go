@@ -45,7 +45,8 @@
 // next_run_at is the slot to fire next. For @every, slots form a grid
 // anchored at the schedule's creation (truncated to the second): the slot
 // after a slot is that slot plus the interval, never "now plus the
-// interval", so the grid does not drift with the leader's latency.
+// interval", so the grid does not drift with the leader's latency. Slots
+// are kept at the database's microsecond precision.
 //
 // # Firing exactly once
 //

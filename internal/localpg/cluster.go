@@ -49,7 +49,7 @@ type Config struct {
 
 	// DisableFsync turns fsync, synchronous_commit and full_page_writes off.
 	// It makes the server fast and unsafe on power loss. Default false: only
-	// tests and throw-away benchmarks should set it.
+	// tests should set it.
 	DisableFsync bool
 
 	// MaxConnections sets max_connections. Default MaxConnectionsDefault.

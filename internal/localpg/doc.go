@@ -26,6 +26,6 @@
 //
 // # Durability
 //
-// fsync stays on unless [Config.DisableFsync] is set. Only tests and
-// throw-away benchmarks should set it.
+// fsync stays on unless [Config.DisableFsync] is set. Only tests should
+// set it.
 package localpg

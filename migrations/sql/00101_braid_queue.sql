@@ -1,7 +1,7 @@
 -- The queue package's additions: the heartbeat interval a job kind
--- declared, stored with each attempt's progress row so that the heartbeat
+-- declared, stored with an attempt's heartbeats so that the heartbeat
 -- rescuer, in whatever process holds the braid:maintenance lease, judges
--- every job by its own interval.
+-- that attempt by its own interval.
 
 -- +goose Up
 -- +goose StatementBegin
