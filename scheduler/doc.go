@@ -51,14 +51,15 @@
 // # Firing exactly once
 //
 // The leader takes the earliest due schedule with FOR UPDATE SKIP LOCKED,
-// inserts the job (River's InsertTx) or starts the workflow
-// (WorkflowStarter.StartWorkflowTx with the idempotency key
-// "schedule:<name>:<slot>", see IdempotencyKey), and moves next_run_at on,
-// fenced on the slot it fired, all in one transaction that also checks the
-// lease. Each (schedule, slot) therefore fires exactly once, whichever
-// process fires it and however leadership changes. Jobs carry their
-// schedule and slot in metadata (MetadataSchedule, MetadataSlot,
-// MetadataFirstSlot).
+// inserts the job (queue.Queue.InsertTx) or starts the workflow
+// (WorkflowStarter.StartWorkflowTx), and moves next_run_at on, fenced on
+// the slot it fired, all in one transaction that also checks the lease.
+// Each (schedule, slot) therefore fires exactly once, whichever process
+// fires it and however leadership changes. As a backstop, the job or run of
+// a slot carries the idempotency key "schedule:<name>:<slot>" (see
+// IdempotencyKey), so a slot fired twice would still be one job or run.
+// Jobs carry their schedule and slot in metadata (MetadataSchedule,
+// MetadataSlot, MetadataFirstSlot).
 //
 // Between fires the leader sleeps until the earliest next_run_at, at most
 // Config.PollInterval, and wakes early on a notification on NotifyChannel,
@@ -94,7 +95,7 @@
 // # Outcomes and dead letters
 //
 // The handler of a recurring job is an ordinary River worker for its kind.
-// RecurringMiddleware, added to the River client's middleware, records each
+// RecurringMiddleware, added to the queue's middleware, records each
 // run's outcome on the row. After a success the row runs next at the time
 // the handler chose with NextRunAt, or after its kind's interval. After a
 // failure it backs off (by RecurringConfig.Backoff, a queue.Backoff:

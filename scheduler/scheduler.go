@@ -202,8 +202,9 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Scheduler, error) {
 
 // Start begins competing for the scheduler lease in the background. While
 // this process holds it, it fires due schedules and claims due recurring
-// jobs. Cancelling ctx stops it like Stop. Start returns an error when
-// Config.Queue is nil or the Scheduler is already started.
+// jobs. Cancelling ctx stops it too; call Stop before starting it again.
+// Start returns an error when Config.Queue is nil or the Scheduler is
+// already started.
 func (s *Scheduler) Start(ctx context.Context) error {
 	if s.cfg.Queue == nil {
 		return errors.New("scheduler: Start needs Config.Queue to insert jobs")
