@@ -47,6 +47,16 @@ func TestOneTracePerRun(t *testing.T) {
 		t.Fatalf("%d, %v", out, err)
 	}
 
+	// The last turn's span ends just after the run's result is committed.
+	waitFor(t, "every turn span to end", 10*time.Second, func() bool {
+		n := 0
+		for _, s := range rec.Ended() {
+			if s.Name() == "braid.task traced" || s.Name() == "braid.task traced_child" {
+				n++
+			}
+		}
+		return n >= 5
+	})
 	spans := rec.Ended()
 	var start sdktrace.ReadOnlySpan
 	byID := map[string]sdktrace.ReadOnlySpan{}

@@ -1,0 +1,96 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/braidflow/braid/testutil"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+// Fixed IDs of testdata/seed.sql.
+const (
+	failedRun  = "0195a1b2-0000-7000-8000-000000000001"
+	waitingRun = "0195a1b2-0000-7000-8000-000000000003"
+	pendingRun = "0195a1b2-0000-7000-8000-000000000004"
+)
+
+// seeded returns the URL of a fresh database holding testdata/seed.sql.
+func seeded(t *testing.T) string {
+	t.Helper()
+	sql, err := os.ReadFile(filepath.Join("testdata", "seed.sql"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := testutil.URL(t)
+	if _, err := testutil.Pool(t, url).Exec(context.Background(), string(sql)); err != nil {
+		t.Fatalf("seeding: %v", err)
+	}
+	return url
+}
+
+// golden compares got with testdata/<name>.golden, or rewrites the file
+// with -update.
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name+".golden")
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test ./cmd/braid -update to create it)", err)
+	}
+	if diff := cmp.Diff(string(want), got); diff != "" {
+		t.Errorf("braid output differs from %s (-want +got); if the change is intended, run go test ./cmd/braid -update:\n%s", path, diff)
+	}
+}
+
+// TestGolden checks the human output of the read-only commands on a fixed
+// database.
+func TestGolden(t *testing.T) {
+	t.Parallel()
+	url := seeded(t)
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"runs-list", []string{"runs", "list"}},
+		{"runs-list-digest-failed", []string{"runs", "list", "--workflow", "digest", "--status", "failed"}},
+		{"runs-list-empty", []string{"runs", "list", "--status", "cancelled"}},
+		{"runs-show-failed", []string{"runs", "show", failedRun}},
+		{"runs-show-waiting", []string{"runs", "show", waitingRun}},
+		{"runs-show-pending", []string{"runs", "show", pendingRun}},
+		{"jobs-stats", []string{"jobs", "stats"}},
+		{"jobs-list", []string{"jobs", "list"}},
+		{"jobs-list-default-available", []string{"jobs", "list", "--queue", "default", "--state", "available"}},
+		{"jobs-list-limit", []string{"jobs", "list", "--kind", "send_email", "--limit", "2"}},
+		{"jobs-dead", []string{"jobs", "dead"}},
+		{"jobs-dead-media", []string{"jobs", "dead", "--queue", "media"}},
+		{"schedules-list", []string{"schedules", "list"}},
+		{"schedules-list-disabled", []string{"schedules", "list", "--enabled=false"}},
+		{"schedules-get", []string{"schedules", "get", "nightly-report"}},
+		{"recurring-list", []string{"recurring", "list"}},
+		{"recurring-list-dead", []string{"recurring", "list", "--dead"}},
+		{"recurring-list-kind-enabled", []string{"recurring", "list", "--kind", "fetch_feed", "--enabled", "--dead=false"}},
+		{"leases-list", []string{"leases", "list"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			code, out, errOut := braid(t, append(tc.args, "--database-url", url)...)
+			if code != 0 || errOut != "" {
+				t.Fatalf("braid %v: code %d, stderr %q", tc.args, code, errOut)
+			}
+			golden(t, tc.name, out)
+		})
+	}
+}

@@ -1,0 +1,170 @@
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/braidflow/braid/internal/localpg"
+	"github.com/braidflow/braid/migrations"
+)
+
+// server is the PostgreSQL server the benchmark measures on: a private
+// cluster, or the server of Config.DatabaseURL. Every side of every
+// scenario gets a scratch database cloned from one migrated template.
+type server struct {
+	admin    *pgx.ConnConfig // a connection to a database that is not a scratch one
+	maxConns int
+	cluster  *localpg.Cluster
+	dir      string
+	prefix   string
+	template string
+	next     int
+	live     map[string]bool
+
+	kind    string
+	version string
+	fsync   string
+}
+
+// openServer starts a private cluster (url empty) or connects to url's
+// server, and migrates a template database to clone.
+func openServer(ctx context.Context, url string, maxConns int) (s *server, err error) {
+	s = &server{maxConns: maxConns, live: map[string]bool{}}
+	defer func() {
+		if err != nil {
+			s.close()
+		}
+	}()
+	var suffix [4]byte
+	_, _ = rand.Read(suffix[:])
+	s.prefix = "braid_bench_" + hex.EncodeToString(suffix[:])
+
+	if url == "" {
+		s.kind = "private"
+		if s.dir, err = os.MkdirTemp("", "braidbench"); err != nil {
+			return nil, fmt.Errorf("bench: creating the cluster directory: %w", err)
+		}
+		if s.cluster, err = localpg.New(localpg.Config{Dir: s.dir}); err != nil {
+			return nil, fmt.Errorf("bench: set DATABASE_URL or install PostgreSQL: %w", err)
+		}
+		if err = s.cluster.Start(ctx); err != nil {
+			return nil, err
+		}
+		url = s.cluster.URL("postgres")
+	} else {
+		s.kind = "url"
+	}
+	if s.admin, err = pgx.ParseConfig(url); err != nil {
+		return nil, fmt.Errorf("bench: invalid database URL: %w", err)
+	}
+	s.admin.ConnectTimeout = 10 * time.Second
+
+	conn, err := pgx.ConnectConfig(ctx, s.admin)
+	if err != nil {
+		return nil, fmt.Errorf("bench: connecting to the server: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if err := conn.QueryRow(ctx, `SELECT current_setting('server_version'), current_setting('fsync')`).Scan(&s.version, &s.fsync); err != nil {
+		return nil, fmt.Errorf("bench: reading the server's version: %w", err)
+	}
+
+	// Migrate the template.
+	s.template = s.prefix + "_template"
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+s.template); err != nil {
+		return nil, fmt.Errorf("bench: creating a scratch database (the role needs CREATEDB; the benchmark never writes to the database in the URL): %w", err)
+	}
+	s.live[s.template] = true
+	pool, err := s.pool(ctx, s.template)
+	if err != nil {
+		return nil, err
+	}
+	err = migrations.Up(ctx, pool)
+	pool.Close()
+	if err != nil {
+		return nil, fmt.Errorf("bench: migrating the template database: %w", err)
+	}
+	return s, nil
+}
+
+// fresh returns a pool on a new scratch database, a clone of the migrated
+// template, and a function that closes the pool and drops the database.
+func (s *server) fresh(ctx context.Context, label string) (*pgxpool.Pool, func(), error) {
+	s.next++
+	name := fmt.Sprintf("%s_%d_%s", s.prefix, s.next, label)
+	if err := s.exec(ctx, "CREATE DATABASE "+name+" TEMPLATE "+s.template); err != nil {
+		return nil, nil, fmt.Errorf("bench: creating database %s: %w", name, err)
+	}
+	s.live[name] = true
+	pool, err := s.pool(ctx, name)
+	if err != nil {
+		s.drop(name)
+		return nil, nil, err
+	}
+	return pool, func() {
+		pool.Close()
+		s.drop(name)
+	}, nil
+}
+
+// pool opens a pool on database name.
+func (s *server) pool(ctx context.Context, name string) (*pgxpool.Pool, error) {
+	pc, err := pgxpool.ParseConfig("")
+	if err != nil {
+		return nil, err
+	}
+	pc.ConnConfig = s.admin.Copy()
+	pc.ConnConfig.Database = name
+	pc.MaxConns = int32(s.maxConns)
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("bench: opening a pool on %s: %w", name, err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("bench: connecting to %s: %w", name, err)
+	}
+	return pool, nil
+}
+
+// exec runs one statement on the admin connection.
+func (s *server) exec(ctx context.Context, sql string) error {
+	conn, err := pgx.ConnectConfig(ctx, s.admin)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	_, err = conn.Exec(ctx, sql)
+	return err
+}
+
+// drop drops a scratch database.
+func (s *server) drop(name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err == nil {
+		delete(s.live, name)
+	}
+}
+
+// close drops every scratch database and stops the private cluster,
+// removing its directory.
+func (s *server) close() {
+	if s.admin != nil && (s.cluster == nil || s.cluster.Running()) {
+		for name := range s.live {
+			s.drop(name)
+		}
+	}
+	if s.cluster != nil {
+		_ = s.cluster.Stop()
+	}
+	if s.dir != "" {
+		_ = os.RemoveAll(s.dir)
+	}
+}

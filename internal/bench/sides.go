@@ -1,0 +1,236 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/braidflow/braid/queue"
+	"github.com/braidflow/braid/workflow"
+)
+
+// startBatch is how many runs one transaction starts, and how many River
+// jobs one InsertMany inserts.
+const startBatch = 100
+
+// starters is how many goroutines start runs at once, as the request
+// handlers of a service would.
+const starters = 4
+
+// pollEvery is how often a side's completion is polled.
+const pollEvery = 5 * time.Millisecond
+
+// side is one side of a scenario: a scratch database and, once started,
+// the braid engine or the River client working it.
+type side struct {
+	b       *bench
+	name    string
+	pool    *pgxpool.Pool
+	release func()
+	stop    func(context.Context) error
+	ctx     context.Context
+	cancel  context.CancelFunc
+}
+
+// newSide creates a scratch database for one side of a scenario.
+func (b *bench) newSide(ctx context.Context, scenario, name string) (*side, error) {
+	pool, release, err := b.srv.fresh(ctx, scenario+"_"+name)
+	if err != nil {
+		return nil, err
+	}
+	sctx, cancel := context.WithTimeout(ctx, b.cfg.ScenarioTimeout)
+	return &side{b: b, name: name, pool: pool, release: release, ctx: sctx, cancel: cancel}, nil
+}
+
+// close stops the engine or client and drops the side's database.
+func (s *side) close() {
+	if s.stop != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		if err := s.stop(ctx); err != nil {
+			s.b.say("%s: stopping: %v", s.name, err)
+		}
+		cancel()
+	}
+	s.cancel()
+	s.release()
+}
+
+// queueConfig is the braid side's River configuration. riverConfig gives
+// the River side the same.
+func (b *bench) queueConfig() *queue.Config {
+	return &queue.Config{
+		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: b.cfg.Workers}},
+		FetchCooldown:     b.cfg.FetchCooldown,
+		FetchPollInterval: b.cfg.FetchPollInterval,
+		Logger:            b.logger,
+	}
+}
+
+func (b *bench) riverConfig(workers *river.Workers) *river.Config {
+	return &river.Config{
+		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: b.cfg.Workers}},
+		FetchCooldown:     b.cfg.FetchCooldown,
+		FetchPollInterval: b.cfg.FetchPollInterval,
+		Workers:           workers,
+		Logger:            b.logger,
+	}
+}
+
+// startEngine builds and starts a braid engine on the side's database.
+func (s *side) startEngine(cfg *workflow.Config) (*workflow.Engine, error) {
+	c := *cfg
+	c.Queue = s.b.queueConfig()
+	c.Logger = s.b.logger
+	eng, err := workflow.NewEngine(s.pool, &c)
+	if err != nil {
+		return nil, err
+	}
+	if err := eng.Start(s.ctx); err != nil {
+		return nil, err
+	}
+	s.stop = eng.Stop
+	return eng, nil
+}
+
+// startRiver builds and starts a raw River client on the side's database.
+func (s *side) startRiver(workers *river.Workers) (*river.Client[pgx.Tx], error) {
+	client, err := river.NewClient(riverpgxv5.New(s.pool), s.b.riverConfig(workers))
+	if err != nil {
+		return nil, err
+	}
+	if err := client.Start(s.ctx); err != nil {
+		return nil, err
+	}
+	s.stop = client.Stop
+	return client, nil
+}
+
+// waitFor polls query, which returns (done, failed) counts, until done
+// reaches want. It fails as soon as failed is not zero.
+func (s *side) waitFor(query string, want int, args ...any) error {
+	for {
+		var done, failed int
+		if err := s.pool.QueryRow(s.ctx, query, args...).Scan(&done, &failed); err != nil {
+			return fmt.Errorf("%s: waiting: %w", s.name, err)
+		}
+		if failed > 0 {
+			return fmt.Errorf("%w: %s: %d of %d failed", errFailed, s.name, failed, want)
+		}
+		if done >= want {
+			return nil
+		}
+		select {
+		case <-s.ctx.Done():
+			return fmt.Errorf("%s: %d of %d done: %w", s.name, done, want, s.ctx.Err())
+		case <-time.After(pollEvery):
+		}
+	}
+}
+
+// Completion queries for waitFor.
+const (
+	runsDone = `SELECT count(*) FILTER (WHERE status = 'completed'), count(*) FILTER (WHERE status IN ('failed', 'cancelled')) FROM braid_runs`
+	jobsDone = `SELECT count(*) FILTER (WHERE state = 'completed'), count(*) FILTER (WHERE state IN ('discarded', 'cancelled', 'retryable')) FROM river_job`
+)
+
+// parallel runs fn(i) for i in [0, n) on up to workers goroutines and
+// returns the first error.
+func parallel(n, workers int, fn func(i int) error) error {
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+		next  int
+	)
+	for range min(n, workers) {
+		wg.Go(func() {
+			for {
+				mu.Lock()
+				i := next
+				next++
+				stop := first != nil
+				mu.Unlock()
+				if i >= n || stop {
+					return
+				}
+				if err := fn(i); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return first
+}
+
+// stamps records, by index, when each unit of work began, on the
+// monotonic clock.
+type stamps struct {
+	mu sync.Mutex
+	at map[int]time.Time
+}
+
+func newStamps() *stamps { return &stamps{at: map[int]time.Time{}} }
+
+// mark records i's time the first time it is marked.
+func (s *stamps) mark(i int) {
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.at[i]; !ok {
+		s.at[i] = now
+	}
+}
+
+func (s *stamps) get(i int) (time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t, ok := s.at[i]
+	return t, ok
+}
+
+// percentile returns the p-th percentile (0 < p <= 100) of xs by the
+// nearest-rank method.
+func percentile(xs []float64, p float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	rank := int(math.Ceil(p / 100 * float64(len(s))))
+	rank = max(1, min(rank, len(s)))
+	return s[rank-1]
+}
+
+// ms converts a duration to milliseconds.
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// round keeps n decimals.
+func round(x float64, n int) float64 {
+	if math.IsNaN(x) || math.IsInf(x, 0) {
+		return 0
+	}
+	p := math.Pow(10, float64(n))
+	return math.Round(x*p) / p
+}
+
+// ratio is a/b, rounded, or 0 when b is 0.
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return round(a/b, 3)
+}
