@@ -88,15 +88,37 @@ func (c *cli) usage() {
 		fmt.Fprintf(c.stdout, "  %-10s %s\n", n, commands[n].summary)
 	}
 	fmt.Fprintln(c.stdout, "\nEvery command reads --database-url or DATABASE_URL, and prints tables, or JSON with --json.")
+	fmt.Fprintln(c.stdout, "Tables show times in UTC. Run `braid <command> <subcommand> -h` for its flags.")
 }
 
-// flags returns a flag set with the common flags bound to c.
+// flags returns a flag set with the common flags bound to c. -h prints
+// its flags; a mistake is left to run, which prints it as one line.
 func (c *cli) flags(name string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(c.stderr)
+	sink := &flagErrors{}
+	fs.SetOutput(sink)
+	fs.Usage = func() {
+		if sink.wrote {
+			sink.wrote = false
+			return
+		}
+		fmt.Fprintf(c.stderr, "Usage: braid %s [flags]\n\nFlags:\n", name)
+		fs.SetOutput(c.stderr)
+		fs.PrintDefaults()
+		fs.SetOutput(sink)
+	}
 	fs.StringVar(&c.databaseURL, "database-url", "", "PostgreSQL connection string (default $DATABASE_URL)")
 	fs.BoolVar(&c.json, "json", false, "print JSON instead of a table")
 	return fs
+}
+
+// flagErrors swallows what the flag package prints about a mistake, and
+// notes that it did, so that usage is printed for -h only.
+type flagErrors struct{ wrote bool }
+
+func (f *flagErrors) Write(p []byte) (int, error) {
+	f.wrote = true
+	return len(p), nil
 }
 
 // parse parses flags that may come before, between or after positional
@@ -190,6 +212,13 @@ func subcommand(ctx context.Context, c *cli, group string, args []string, subs m
 	sort.Strings(names)
 	if len(args) == 0 {
 		return usagef("missing subcommand: braid %s %s", group, strings.Join(names, "|"))
+	}
+	switch {
+	case args[0] == "help" || args[0] == "-h" || args[0] == "--help":
+		fmt.Fprintf(c.stderr, "Usage: braid %s %s [flags]\n", group, strings.Join(names, "|"))
+		return flag.ErrHelp
+	case strings.HasPrefix(args[0], "-"):
+		return usagef("missing subcommand: braid %s %s, then flags such as %s", group, strings.Join(names, "|"), args[0])
 	}
 	fn, ok := subs[args[0]]
 	if !ok {

@@ -42,12 +42,12 @@ func between(from, to *time.Time) string {
 	if from == nil || to == nil {
 		return "-"
 	}
-	return duration(to.Sub(*from))
+	return humanDuration(to.Sub(*from))
 }
 
-// duration rounds d for people: milliseconds under ten seconds, seconds
+// humanDuration rounds d for people: milliseconds under ten seconds, seconds
 // above.
-func duration(d time.Duration) string {
+func humanDuration(d time.Duration) string {
 	switch {
 	case d < 0:
 		return "-"

@@ -251,9 +251,9 @@ func printTask(w io.Writer, t *workflow.TaskInfo, children map[string][]*workflo
 	}
 }
 
-// engine builds a workflow engine that is never started: it serves the
+// runEngine builds a workflow engine that is never started: it serves the
 // operations that act on runs (cancel, retry) from this process.
-func engine(pool *pgxpool.Pool) (*workflow.Engine, error) {
+func runEngine(pool *pgxpool.Pool) (*workflow.Engine, error) {
 	return workflow.NewEngine(pool, &workflow.Config{
 		Queue:                 &queue.Config{Logger: quiet, MaintenanceDisabled: true},
 		DisableDelayProcessor: true,
@@ -286,7 +286,7 @@ func runsAct(ctx context.Context, c *cli, name string, args []string, op func(*w
 		return err
 	}
 	defer pool.Close()
-	eng, err := engine(pool)
+	eng, err := runEngine(pool)
 	if err != nil {
 		return err
 	}

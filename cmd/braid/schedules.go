@@ -65,8 +65,8 @@ func scheduleError(name string, err error) error {
 	return err
 }
 
-// target formats a schedule's target for tables.
-func target(s *scheduler.Schedule) string { return string(s.TargetType) + " " + s.Target }
+// scheduleTarget formats a schedule's target for tables.
+func scheduleTarget(s *scheduler.Schedule) string { return string(s.TargetType) + " " + s.Target }
 
 func scheduleTable(w io.Writer, list []*scheduler.Schedule) {
 	if len(list) == 0 {
@@ -75,7 +75,7 @@ func scheduleTable(w io.Writer, list []*scheduler.Schedule) {
 	}
 	row(w, "NAME", "ENABLED", "EXPRESSION", "TIME ZONE", "TARGET", "NEXT RUN", "LAST RUN")
 	for _, s := range list {
-		row(w, s.Name, yesNo(s.Enabled), s.Expression, s.TimeZone, target(s), at(s.NextRunAt), ts(s.LastRunAt))
+		row(w, s.Name, yesNo(s.Enabled), s.Expression, s.TimeZone, scheduleTarget(s), at(s.NextRunAt), ts(s.LastRunAt))
 	}
 }
 
@@ -85,7 +85,7 @@ func printSchedule(w io.Writer, s *scheduler.Schedule) {
 	row(w, "enabled:", yesNo(s.Enabled))
 	row(w, "expression:", s.Expression)
 	row(w, "time zone:", s.TimeZone)
-	row(w, "target:", target(s))
+	row(w, "target:", scheduleTarget(s))
 	row(w, "args:", clip(string(s.Args), clipDefault))
 	row(w, "queue:", s.Queue)
 	row(w, "priority:", priorityName(s.Priority))
@@ -178,7 +178,7 @@ func newScheduleFlags(c *cli, cmd string) *scheduleFlags {
 	fs.StringVar(&f.wf, "workflow", "", "start a run of this workflow at each slot")
 	fs.StringVar(&f.args, "args", "", "the job's args (a JSON object) or the workflow's input, as JSON (default {})")
 	fs.StringVar(&f.priority, "priority", "", "the job's priority: critical, high, normal, low or 1 to 4 (default normal)")
-	fs.StringVar(&f.queue, "queue", "", "the job's queue (default "+scheduler.QueueDefault+")")
+	fs.StringVar(&f.queue, "queue", "", fmt.Sprintf("the job's River queue (default %q)", scheduler.QueueDefault))
 	fs.IntVar(&f.maxAttempts, "max-attempts", 0, "the job's max attempts (default River's)")
 	fs.StringVar(&f.overlap, "overlap", "", "while the previous fire is unfinished: skip or allow (default skip)")
 	fs.StringVar(&f.catchUp, "catch-up", "", "missed slots: once, skip or all (default once)")

@@ -176,8 +176,8 @@ func New(pool *pgxpool.Pool, cfg *Config) (*App, error) {
 			*d.v = d.def
 		}
 	}
-	if c.WebSubLease < time.Second {
-		return nil, fmt.Errorf("feedfetcher: Config.WebSubLease must be at least 1s, got %s", c.WebSubLease)
+	if c.WebSubLease < time.Second || c.WebSubLease > WebSubLeaseMax {
+		return nil, fmt.Errorf("feedfetcher: Config.WebSubLease must be between 1s and %s, got %s", WebSubLeaseMax, c.WebSubLease)
 	}
 	for _, n := range []struct {
 		name string

@@ -13,12 +13,9 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"go.uber.org/goleak"
 
 	"github.com/braidflow/braid/examples/feedfetcher/feedserver"
 )
-
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // fakeClock is a clock that moves only when told to.
 type fakeClock struct {

@@ -121,6 +121,13 @@ type Config struct {
 	// Seed seeds the random delay lengths. Default SeedDefault.
 	Seed uint64
 
+	// Statements, when positive, prints to Progress after each side the
+	// Statements statements of that side's database with the most total
+	// execution time, from pg_stat_statements: a profile of the database's
+	// work. A private cluster preloads the extension; a server named by
+	// DatabaseURL must preload it already. Default 0: off.
+	Statements int
+
 	// Progress receives a line per measurement as the benchmark goes.
 	// Default: discarded.
 	Progress io.Writer
@@ -207,11 +214,13 @@ type FanoutResult struct {
 // DelayResult is the lateness of delays: the start of the turn after the
 // delay (the time its job was fetched) minus resume_at, against River jobs
 // with ScheduledAt, whose lateness is attempted_at minus scheduled_at. Both
-// are read from the database clock.
+// are read from the database clock. The waits start evenly over SpreadS
+// seconds, one interval of River's scheduler.
 type DelayResult struct {
 	N              int     `json:"n"`
 	MinMs          float64 `json:"min_ms"`
 	MaxMs          float64 `json:"max_ms"`
+	SpreadS        float64 `json:"spread_s"`
 	BraidP50LateMs float64 `json:"braid_p50_late_ms"`
 	BraidP99LateMs float64 `json:"braid_p99_late_ms"`
 	RiverP50LateMs float64 `json:"river_p50_late_ms"`
@@ -255,7 +264,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	b.say("starting the database server")
-	b.srv, err = openServer(ctx, b.cfg.DatabaseURL, b.cfg.PoolMaxConns)
+	b.srv, err = openServer(ctx, b.cfg.DatabaseURL, b.cfg.PoolMaxConns, b.cfg.Statements > 0)
 	if err != nil {
 		return nil, err
 	}
@@ -368,6 +377,8 @@ func newBench(cfg Config) (*bench, error) {
 		return nil, fmt.Errorf("bench: FetchPollInterval %s is shorter than FetchCooldown %s", c.FetchPollInterval, c.FetchCooldown)
 	case c.PoolMaxConns < 4:
 		return nil, fmt.Errorf("bench: PoolMaxConns is %d; it must be at least 4", c.PoolMaxConns)
+	case c.Statements < 0:
+		return nil, fmt.Errorf("bench: Statements is %d; it must not be negative", c.Statements)
 	case c.ScenarioTimeout < 0:
 		return nil, fmt.Errorf("bench: ScenarioTimeout %s is negative", c.ScenarioTimeout)
 	}

@@ -35,7 +35,7 @@ type server struct {
 
 // openServer starts a private cluster (url empty) or connects to url's
 // server, and migrates a template database to clone.
-func openServer(ctx context.Context, url string, maxConns int) (s *server, err error) {
+func openServer(ctx context.Context, url string, maxConns int, statements bool) (s *server, err error) {
 	s = &server{maxConns: maxConns, live: map[string]bool{}}
 	defer func() {
 		if err != nil {
@@ -51,7 +51,11 @@ func openServer(ctx context.Context, url string, maxConns int) (s *server, err e
 		if s.dir, err = os.MkdirTemp("", "braidbench"); err != nil {
 			return nil, fmt.Errorf("bench: creating the cluster directory: %w", err)
 		}
-		if s.cluster, err = localpg.New(localpg.Config{Dir: s.dir}); err != nil {
+		lc := localpg.Config{Dir: s.dir}
+		if statements {
+			lc.Settings = map[string]string{"shared_preload_libraries": "pg_stat_statements"}
+		}
+		if s.cluster, err = localpg.New(lc); err != nil {
 			return nil, fmt.Errorf("bench: set DATABASE_URL or install PostgreSQL: %w", err)
 		}
 		if err = s.cluster.Start(ctx); err != nil {
@@ -86,6 +90,11 @@ func openServer(ctx context.Context, url string, maxConns int) (s *server, err e
 		return nil, err
 	}
 	err = migrations.Up(ctx, pool)
+	if err == nil && statements {
+		if _, err = pool.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"); err != nil {
+			err = fmt.Errorf("bench: statement statistics need pg_stat_statements preloaded: %w", err)
+		}
+	}
 	pool.Close()
 	if err != nil {
 		return nil, fmt.Errorf("bench: migrating the template database: %w", err)

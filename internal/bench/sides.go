@@ -13,6 +13,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/braidflow/braid/leases"
 	"github.com/braidflow/braid/queue"
 	"github.com/braidflow/braid/workflow"
 )
@@ -59,6 +60,9 @@ func (s *side) close() {
 		}
 		cancel()
 	}
+	if s.b.cfg.Statements > 0 {
+		s.statements()
+	}
 	s.cancel()
 	s.release()
 }
@@ -88,6 +92,7 @@ func (b *bench) riverConfig(workers *river.Workers) *river.Config {
 func (s *side) startEngine(cfg *workflow.Config) (*workflow.Engine, error) {
 	c := *cfg
 	c.Queue = s.b.queueConfig()
+	c.Leases = &leases.Config{Logger: s.b.logger}
 	c.Logger = s.b.logger
 	eng, err := workflow.NewEngine(s.pool, &c)
 	if err != nil {
@@ -233,4 +238,38 @@ func ratio(a, b float64) float64 {
 		return 0
 	}
 	return round(a/b, 3)
+}
+
+// statements prints the side's costliest statements.
+func (s *side) statements() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rows, err := s.pool.Query(ctx, `
+		SELECT calls, total_exec_time, mean_exec_time, regexp_replace(query, '\s+', ' ', 'g')
+		  FROM pg_stat_statements
+		 WHERE true
+		 ORDER BY total_exec_time DESC
+		 LIMIT $1`, s.b.cfg.Statements)
+	if err != nil {
+		s.b.say("%s: reading pg_stat_statements: %v", s.name, err)
+		return
+	}
+	defer rows.Close()
+	s.b.say("%s: statements by total execution time (calls, total ms, mean ms, query):", s.name)
+	for rows.Next() {
+		var calls int64
+		var total, mean float64
+		var query string
+		if err := rows.Scan(&calls, &total, &mean, &query); err != nil {
+			s.b.say("%s: reading pg_stat_statements: %v", s.name, err)
+			return
+		}
+		if len(query) > 160 {
+			query = query[:160] + "…"
+		}
+		fmt.Fprintf(s.b.progress, "  %8d %10.1f %8.3f  %s\n", calls, total, mean, query)
+	}
+	if err := rows.Err(); err != nil {
+		s.b.say("%s: reading pg_stat_statements: %v", s.name, err)
+	}
 }

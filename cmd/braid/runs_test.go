@@ -1,0 +1,163 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/braidflow/braid/testutil"
+	"github.com/braidflow/braid/workflow"
+)
+
+func TestRunsShowJSON(t *testing.T) {
+	t.Parallel()
+	url := seeded(t)
+	code, out, errOut := braid(t, "runs", "show", failedRun, "--json", "--database-url", url)
+	if code != 0 {
+		t.Fatalf("code %d: %s", code, errOut)
+	}
+	var run workflow.RunInfo
+	if err := json.Unmarshal([]byte(out), &run); err != nil {
+		t.Fatalf("runs show --json is not a run: %v\n%s", err, out)
+	}
+	type node struct{ Key, Parent, Status string }
+	var got []node
+	keys := map[string]string{}
+	for _, task := range run.Tasks {
+		keys[task.ID] = task.Key
+	}
+	for _, task := range run.Tasks {
+		got = append(got, node{task.Key, keys[task.ParentID], task.Status})
+	}
+	want := []node{{"root", "", "failed"}, {"fetch/0", "root", "completed"}, {"fetch/1", "root", "completed"}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("tasks (-want +got):\n%s", diff)
+	}
+	if run.TraceID != "4bf92f3577b34da6a3ce929d0e0e4736" || run.Status != "failed" || len(run.Tasks[0].Steps) != 3 {
+		t.Errorf("run: trace %q, status %q, %d root steps", run.TraceID, run.Status, len(run.Tasks[0].Steps))
+	}
+	if s := run.Tasks[0].Steps[2]; s.Name != "send" || s.Error != "smtp: 550 mailbox unavailable" || s.Attempts != 3 {
+		t.Errorf("failed step: %+v", s)
+	}
+
+	code, out, _ = braid(t, "runs", "list", "--json", "--status", "cancelled", "--database-url", url)
+	if code != 0 || strings.TrimSpace(out) != "[]" {
+		t.Errorf("an empty list in JSON: code %d, %q; want []", code, out)
+	}
+}
+
+// TestRunsCancelRetry drives a run started by a real engine, which is never
+// started, so the run stays where the CLI puts it.
+func TestRunsCancelRetry(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := testutil.URL(t)
+	pool := testutil.Pool(t, url)
+	greet := workflow.Define("greet", func(t *workflow.Task, name string) (string, error) { return "hello " + name, nil })
+	eng, err := workflow.NewEngine(pool, &workflow.Config{Workflows: []workflow.Definition{greet}, DisableDelayProcessor: true, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = eng.Stop(ctx) })
+	run, err := greet.Start(ctx, eng, "ada", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := run.ID
+	turns := func() map[string]int {
+		t.Helper()
+		rows, err := pool.Query(ctx, `SELECT state::text, count(*)::int FROM river_job WHERE kind = $1 GROUP BY state`, workflow.TaskKind)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]int{}
+		for rows.Next() {
+			var s string
+			var n int
+			if err := rows.Scan(&s, &n); err != nil {
+				t.Fatal(err)
+			}
+			m[s] = n
+		}
+		return m
+	}
+
+	steps := []struct {
+		args    []string
+		code    int
+		out     string
+		errOut  string
+		status  string
+		turnsBy map[string]int
+	}{
+		{[]string{"runs", "cancel", id}, 0, "cancelled run " + id + " (greet); it is now cancelled", "", "cancelled", map[string]int{"cancelled": 1}},
+		{[]string{"runs", "cancel", id}, 1, "", "braid runs: run " + id + " is already cancelled; only an unfinished run can be cancelled", "cancelled", map[string]int{"cancelled": 1}},
+		{[]string{"runs", "retry", id}, 0, "retried run " + id + " (greet); it is now running", "", "running", map[string]int{"cancelled": 1, "available": 1}},
+		{[]string{"runs", "retry", id}, 1, "", "braid runs: run " + id + " is running; only a failed or cancelled run can be retried", "running", map[string]int{"cancelled": 1, "available": 1}},
+	}
+	for _, s := range steps {
+		code, out, errOut := braid(t, append(s.args, "--database-url", url)...)
+		if code != s.code || strings.TrimSpace(out) != s.out || strings.TrimSpace(errOut) != s.errOut {
+			t.Fatalf("braid %v: code %d, stdout %q, stderr %q; want code %d, %q, %q", s.args, code, out, errOut, s.code, s.out, s.errOut)
+		}
+		info, err := eng.Run(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Status != s.status {
+			t.Errorf("after braid %v the run is %s; want %s", s.args, info.Status, s.status)
+		}
+		if diff := cmp.Diff(s.turnsBy, turns()); diff != "" {
+			t.Errorf("turn jobs by state after braid %v (-want +got):\n%s", s.args, diff)
+		}
+	}
+
+	code, out, _ := braid(t, "runs", "cancel", id, "--json", "--database-url", url)
+	var info workflow.RunInfo
+	if code != 0 || json.Unmarshal([]byte(out), &info) != nil || info.ID != id || info.Status != "cancelled" {
+		t.Errorf("runs cancel --json: code %d, %s", code, out)
+	}
+}
+
+// TestRunsRetrySeededFailedRun retries the failed digest of the seed: the
+// failed step is forgotten, the recorded ones are kept, and the root gets a
+// new turn.
+func TestRunsRetrySeededFailedRun(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := seeded(t)
+	code, out, errOut := braid(t, "runs", "retry", failedRun, "--database-url", url)
+	if want := "retried run " + failedRun + " (digest); it is now running\n"; code != 0 || out != want {
+		t.Fatalf("runs retry: code %d, stdout %q, stderr %q; want %q", code, out, errOut, want)
+	}
+	pool := testutil.Pool(t, url)
+	rows, err := pool.Query(ctx, `SELECT name FROM braid_steps WHERE task_id = '0195a1b2-1000-7000-8000-000000000001' ORDER BY name`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var steps []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		steps = append(steps, s)
+	}
+	if diff := cmp.Diff([]string{"load", "window"}, steps); diff != "" {
+		t.Errorf("root steps after the retry (-want +got):\n%s", diff)
+	}
+	var turns int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = $1 AND args->>'task_id' = '0195a1b2-1000-7000-8000-000000000001' AND state = 'available'`, workflow.TaskKind).Scan(&turns); err != nil {
+		t.Fatal(err)
+	}
+	if turns != 1 {
+		t.Errorf("the root has %d available turns after the retry; want 1", turns)
+	}
+	_, out, _ = braid(t, "runs", "show", failedRun, "--database-url", url)
+	if !strings.Contains(out, "root         task   pending") || strings.Contains(out, "  send ") {
+		t.Errorf("runs show after the retry:\n%s", out)
+	}
+}

@@ -1,0 +1,294 @@
+package feedfetcher
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/braidflow/braid/examples/feedfetcher/feedserver"
+)
+
+// digestsOf returns the digests sent to a user for a feed.
+func digestsOf(t *testing.T, app *App, userID, feedID int64) []*Digest {
+	t.Helper()
+	all, err := app.Digests(context.Background(), userID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return slices.DeleteFunc(all, func(d *Digest) bool { return d.FeedID != feedID })
+}
+
+// countEntries returns how many entries a feed has stored.
+func countEntries(t *testing.T, app *App, feedID int64) int {
+	t.Helper()
+	es, err := app.Entries(context.Background(), feedID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(es)
+}
+
+// feed reads a feed.
+func feed(t *testing.T, app *App, feedID int64) *Feed {
+	t.Helper()
+	f, err := app.Feed(context.Background(), feedID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// TestEndToEnd runs the feed reader against the bundled feed server with
+// the real engine and scheduler: subscribe, fetch, new entries, digests
+// sent once, failing feeds backing off, unsubscribe disabling the job and
+// subscribing again enabling it, and the WebSub renewal schedule.
+func TestEndToEnd(t *testing.T) {
+	t.Parallel()
+	pool := testDB(t)
+	srv := startServer(t)
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	cfg := testConfig(tp)
+	cfg.WebSubSchedule = "@every 1s"
+	cfg.WebSubLease = time.Hour
+	app := startApp(t, pool, cfg)
+	ctx := ctxTimeout(t, 50*time.Second)
+	alice, bob := user(t, app, "alice"), user(t, app, "bob")
+
+	subscribe := func(u *User, slug string) *Subscription {
+		t.Helper()
+		sub, err := app.Subscribe(ctx, u.ID, srv.FeedURL(slug))
+		if err != nil {
+			t.Fatalf("%s subscribing to %s: %v", u.Name, slug, err)
+		}
+		return sub
+	}
+	cycling := subscribe(alice, "cycling-dispatch")
+	if !cycling.NewFeed {
+		t.Fatalf("first subscription to cycling-dispatch: %+v, want a new feed", cycling)
+	}
+	if again := subscribe(bob, "cycling-dispatch"); again.NewFeed || again.FeedID != cycling.FeedID {
+		t.Fatalf("second subscription: %+v, want the existing feed %d", again, cycling.FeedID)
+	}
+	failing := subscribe(alice, feedserver.SlugFailing)
+	malformed := subscribe(bob, feedserver.SlugMalformed)
+	slow := subscribe(bob, feedserver.SlugSlow)
+	if _, err := app.RegisterWebSub(ctx, cycling.FeedID, srv.URL()+"/hub", 2*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+
+	// The first fetch stores the three entries the feed starts with, and
+	// each subscriber gets a digest of them, sent once.
+	eventually(t, 20*time.Second, "the first digests of cycling-dispatch", func() bool {
+		return len(digestsOf(t, app, alice.ID, cycling.FeedID)) == 1 && len(digestsOf(t, app, bob.ID, cycling.FeedID)) == 1
+	})
+	if n := countEntries(t, app, cycling.FeedID); n != 3 {
+		t.Errorf("cycling-dispatch stored %d entries, want 3", n)
+	}
+	first := digestsOf(t, app, alice.ID, cycling.FeedID)[0]
+	if len(first.EntryIDs) != 3 || !strings.Contains(first.Subject, "3 new entries in Cycling Dispatch") ||
+		!strings.Contains(first.Body, "Hello alice") || !strings.Contains(first.Body, "/articles/cycling-dispatch/") {
+		t.Errorf("alice's first digest: %+v", first)
+	}
+	run, err := app.engine.Run(ctx, first.RunID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if run.Status != "completed" || run.Workflow != DigestWorkflow {
+		t.Errorf("the digest run is %s %s, want a completed %s", run.Workflow, run.Status, DigestWorkflow)
+	}
+	var children, fetched int
+	for _, task := range run.Tasks {
+		if task.Workflow == FetchArticleWorkflow {
+			children++
+			if task.Status == "completed" {
+				fetched++
+			}
+		}
+	}
+	if children != 3 || fetched != 3 {
+		t.Errorf("the digest run has %d fetch_article children, %d completed; want 3 and 3", children, fetched)
+	}
+	if f := feed(t, app, cycling.FeedID); f.Title != "Cycling Dispatch" || f.ETag == "" || f.LastModified == "" || f.NextFetchAt == nil {
+		t.Errorf("cycling-dispatch after its fetch: %+v; want title, validators and a next fetch", f)
+	}
+
+	// Conditional GETs follow while nothing changes.
+	eventually(t, 10*time.Second, "a 304 for cycling-dispatch", func() bool {
+		return feed(t, app, cycling.FeedID).NotModifiedCount > 0
+	})
+
+	// A new entry makes a new digest with just that entry.
+	if _, err := srv.Publish("cycling-dispatch"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 15*time.Second, "the digests of the published entry", func() bool {
+		return len(digestsOf(t, app, alice.ID, cycling.FeedID)) == 2 && len(digestsOf(t, app, bob.ID, cycling.FeedID)) == 2
+	})
+	if d := digestsOf(t, app, bob.ID, cycling.FeedID)[1]; len(d.EntryIDs) != 1 {
+		t.Errorf("bob's second digest has entries %v, want the one new entry", d.EntryIDs)
+	}
+
+	// Failing feeds back off and count their failures, on the feed and on
+	// the recurring job.
+	eventually(t, 15*time.Second, "two failures of each failing feed", func() bool {
+		return feed(t, app, failing.FeedID).ConsecutiveFailures >= 2 && feed(t, app, malformed.FeedID).ConsecutiveFailures >= 2
+	})
+	for _, tt := range []struct {
+		sub  *Subscription
+		want string
+	}{{failing, "500 Internal Server Error"}, {malformed, "malformed feed"}} {
+		f := feed(t, app, tt.sub.FeedID)
+		job := fetchJob(t, app, tt.sub.FeedID)
+		if !strings.Contains(f.LastError, tt.want) || f.NextFetchAt == nil || countEntries(t, app, f.ID) != 0 {
+			t.Errorf("%s: %+v; want last error %q, a next fetch, no entries", f.URL, f, tt.want)
+		}
+		if job.ConsecutiveFailures < 1 || !strings.Contains(job.LastError, tt.want) {
+			t.Errorf("the job of %s: %+v; want failures recorded", f.URL, job)
+		}
+	}
+	// The slow feed is fetched all the same.
+	eventually(t, 10*time.Second, "the slow feed's entries", func() bool { return countEntries(t, app, slow.FeedID) == 3 })
+
+	// Unsubscribing: alice leaves and bob stays, so the job stays enabled;
+	// then bob leaves and it is disabled.
+	if sub, err := app.Unsubscribe(ctx, alice.ID, cycling.FeedID); err != nil || !sub.FetchEnabled {
+		t.Fatalf("alice unsubscribing = %+v, %v; want the job still enabled", sub, err)
+	}
+	if sub, err := app.Unsubscribe(ctx, bob.ID, cycling.FeedID); err != nil || sub.FetchEnabled {
+		t.Fatalf("bob unsubscribing = %+v, %v; want the job disabled", sub, err)
+	}
+	if job := fetchJob(t, app, cycling.FeedID); job.Enabled {
+		t.Fatalf("the job is enabled after the last subscriber left: %+v", job)
+	}
+	eventually(t, 10*time.Second, "the last fetch of cycling-dispatch to end", func() bool {
+		return fetchJob(t, app, cycling.FeedID).RunningSince == nil
+	})
+	requests := srv.Requests("/feeds/cycling-dispatch")
+	if _, err := srv.Publish("cycling-dispatch"); err != nil {
+		t.Fatal(err)
+	}
+	if f := feed(t, app, cycling.FeedID); f.NextFetchAt != nil {
+		t.Errorf("next_fetch_at of an unsubscribed feed = %v, want NULL", f.NextFetchAt)
+	}
+
+	// Bob subscribes again: the same job is enabled, the feed is fetched
+	// again, and the new entry reaches bob alone.
+	back := subscribe(bob, "cycling-dispatch")
+	if back.NewFeed || back.FeedID != cycling.FeedID || !fetchJob(t, app, cycling.FeedID).Enabled {
+		t.Fatalf("bob subscribing again: %+v; want the existing feed with its job enabled", back)
+	}
+	eventually(t, 15*time.Second, "bob's digest after subscribing again", func() bool {
+		return len(digestsOf(t, app, bob.ID, cycling.FeedID)) == 3
+	})
+	if srv.Requests("/feeds/cycling-dispatch") <= requests {
+		t.Error("the feed was not fetched again after subscribing again")
+	}
+	if n := len(digestsOf(t, app, alice.ID, cycling.FeedID)); n != 2 {
+		t.Errorf("alice, unsubscribed, has %d digests of cycling-dispatch, want still 2", n)
+	}
+
+	// The renew_websub schedule renews the subscription at the hub.
+	eventually(t, 10*time.Second, "a WebSub renewal", func() bool {
+		st, err := app.Stats(ctx, StatsFilter{})
+		return err == nil && st.WebSubRenewals > 0
+	})
+
+	st, err := app.Stats(ctx, StatsFilter{FeedIDs: []int64{cycling.FeedID, failing.FeedID, malformed.FeedID, slow.FeedID}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Feeds != 4 || st.FeedsFetched != 4 || st.FeedsFailing != 2 || st.FetchDisabled != 0 ||
+		st.Entries != 3+2+3 || st.DigestsSent != 2+2+1+1 || st.DigestsSentTwice != 0 || st.DuplicatesSuppressed != 0 ||
+		st.Runs["completed"] < 6 || st.Runs["failed"] != 0 || st.NotModified == 0 || st.FetchFailures < 4 {
+		t.Errorf("stats: %+v", st)
+	}
+
+	assertDigestTrace(t, rec, first.RunID)
+}
+
+// assertDigestTrace checks that one digest run is one trace: a
+// feedfetcher.digest root linked to the fetch that found the entries, the
+// run's start, its turns (before the fan-out, after it, after the delay),
+// the fetch_article children with their steps, and the send step.
+func assertDigestTrace(t *testing.T, rec *tracetest.SpanRecorder, runID string) {
+	t.Helper()
+	spans := rec.Ended()
+	var traceID trace.TraceID
+	for _, s := range spans {
+		for _, kv := range s.Attributes() {
+			if string(kv.Key) == "run.id" && kv.Value.AsString() == runID && s.Name() == "feedfetcher.digest" {
+				traceID = s.SpanContext().TraceID()
+				if s.Parent().IsValid() {
+					t.Errorf("feedfetcher.digest has a parent; want it the root of its trace")
+				}
+				if len(s.Links()) != 1 || s.Links()[0].SpanContext.TraceID() == traceID {
+					t.Errorf("feedfetcher.digest links %v; want one link to the fetch's trace", s.Links())
+				}
+			}
+		}
+	}
+	if !traceID.IsValid() {
+		t.Fatalf("no feedfetcher.digest span for run %s", runID)
+	}
+	count := map[string]int{}
+	for _, s := range spans {
+		if s.SpanContext().TraceID() == traceID {
+			count[s.Name()]++
+		}
+	}
+	for name, atLeast := range map[string]int{
+		"feedfetcher.digest":       1,
+		"braid.run.start":          1,
+		"braid.task digest":        3, // fan out; continue and delay; send
+		"braid.task fetch_article": 3,
+		"braid.step get":           3,
+		"braid.step send":          1,
+	} {
+		if count[name] < atLeast {
+			t.Errorf("trace of run %s has %d %q spans, want at least %d; all: %v", runID, count[name], name, atLeast, count)
+		}
+	}
+	if n := count["river.job "+FetchFeedKind]; n != 0 {
+		t.Errorf("trace of run %s holds %d fetch spans; want the fetch in a trace of its own", runID, n)
+	}
+}
+
+// TestDigestSendsOnce sends a digest again with its run's idempotency key,
+// as a send step that runs again after a crash would: nothing is written
+// and the step reports the digest as sent already.
+func TestDigestSendsOnce(t *testing.T) {
+	t.Parallel()
+	pool := testDB(t)
+	srv := startServer(t)
+	app := startApp(t, pool, testConfig(nil))
+	ctx := ctxTimeout(t, 30*time.Second)
+	alice := user(t, app, "alice")
+	sub, err := app.Subscribe(ctx, alice.ID, srv.FeedURL("night-sky"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "the first digest", func() bool { return len(digestsOf(t, app, alice.ID, sub.FeedID)) == 1 })
+	d := digestsOf(t, app, alice.ID, sub.FeedID)[0]
+	if !strings.Contains(d.IdempotencyKey, "send") {
+		t.Errorf("digest key %q, want the send step's idempotency key", d.IdempotencyKey)
+	}
+
+	out, err := app.send(ctx, d.RunID, d.IdempotencyKey, DigestInput{UserID: alice.ID, FeedID: sub.FeedID}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !out.AlreadySent || out.DigestID != d.ID {
+		t.Errorf("sending again = %+v, want digest %d reported as already sent", out, d.ID)
+	}
+	if n := len(digestsOf(t, app, alice.ID, sub.FeedID)); n != 1 {
+		t.Errorf("%d digests after sending twice, want 1", n)
+	}
+}

@@ -1,0 +1,125 @@
+package feedfetcher
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/braidflow/braid/scheduler"
+	"github.com/braidflow/braid/workflow"
+)
+
+// FetchFeedArgs are the args of a feed's fetch_feed recurring job.
+type FetchFeedArgs struct {
+	FeedID int64 `json:"feed_id"`
+}
+
+// Kind returns FetchFeedKind.
+func (FetchFeedArgs) Kind() string { return FetchFeedKind }
+
+// fetchFeedWorker is the handler of the fetch_feed recurring job: an
+// ordinary River worker whose outcome the scheduler's recurring middleware
+// records on the job's row.
+type fetchFeedWorker struct {
+	river.WorkerDefaults[FetchFeedArgs]
+	app *App
+}
+
+// Work fetches one feed with a conditional GET. On success it stores the
+// new entries, starts a digest run per subscriber in the same transaction,
+// and chooses the next run from the response's cache headers and the feed's
+// TTL (NextRunAt). On failure it counts the failure on the feed, mirrors the
+// backoff into next_fetch_at, and returns the error, so that the recurring
+// row counts it too and backs off by the same schedule.
+func (w *fetchFeedWorker) Work(ctx context.Context, job *river.Job[FetchFeedArgs]) error {
+	a := w.app
+	feed, err := feedByID(ctx, a.pool, job.Args.FeedID)
+	if err != nil {
+		return err
+	}
+	res, fetchErr := a.fetcher.Fetch(ctx, FetchRequest{URL: feed.URL, ETag: feed.ETag, LastModified: feed.LastModified, TTL: feed.TTL})
+	if fetchErr != nil {
+		if ctx.Err() != nil {
+			// The job was stopped (shutdown or timeout), not the feed's fault.
+			return fetchErr
+		}
+		failures, next, err := recordFetchFailure(ctx, a.pool, feed.ID, fetchErr, a.fetcher.Backoff)
+		if err != nil {
+			return fmt.Errorf("%w (recording it: %w)", fetchErr, err)
+		}
+		attrs := []any{slog.Int64("feed_id", feed.ID), slog.String("feed", feed.URL),
+			slog.Int("consecutive_failures", failures), slog.Duration("backoff", a.fetcher.Backoff(failures)),
+			slog.String("error", fetchErr.Error())}
+		if next != nil {
+			attrs = append(attrs, slog.Time("next_fetch_at", *next))
+		}
+		a.logger.WarnContext(ctx, "fetch failed; backing off", attrs...)
+		return fetchErr
+	}
+
+	var digests int
+	err = pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
+		if err := recordFetchSuccess(ctx, tx, feed.ID, res); err != nil {
+			return err
+		}
+		if res.NotModified {
+			return nil
+		}
+		fresh, err := insertEntries(ctx, tx, feed.ID, res.Entries)
+		if err != nil || len(fresh) == 0 {
+			return err
+		}
+		a.logger.InfoContext(ctx, "new entries", slog.Int64("feed_id", feed.ID), slog.String("feed", feed.URL),
+			slog.String("title", res.Title), slog.Int("entries", len(fresh)))
+		digests, err = a.startDigestsTx(ctx, tx, feed.ID, fresh)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	a.logger.DebugContext(ctx, "fetched", slog.Int64("feed_id", feed.ID), slog.Int("status", res.Status),
+		slog.Int("digests", digests), slog.Time("next_fetch_at", res.NextFetch))
+	return scheduler.NextRunAt(ctx, res.NextFetch)
+}
+
+// startDigestsTx starts one digest run per active subscriber of a feed over
+// its new entries, inside the transaction that stores them: the runs exist
+// exactly when the entries do. Each run starts a trace of its own, linked to
+// the fetch that found the entries, so that one digest is one trace.
+func (a *App) startDigestsTx(ctx context.Context, tx pgx.Tx, feedID int64, fresh []StoredEntry) (int, error) {
+	users, err := subscribers(ctx, tx, feedID)
+	if err != nil || len(users) == 0 {
+		return 0, err
+	}
+	if len(fresh) > a.cfg.MaxDigestEntries {
+		fresh = fresh[len(fresh)-a.cfg.MaxDigestEntries:]
+	}
+	in := DigestInput{FeedID: feedID, Window: a.cfg.DigestWindow}
+	for _, e := range fresh {
+		in.Entries = append(in.Entries, ArticleInput{EntryID: e.ID, Title: e.Title, Link: e.Link})
+	}
+	link := trace.LinkFromContext(ctx, attribute.String("link", "fetch that found the entries"))
+	for _, userID := range users {
+		in.UserID = userID
+		spanCtx, span := a.tracer.Start(ctx, "feedfetcher.digest", trace.WithNewRoot(), trace.WithLinks(link),
+			trace.WithAttributes(attribute.Int64("user.id", userID), attribute.Int64("feed.id", feedID),
+				attribute.Int("entries", len(in.Entries))))
+		// The key names the user and the first new entry, so a fetch that is
+		// retried after its transaction committed cannot start a second run.
+		key := fmt.Sprintf("digest:%d:%d:%d", userID, feedID, fresh[0].ID)
+		run, err := a.digest.StartTx(spanCtx, tx, a.engine, in, &workflow.StartOpts{IdempotencyKey: key})
+		if err != nil {
+			span.RecordError(err)
+			span.End()
+			return 0, fmt.Errorf("feedfetcher: starting the digest of feed %d for user %d: %w", feedID, userID, err)
+		}
+		span.SetAttributes(attribute.String("run.id", run.ID))
+		span.End()
+	}
+	return len(users), nil
+}

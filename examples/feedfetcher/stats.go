@@ -1,0 +1,186 @@
+package feedfetcher
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/braidflow/braid/scheduler"
+	"github.com/braidflow/braid/workflow"
+)
+
+// StatsFilter selects what [App.Stats] counts. The zero value counts
+// everything.
+type StatsFilter struct {
+	// FeedIDs limits the figures to these feeds; nil means every feed.
+	FeedIDs []int64
+	// Since limits entries, digest runs, digests and renewals to those
+	// created at or after it; the zero time means all.
+	Since time.Time
+}
+
+// Stats are the feed reader's figures, for a dashboard or a summary.
+type Stats struct {
+	// Feeds counts the feeds; FeedsFetched those fetched at least once,
+	// FeedsFailing those whose last fetch failed, and FetchDisabled those
+	// whose fetch_feed job is disabled (no subscribers).
+	Feeds         int `json:"feeds"`
+	FeedsFetched  int `json:"feeds_fetched"`
+	FeedsFailing  int `json:"feeds_failing"`
+	FetchDisabled int `json:"fetch_disabled"`
+	// Fetches counts every fetch, NotModified the 304 answers among them
+	// and FetchFailures the failures.
+	Fetches       int64 `json:"fetches"`
+	NotModified   int64 `json:"not_modified"`
+	FetchFailures int64 `json:"fetch_failures"`
+	// Entries counts the entries stored.
+	Entries int64 `json:"entries"`
+	// Runs counts digest runs by status: pending, running, waiting,
+	// completed, failed, cancelled.
+	Runs map[string]int `json:"runs"`
+	// DigestsSent counts the digests sent. DigestsSentTwice counts the
+	// digest runs that sent more than one digest, which the idempotency key
+	// keeps at zero, and DuplicatesSuppressed the send steps that found
+	// their digest sent already.
+	DigestsSent          int64 `json:"digests_sent"`
+	DigestsSentTwice     int64 `json:"digests_sent_twice"`
+	DuplicatesSuppressed int   `json:"duplicates_suppressed"`
+	// WebSubRenewals counts the renewals of WebSub subscriptions.
+	WebSubRenewals int64 `json:"websub_renewals"`
+	// PerFeed has the figures of each feed, in ID order.
+	PerFeed []*FeedStats `json:"per_feed"`
+}
+
+// FeedStats are the figures of one feed.
+type FeedStats struct {
+	Feed
+	Subscribers int   `json:"subscribers"`
+	Entries     int64 `json:"entries"`
+	Digests     int64 `json:"digests"`
+	// FetchEnabled is whether the feed's fetch_feed job is enabled, and
+	// FetchDead whether it is parked as a dead letter after too many
+	// failures.
+	FetchEnabled bool `json:"fetch_enabled"`
+	FetchDead    bool `json:"fetch_dead"`
+}
+
+// Stats returns the feed reader's figures, selected by f.
+func (a *App) Stats(ctx context.Context, f StatsFilter) (*Stats, error) {
+	st := &Stats{Runs: map[string]int{}}
+	rows, err := a.pool.Query(ctx, `
+SELECT `+feedColumns+`,
+    (SELECT count(*) FROM subscriptions s WHERE s.feed_id = feeds.id AND s.unsubscribed_at IS NULL),
+    (SELECT count(*) FROM entries e WHERE e.feed_id = feeds.id AND e.created_at >= $2),
+    (SELECT count(*) FROM digests d WHERE d.feed_id = feeds.id AND d.sent_at >= $2)
+FROM feeds WHERE $1::bigint[] IS NULL OR id = ANY($1) ORDER BY id`, f.FeedIDs, f.Since)
+	if err != nil {
+		return nil, fmt.Errorf("feedfetcher: reading feed figures: %w", err)
+	}
+	st.PerFeed, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (*FeedStats, error) {
+		var (
+			fs  FeedStats
+			ttl int32
+		)
+		err := row.Scan(&fs.ID, &fs.URL, &fs.Title, &fs.ETag, &fs.LastModified, &ttl, &fs.NextFetchAt, &fs.LastFetchedAt,
+			&fs.ConsecutiveFailures, &fs.LastError, &fs.FetchCount, &fs.NotModifiedCount, &fs.FailureCount,
+			&fs.CreatedAt, &fs.UpdatedAt, &fs.Subscribers, &fs.Entries, &fs.Digests)
+		fs.TTL = time.Duration(ttl) * time.Second
+		return &fs, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("feedfetcher: reading feed figures: %w", err)
+	}
+
+	jobs := map[string]*scheduler.Recurring{}
+	for offset := 0; ; offset += 1000 {
+		page, err := a.sched.ListRecurring(ctx, &scheduler.RecurringListParams{Kind: FetchFeedKind, Limit: 1000, Offset: offset})
+		if err != nil {
+			return nil, fmt.Errorf("feedfetcher: reading fetch jobs: %w", err)
+		}
+		for _, r := range page {
+			jobs[r.Key] = r
+		}
+		if len(page) < 1000 {
+			break
+		}
+	}
+	for _, fs := range st.PerFeed {
+		st.Feeds++
+		if fs.FetchCount > 0 {
+			st.FeedsFetched++
+		}
+		if fs.ConsecutiveFailures > 0 {
+			st.FeedsFailing++
+		}
+		if job, ok := jobs[feedKey(fs.ID)]; ok {
+			fs.FetchEnabled, fs.FetchDead = job.Enabled, job.DeadAt != nil
+		}
+		if !fs.FetchEnabled {
+			st.FetchDisabled++
+		}
+		st.Fetches += fs.FetchCount
+		st.NotModified += fs.NotModifiedCount
+		st.FetchFailures += fs.FailureCount
+		st.Entries += fs.Entries
+		st.DigestsSent += fs.Digests
+	}
+
+	err = a.pool.QueryRow(ctx, `
+SELECT
+    (SELECT count(*) FROM (
+        SELECT run_id FROM digests
+        WHERE ($1::bigint[] IS NULL OR feed_id = ANY($1)) AND sent_at >= $2
+        GROUP BY run_id HAVING count(*) > 1) twice),
+    (SELECT count(*) FROM websub_renewals r JOIN websub_subscriptions w ON w.id = r.subscription_id
+        WHERE ($1::bigint[] IS NULL OR w.feed_id = ANY($1)) AND r.renewed_at >= $2)`,
+		f.FeedIDs, f.Since).Scan(&st.DigestsSentTwice, &st.WebSubRenewals)
+	if err != nil {
+		return nil, fmt.Errorf("feedfetcher: reading digest figures: %w", err)
+	}
+
+	runs, err := a.engine.ListRuns(ctx, workflow.RunFilter{Workflow: DigestWorkflow, Limit: 10_000})
+	if err != nil {
+		return nil, fmt.Errorf("feedfetcher: listing digest runs: %w", err)
+	}
+	for _, r := range runs {
+		if r.CreatedAt.Before(f.Since) {
+			continue
+		}
+		if f.FeedIDs != nil {
+			var in DigestInput
+			if err := json.Unmarshal(r.Input, &in); err != nil || !slices.Contains(f.FeedIDs, in.FeedID) {
+				continue
+			}
+		}
+		st.Runs[r.Status]++
+		if r.Status == "completed" {
+			var out DigestOutput
+			if err := json.Unmarshal(r.Output, &out); err == nil && out.AlreadySent {
+				st.DuplicatesSuppressed++
+			}
+		}
+	}
+	return st, nil
+}
+
+// Feed returns a feed, or an error matching ErrFeedNotFound.
+func (a *App) Feed(ctx context.Context, id int64) (*Feed, error) { return feedByID(ctx, a.pool, id) }
+
+// Feeds returns the feeds with the given IDs, or every feed when ids is
+// nil, in ID order.
+func (a *App) Feeds(ctx context.Context, ids []int64) ([]*Feed, error) { return listFeeds(ctx, a.pool, ids) }
+
+// FeedByURL returns the feed with the given URL, or an error matching
+// ErrFeedNotFound.
+func (a *App) FeedByURL(ctx context.Context, rawURL string) (*Feed, error) {
+	return feedByURL(ctx, a.pool, rawURL)
+}
+
+// Entries returns the entries stored for a feed, oldest first.
+func (a *App) Entries(ctx context.Context, feedID int64) ([]StoredEntry, error) {
+	return listEntries(ctx, a.pool, feedID)
+}

@@ -1,0 +1,174 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+
+	"github.com/braidflow/braid/workflow"
+)
+
+// stepsIn is the input of a task of the steps scenario.
+type stepsIn struct {
+	I     int `json:"i"`
+	Steps int `json:"steps"`
+}
+
+// stepsArgs is the River side's job.
+type stepsArgs stepsIn
+
+func (stepsArgs) Kind() string { return "bench_steps" }
+
+// stepsWorker makes as many plain INSERTs as a braid task records steps,
+// each its own statement, as a step's record is.
+type stepsWorker struct {
+	river.WorkerDefaults[stepsArgs]
+	pool  *pgxpool.Pool
+	marks *stamps
+}
+
+func (w *stepsWorker) Work(ctx context.Context, job *river.Job[stepsArgs]) error {
+	w.marks.mark(2 * job.Args.I)
+	for k := range job.Args.Steps {
+		if _, err := w.pool.Exec(ctx, `
+			INSERT INTO bench_steps (job_id, name, output) VALUES ($1, $2, $3)
+			ON CONFLICT (job_id, name) DO NOTHING`, job.ID, fmt.Sprintf("step#%d", k+1), []byte(fmt.Sprint(k))); err != nil {
+			return err
+		}
+	}
+	w.marks.mark(2*job.Args.I + 1)
+	return nil
+}
+
+// steps measures the throughput of inline steps in tasks running at once,
+// from the first step's start to the last step's end, against River jobs
+// making as many plain INSERTs.
+func (b *bench) steps(ctx context.Context) (*StepsResult, error) {
+	tasks, per := b.sizes.StepTasks, b.sizes.StepsPerTask
+	b.say("steps: %d tasks of %d inline steps against %d River jobs of %d INSERTs", tasks, per, tasks, per)
+	res := &StepsResult{StepsPerTask: per, Tasks: tasks}
+
+	riverW, err := b.riverSteps(ctx)
+	if err != nil {
+		return nil, err
+	}
+	res.RiverStepsPerSec = round(float64(tasks*per)/riverW.Seconds(), 1)
+	b.say("steps: river %.0f INSERTs/s", res.RiverStepsPerSec)
+
+	braidW, err := b.braidSteps(ctx)
+	if err != nil {
+		return nil, err
+	}
+	res.BraidStepsPerSec = round(float64(tasks*per)/braidW.Seconds(), 1)
+	res.Ratio = ratio(res.BraidStepsPerSec, res.RiverStepsPerSec)
+	b.say("steps: braid %.0f steps/s, ratio %.3f", res.BraidStepsPerSec, res.Ratio)
+	return res, nil
+}
+
+// window is the time from the first start to the last end of n tasks
+// stamped at 2i and 2i+1.
+func window(marks *stamps, n int) (time.Duration, error) {
+	var first, last time.Time
+	for i := range n {
+		start, ok1 := marks.get(2 * i)
+		end, ok2 := marks.get(2*i + 1)
+		if !ok1 || !ok2 {
+			return 0, fmt.Errorf("task %d was not stamped", i)
+		}
+		if first.IsZero() || start.Before(first) {
+			first = start
+		}
+		if end.After(last) {
+			last = end
+		}
+	}
+	return last.Sub(first), nil
+}
+
+func (b *bench) braidSteps(ctx context.Context) (time.Duration, error) {
+	s, err := b.newSide(ctx, ScenarioSteps, "braid")
+	if err != nil {
+		return 0, err
+	}
+	defer s.close()
+	marks := newStamps()
+	stepper := workflow.Define("bench_steps", func(t *workflow.Task, in stepsIn) (struct{}, error) {
+		marks.mark(2 * in.I)
+		for k := range in.Steps {
+			if _, err := workflow.Step(t, "step", func(context.Context) (int, error) { return k, nil }); err != nil {
+				return struct{}{}, err
+			}
+		}
+		marks.mark(2*in.I + 1)
+		return struct{}{}, nil
+	})
+	eng, err := s.startEngine(&workflow.Config{Workflows: []workflow.Definition{stepper}})
+	if err != nil {
+		return 0, err
+	}
+	n := b.sizes.StepTasks
+	batches := (n + startBatch - 1) / startBatch
+	err = parallel(batches, starters, func(i int) error {
+		return pgx.BeginFunc(s.ctx, s.pool, func(tx pgx.Tx) error {
+			for j := i * startBatch; j < min(n, (i+1)*startBatch); j++ {
+				if _, err := stepper.StartTx(s.ctx, tx, eng, stepsIn{I: j, Steps: b.sizes.StepsPerTask}, nil); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return 0, err
+	}
+	if err := s.waitFor(runsDone, n); err != nil {
+		return 0, err
+	}
+	return window(marks, n)
+}
+
+func (b *bench) riverSteps(ctx context.Context) (time.Duration, error) {
+	s, err := b.newSide(ctx, ScenarioSteps, "river")
+	if err != nil {
+		return 0, err
+	}
+	defer s.close()
+	if _, err := s.pool.Exec(s.ctx, `
+		CREATE TABLE bench_steps (
+		    job_id     bigint      NOT NULL,
+		    name       text        NOT NULL,
+		    output     jsonb,
+		    created_at timestamptz NOT NULL DEFAULT now(),
+		    PRIMARY KEY (job_id, name)
+		)`); err != nil {
+		return 0, err
+	}
+	marks := newStamps()
+	workers := river.NewWorkers()
+	river.AddWorker(workers, &stepsWorker{pool: s.pool, marks: marks})
+	client, err := s.startRiver(workers)
+	if err != nil {
+		return 0, err
+	}
+	n := b.sizes.StepTasks
+	batches := (n + startBatch - 1) / startBatch
+	err = parallel(batches, starters, func(i int) error {
+		params := make([]river.InsertManyParams, 0, startBatch)
+		for j := i * startBatch; j < min(n, (i+1)*startBatch); j++ {
+			params = append(params, river.InsertManyParams{Args: stepsArgs{I: j, Steps: b.sizes.StepsPerTask}})
+		}
+		_, err := client.InsertMany(s.ctx, params)
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	if err := s.waitFor(jobsDone, n); err != nil {
+		return 0, err
+	}
+	return window(marks, n)
+}
