@@ -128,16 +128,26 @@ func (e *Engine) startTx(ctx context.Context, tx pgx.Tx, d *definition, input js
 	if o.IdempotencyKey != "" {
 		key = &o.IdempotencyKey
 	}
-	tag, err := tx.Exec(ctx, `
-		INSERT INTO braid_runs (id, workflow, status, input, idempotency_key, trace_parent, queue, priority)
-		VALUES ($1, $2, 'pending', $3, $4, $5, $6, $7)
-		ON CONFLICT DO NOTHING`,
-		runID, d.name, input, key, carrier.Get("traceparent"), q, int16(prio))
-	if err != nil {
+	// The run and its root task in one statement: the task is created only
+	// when the run is.
+	taskID := mustID()
+	var created bool
+	err = tx.QueryRow(ctx, `
+		WITH run AS (
+		    INSERT INTO braid_runs (id, workflow, status, input, idempotency_key, trace_parent, queue, priority)
+		    VALUES ($1, $2, 'pending', $3, $4, $5, $6, $7)
+		    ON CONFLICT DO NOTHING
+		    RETURNING id
+		)
+		INSERT INTO braid_tasks (id, run_id, key, workflow, status, input, max_attempts, queue, priority)
+		SELECT $8, run.id, 'root', $2, 'pending', $3, $9, $6, $7 FROM run
+		RETURNING true`,
+		runID, d.name, input, key, carrier.Get("traceparent"), q, int16(prio), taskID, d.maxAttempts).Scan(&created)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		span.RecordError(err)
 		return "", false, fmt.Errorf("workflow: starting run: %w", err)
 	}
-	if tag.RowsAffected() == 0 {
+	if !created {
 		// The ID or the idempotency key exists: return that run.
 		var existingID uuid.UUID
 		var workflow string
@@ -155,13 +165,6 @@ func (e *Engine) startTx(ctx context.Context, tx pgx.Tx, d *definition, input js
 		return existingID.String(), true, nil
 	}
 
-	taskID := mustID()
-	if _, err := tx.Exec(ctx, `
-		INSERT INTO braid_tasks (id, run_id, key, workflow, status, input, max_attempts, queue, priority)
-		VALUES ($1, $2, 'root', $3, 'pending', $4, $5, $6, $7)`,
-		taskID, runID, d.name, input, d.maxAttempts, q, int16(prio)); err != nil {
-		return "", false, fmt.Errorf("workflow: starting run: %w", err)
-	}
 	if err := e.insertTurns(ctx, tx, []turn{{taskID: taskID, workflow: d.name, queue: q, priority: prio, maxAttempts: d.maxAttempts}}); err != nil {
 		return "", false, err
 	}

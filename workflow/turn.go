@@ -325,10 +325,13 @@ func (e *Engine) completeTurn(ctx context.Context, job *river.Job[taskArgs], t *
 		if err := e.insertSpawns(t.ctx, tx, t); err != nil {
 			return err
 		}
-		if err := e.settle(ctx, tx, t.runID, parentID, "completed", out, nil); err != nil {
+		// Complete the job before settling: settling a child locks its
+		// parent's row, which every sibling needs, so the lock is taken
+		// last and held only until the commit.
+		if err := completeJob(ctx, tx, job); err != nil {
 			return err
 		}
-		return completeJob(ctx, tx, job)
+		return e.settle(ctx, tx, t.runID, parentID, "completed", out, nil)
 	})
 }
 
@@ -375,13 +378,15 @@ func (e *Engine) failTurn(ctx context.Context, job *river.Job[taskArgs], t *Task
 // root, or one count of its parent's join.
 func (e *Engine) settle(ctx context.Context, tx pgx.Tx, runID uuid.UUID, parentID *uuid.UUID, status string, out json.RawMessage, errJSON []byte) error {
 	if parentID == nil {
-		if _, err := tx.Exec(ctx, `
+		// One round trip: the run's final state and the notification of
+		// its waiters.
+		batch := &pgx.Batch{}
+		batch.Queue(`
 			UPDATE braid_runs SET status = $2, output = $3, error = $4, finished_at = now(), updated_at = now()
-			 WHERE id = $1 AND status NOT IN `+finalStatuses, runID, status, nullJSON(out), errJSON); err != nil {
+			 WHERE id = $1 AND status NOT IN `+finalStatuses, runID, status, nullJSON(out), errJSON)
+		batch.Queue(`SELECT pg_notify($1, $2)`, channelRunFinished, runID.String())
+		if err := tx.SendBatch(ctx, batch).Close(); err != nil {
 			return fmt.Errorf("workflow: finishing run: %w", err)
-		}
-		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, channelRunFinished, runID.String()); err != nil {
-			return err
 		}
 		if status == "completed" {
 			e.metrics.runsCompleted.Add(ctx, 1)

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime/pprof"
+	"slices"
 	"strings"
 
 	"github.com/braidflow/braid/internal/bench"
@@ -57,7 +58,12 @@ func benchCmd(ctx context.Context, c *cli, args []string) error {
 		return usagef("unexpected argument %q", rest[0])
 	}
 	if *scenarios != "" {
-		cfg.Scenarios = strings.Split(*scenarios, ",")
+		for _, name := range strings.Split(*scenarios, ",") {
+			if !slices.Contains(bench.Scenarios, name) {
+				return usagef("unknown scenario %q; the scenarios are %s", name, strings.Join(bench.Scenarios, ", "))
+			}
+			cfg.Scenarios = append(cfg.Scenarios, name)
+		}
 	}
 	cfg.DatabaseURL = c.databaseURL
 	if cfg.DatabaseURL == "" {

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/braidflow/braid/queue"
 	"github.com/braidflow/braid/workflow"
 )
@@ -162,4 +164,67 @@ func (a *App) fetchArticle(t *workflow.Task, in ArticleInput) (ArticleSummary, e
 // Digests returns the digests sent to a user, oldest first.
 func (a *App) Digests(ctx context.Context, userID int64) ([]*Digest, error) {
 	return listDigests(ctx, a.pool, userID)
+}
+
+// Digest is a digest that was sent: one row per idempotency key.
+type Digest struct {
+	ID             int64     `json:"id"`
+	IdempotencyKey string    `json:"idempotency_key"`
+	RunID          string    `json:"run_id"`
+	UserID         int64     `json:"user_id"`
+	FeedID         int64     `json:"feed_id"`
+	EntryIDs       []int64   `json:"entry_ids"`
+	Subject        string    `json:"subject"`
+	Body           string    `json:"body"`
+	SentAt         time.Time `json:"sent_at"`
+}
+
+const digestColumns = `id, idempotency_key, run_id, user_id, feed_id, entry_ids, subject, body, sent_at`
+
+func scanDigest(row pgx.Row) (*Digest, error) {
+	var d Digest
+	if err := row.Scan(&d.ID, &d.IdempotencyKey, &d.RunID, &d.UserID, &d.FeedID, &d.EntryIDs, &d.Subject, &d.Body, &d.SentAt); err != nil {
+		return nil, err
+	}
+	return &d, nil
+}
+
+// insertDigest records a digest as sent, once per idempotency key. When a
+// digest with the key was already sent it returns that one and false.
+func insertDigest(ctx context.Context, db dbtx, d *Digest) (*Digest, bool, error) {
+	if d.IdempotencyKey == "" {
+		return nil, false, errors.New("feedfetcher: a digest needs an idempotency key")
+	}
+	if d.EntryIDs == nil {
+		d.EntryIDs = []int64{}
+	}
+	got, err := scanDigest(db.QueryRow(ctx, `
+INSERT INTO digests (idempotency_key, run_id, user_id, feed_id, entry_ids, subject, body)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+ON CONFLICT (idempotency_key) DO NOTHING
+RETURNING `+digestColumns, d.IdempotencyKey, d.RunID, d.UserID, d.FeedID, d.EntryIDs, d.Subject, d.Body))
+	if err == nil {
+		return got, true, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return nil, false, fmt.Errorf("feedfetcher: recording digest %s: %w", d.IdempotencyKey, err)
+	}
+	got, err = scanDigest(db.QueryRow(ctx, `SELECT `+digestColumns+` FROM digests WHERE idempotency_key = $1`, d.IdempotencyKey))
+	if err != nil {
+		return nil, false, fmt.Errorf("feedfetcher: reading digest %s: %w", d.IdempotencyKey, err)
+	}
+	return got, false, nil
+}
+
+// listDigests returns the digests sent to a user, oldest first.
+func listDigests(ctx context.Context, db dbtx, userID int64) ([]*Digest, error) {
+	rows, err := db.Query(ctx, `SELECT `+digestColumns+` FROM digests WHERE user_id = $1 ORDER BY id`, userID)
+	if err != nil {
+		return nil, fmt.Errorf("feedfetcher: listing digests of user %d: %w", userID, err)
+	}
+	ds, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*Digest, error) { return scanDigest(row) })
+	if err != nil {
+		return nil, fmt.Errorf("feedfetcher: listing digests of user %d: %w", userID, err)
+	}
+	return ds, nil
 }

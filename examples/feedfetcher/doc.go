@@ -2,7 +2,62 @@
 // reader. Users subscribe to RSS and Atom feeds; each feed is fetched by its
 // own recurring job, and new entries start a digest workflow per subscriber
 // that fetches the article pages and, after a digest window, sends the
-// digest.
+// digest. The command in cmd/feedfetcher runs it against the bundled feed
+// server with a live view; `make demo` starts it.
+//
+// # The application
+//
+// An [App] holds a workflow engine, whose River client works the feed
+// reader's jobs too, and a scheduler; [New] builds them and [App.Start]
+// starts them. [Migrate] applies braid's migrations and the feed reader's
+// own, which goose records in their own table ([MigrationsTable]).
+//
+// # Storage
+//
+// The feed reader's tables: users; feeds, one row per URL, with the
+// validators of the last fetch (etag, last_modified), the declared ttl, the
+// mirrored next_fetch_at, consecutive_failures and last_error;
+// subscriptions, soft-deleted by unsubscribed_at; entries, unique per feed
+// by their key (GUID, else link); digests, unique by idempotency key; and
+// websub_subscriptions with a websub_renewals record.
+//
+// # Subscriptions and the fetch_feed job
+//
+// Every feed has one fetch_feed recurring job (braid_recurring, kind
+// [FetchFeedKind], keyed by the feed's ID), enabled while the feed has
+// subscribers. [App.Subscribe] creates the feed, its job and the
+// subscription in one transaction, or, for a feed that exists, enables its
+// job again and mirrors the job's next_run_at into feeds.next_fetch_at.
+// [App.Unsubscribe] soft-deletes the subscription and, in the same
+// transaction, sets the job enabled exactly when an active subscription is
+// left (an EXISTS decided under the job's row lock), clearing
+// next_fetch_at when the job ends up disabled. A disabled job keeps its
+// next run, so subscribing again resumes it.
+//
+// The job's handler fetches the feed with a conditional GET, stores the new
+// entries and starts the digests in one transaction, and picks the next run
+// from the HTTP cache headers and the feed's TTL within the fetcher's
+// bounds (scheduler.NextRunAt). A failed fetch counts consecutive_failures
+// on the feed, mirrors the backoff into next_fetch_at, and fails the run, so
+// the job's row counts the failure and backs off by the same schedule.
+//
+// # Digests
+//
+// New entries start one [DigestWorkflow] run per subscriber, inside the
+// transaction that stores them. The run fans out over the entries with
+// workflow.Map, one [FetchArticleWorkflow] child task per article page,
+// waits out Config.DigestWindow with a durable delay, then sends the digest
+// in a step: it writes the digest to the digests table, keyed by the step's
+// idempotency key, and logs it, so a digest is never sent twice. Each run
+// starts a trace of its own (feedfetcher.digest, linked to the fetch that
+// found the entries): its turns, the fan-out children, the delay between
+// turns, and the send step.
+//
+// # WebSub renewal
+//
+// The [RenewWebSubSchedule] cron schedule (@daily by default) inserts a
+// [RenewWebSubKind] job that renews the WebSub subscriptions expiring within
+// 24 hours and records each renewal. The example has no hub to ask.
 //
 // # Fetching
 //

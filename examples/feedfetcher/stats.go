@@ -172,7 +172,9 @@ func (a *App) Feed(ctx context.Context, id int64) (*Feed, error) { return feedBy
 
 // Feeds returns the feeds with the given IDs, or every feed when ids is
 // nil, in ID order.
-func (a *App) Feeds(ctx context.Context, ids []int64) ([]*Feed, error) { return listFeeds(ctx, a.pool, ids) }
+func (a *App) Feeds(ctx context.Context, ids []int64) ([]*Feed, error) {
+	return listFeeds(ctx, a.pool, ids)
+}
 
 // FeedByURL returns the feed with the given URL, or an error matching
 // ErrFeedNotFound.

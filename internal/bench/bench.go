@@ -58,6 +58,10 @@ type Sizes struct {
 	Delays int
 	// DelayMin and DelayMax bound the random length of each delay.
 	DelayMin, DelayMax time.Duration
+	// DelaySpread is the time over which the delays are set, evenly.
+	// Default: one interval of River's scheduler (5s), so that River's
+	// scheduled jobs meet its scheduler in every phase.
+	DelaySpread time.Duration
 	// StepTasks is how many tasks, and River jobs, the steps scenario runs
 	// at once.
 	StepTasks int
@@ -68,7 +72,7 @@ type Sizes struct {
 // FullSizes are the sizes of a full benchmark.
 var FullSizes = Sizes{
 	Runs: 5000, Hops: 20, Chains: 10, Fanout: 10_000,
-	Delays: 1000, DelayMin: 500 * time.Millisecond, DelayMax: 3 * time.Second,
+	Delays: 1000, DelayMin: 500 * time.Millisecond, DelayMax: 3 * time.Second, DelaySpread: riverSchedulerInterval,
 	StepTasks: 200, StepsPerTask: 10,
 }
 
@@ -76,7 +80,7 @@ var FullSizes = Sizes{
 // in well under a minute.
 var QuickSizes = Sizes{
 	Runs: 500, Hops: 20, Chains: 3, Fanout: 1000,
-	Delays: 200, DelayMin: 500 * time.Millisecond, DelayMax: 3 * time.Second,
+	Delays: 200, DelayMin: 500 * time.Millisecond, DelayMax: 3 * time.Second, DelaySpread: riverSchedulerInterval,
 	StepTasks: 50, StepsPerTask: 10,
 }
 
@@ -215,7 +219,7 @@ type FanoutResult struct {
 // delay (the time its job was fetched) minus resume_at, against River jobs
 // with ScheduledAt, whose lateness is attempted_at minus scheduled_at. Both
 // are read from the database clock. The waits start evenly over SpreadS
-// seconds, one interval of River's scheduler.
+// seconds, by default one interval of River's scheduler.
 type DelayResult struct {
 	N              int     `json:"n"`
 	MinMs          float64 `json:"min_ms"`
@@ -334,6 +338,9 @@ func newBench(cfg Config) (*bench, error) {
 	if s.DelayMin == 0 && s.DelayMax == 0 {
 		s.DelayMin, s.DelayMax = base.DelayMin, base.DelayMax
 	}
+	if s.DelaySpread == 0 {
+		s.DelaySpread = base.DelaySpread
+	}
 	for _, f := range []struct {
 		name string
 		v    int
@@ -347,6 +354,9 @@ func newBench(cfg Config) (*bench, error) {
 	}
 	if s.DelayMin < 0 || s.DelayMax < s.DelayMin {
 		return nil, fmt.Errorf("bench: delay lengths %s to %s are not a range of non-negative durations", s.DelayMin, s.DelayMax)
+	}
+	if s.DelaySpread < 0 {
+		return nil, fmt.Errorf("bench: Sizes.DelaySpread %s is negative", s.DelaySpread)
 	}
 
 	c := cfg

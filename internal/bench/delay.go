@@ -12,9 +12,9 @@ import (
 )
 
 // riverSchedulerInterval is how often River's scheduler makes scheduled
-// jobs available (River's JobSchedulerIntervalDefault). The delay scenario
-// spreads its starts over one interval, so that River's jobs meet its
-// scheduler in every phase, as they would in a service that has been up
+// jobs available (River's JobSchedulerIntervalDefault). By default the delay
+// scenario spreads its starts over one interval, so that River's jobs meet
+// its scheduler in every phase, as they would in a service that has been up
 // for a while.
 const riverSchedulerInterval = 5 * time.Second
 
@@ -51,8 +51,8 @@ func (b *bench) delay(ctx context.Context) (*DelayResult, error) {
 		}
 	}
 	b.say("delay: %d delays of %s to %s against %d scheduled River jobs, started over %s",
-		n, b.sizes.DelayMin, b.sizes.DelayMax, n, riverSchedulerInterval)
-	res := &DelayResult{N: n, MinMs: ms(b.sizes.DelayMin), MaxMs: ms(b.sizes.DelayMax), SpreadS: riverSchedulerInterval.Seconds()}
+		n, b.sizes.DelayMin, b.sizes.DelayMax, n, b.sizes.DelaySpread)
+	res := &DelayResult{N: n, MinMs: ms(b.sizes.DelayMin), MaxMs: ms(b.sizes.DelayMax), SpreadS: b.sizes.DelaySpread.Seconds()}
 
 	riverLate, err := b.riverDelays(ctx, lengths)
 	if err != nil {
@@ -141,7 +141,7 @@ func (b *bench) braidDelays(ctx context.Context, lengths []time.Duration) ([]flo
 	if err := s.waitLeader(`SELECT EXISTS (SELECT 1 FROM braid_leases WHERE name = '` + workflow.DelayLease + `' AND expires_at > now())`); err != nil {
 		return nil, err
 	}
-	err = paced(s.ctx, len(lengths), riverSchedulerInterval, func(i int) error {
+	err = paced(s.ctx, len(lengths), b.sizes.DelaySpread, func(i int) error {
 		_, err := wait.Start(s.ctx, eng, delayIn{Micros: lengths[i].Microseconds()}, nil)
 		return err
 	})
@@ -186,7 +186,7 @@ func (b *bench) riverDelays(ctx context.Context, lengths []time.Duration) ([]flo
 		return nil, err
 	}
 	offset := dbNow.Sub(before.Add(time.Since(before) / 2))
-	err = paced(s.ctx, len(lengths), riverSchedulerInterval, func(i int) error {
+	err = paced(s.ctx, len(lengths), b.sizes.DelaySpread, func(i int) error {
 		at := time.Now().Add(offset + lengths[i])
 		_, err := client.Insert(s.ctx, delayArgs{I: i}, &river.InsertOpts{ScheduledAt: at})
 		return err

@@ -26,7 +26,8 @@ type server struct {
 	prefix   string
 	template string
 	next     int
-	live     map[string]bool
+	live     map[string]bool          // scratch databases not yet dropped
+	pools    map[string]*pgxpool.Pool // pools on them not yet closed
 
 	kind    string
 	version string
@@ -36,7 +37,7 @@ type server struct {
 // openServer starts a private cluster (url empty) or connects to url's
 // server, and migrates a template database to clone.
 func openServer(ctx context.Context, url string, maxConns int, statements bool) (s *server, err error) {
-	s = &server{maxConns: maxConns, live: map[string]bool{}}
+	s = &server{maxConns: maxConns, live: map[string]bool{}, pools: map[string]*pgxpool.Pool{}}
 	defer func() {
 		if err != nil {
 			s.close()
@@ -116,8 +117,10 @@ func (s *server) fresh(ctx context.Context, label string) (*pgxpool.Pool, func()
 		s.drop(name)
 		return nil, nil, err
 	}
+	s.pools[name] = pool
 	return pool, func() {
 		pool.Close()
+		delete(s.pools, name)
 		s.drop(name)
 	}, nil
 }
@@ -162,9 +165,13 @@ func (s *server) drop(name string) {
 	}
 }
 
-// close drops every scratch database and stops the private cluster,
-// removing its directory.
+// close closes every pool still open, drops every scratch database and
+// stops the private cluster, removing its directory.
 func (s *server) close() {
+	for name, pool := range s.pools {
+		pool.Close()
+		delete(s.pools, name)
+	}
 	if s.admin != nil && (s.cluster == nil || s.cluster.Running()) {
 		for name := range s.live {
 			s.drop(name)

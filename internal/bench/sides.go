@@ -247,7 +247,7 @@ func (s *side) statements() {
 	rows, err := s.pool.Query(ctx, `
 		SELECT calls, total_exec_time, mean_exec_time, regexp_replace(query, '\s+', ' ', 'g')
 		  FROM pg_stat_statements
-		 WHERE true
+		 WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
 		 ORDER BY total_exec_time DESC
 		 LIMIT $1`, s.b.cfg.Statements)
 	if err != nil {

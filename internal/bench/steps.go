@@ -44,9 +44,10 @@ func (w *stepsWorker) Work(ctx context.Context, job *river.Job[stepsArgs]) error
 	return nil
 }
 
-// steps measures the throughput of inline steps in tasks running at once,
-// from the first step's start to the last step's end, against River jobs
-// making as many plain INSERTs.
+// steps measures the throughput of inline steps in tasks made available
+// at once (started in one transaction), from the first step's start to the
+// last step's end, against River jobs (inserted with one InsertMany) making
+// as many plain INSERTs.
 func (b *bench) steps(ctx context.Context) (*StepsResult, error) {
 	tasks, per := b.sizes.StepTasks, b.sizes.StepsPerTask
 	b.say("steps: %d tasks of %d inline steps against %d River jobs of %d INSERTs", tasks, per, tasks, per)
@@ -110,17 +111,15 @@ func (b *bench) braidSteps(ctx context.Context) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
+	// Every task becomes available at once, as the River side's do.
 	n := b.sizes.StepTasks
-	batches := (n + startBatch - 1) / startBatch
-	err = parallel(batches, starters, func(i int) error {
-		return pgx.BeginFunc(s.ctx, s.pool, func(tx pgx.Tx) error {
-			for j := i * startBatch; j < min(n, (i+1)*startBatch); j++ {
-				if _, err := stepper.StartTx(s.ctx, tx, eng, stepsIn{I: j, Steps: b.sizes.StepsPerTask}, nil); err != nil {
-					return err
-				}
+	err = pgx.BeginFunc(s.ctx, s.pool, func(tx pgx.Tx) error {
+		for i := range n {
+			if _, err := stepper.StartTx(s.ctx, tx, eng, stepsIn{I: i, Steps: b.sizes.StepsPerTask}, nil); err != nil {
+				return err
 			}
-			return nil
-		})
+		}
+		return nil
 	})
 	if err != nil {
 		return 0, err
@@ -155,16 +154,11 @@ func (b *bench) riverSteps(ctx context.Context) (time.Duration, error) {
 		return 0, err
 	}
 	n := b.sizes.StepTasks
-	batches := (n + startBatch - 1) / startBatch
-	err = parallel(batches, starters, func(i int) error {
-		params := make([]river.InsertManyParams, 0, startBatch)
-		for j := i * startBatch; j < min(n, (i+1)*startBatch); j++ {
-			params = append(params, river.InsertManyParams{Args: stepsArgs{I: j, Steps: b.sizes.StepsPerTask}})
-		}
-		_, err := client.InsertMany(s.ctx, params)
-		return err
-	})
-	if err != nil {
+	params := make([]river.InsertManyParams, n)
+	for i := range params {
+		params[i] = river.InsertManyParams{Args: stepsArgs{I: i, Steps: b.sizes.StepsPerTask}}
+	}
+	if _, err := client.InsertMany(s.ctx, params); err != nil {
 		return 0, err
 	}
 	if err := s.waitFor(jobsDone, n); err != nil {

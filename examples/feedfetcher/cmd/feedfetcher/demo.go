@@ -1,0 +1,141 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/braidflow/braid/examples/feedfetcher"
+	"github.com/braidflow/braid/examples/feedfetcher/feedserver"
+)
+
+// subscriptions are the demo's readers and their feeds: ten feeds, three
+// of which misbehave, some shared by two readers.
+var subscriptions = []struct {
+	user  string
+	feeds []string
+}{
+	{"alice", []string{"harbor-engineering", "night-sky", "cycling-dispatch", "transit-updates", feedserver.SlugFailing}},
+	{"bob", []string{"harbor-engineering", "kitchen-chemistry", "open-source-digest", feedserver.SlugMalformed, feedserver.SlugSlow}},
+	{"carol", []string{"small-garden", "cycling-dispatch", "night-sky"}},
+}
+
+// webSubFeeds are the feeds whose (pretend) hubs the demo subscribes at.
+var webSubFeeds = []string{"harbor-engineering", "cycling-dispatch", "open-source-digest"}
+
+// The script's moves: carol leaves a feed she alone reads (its job is
+// disabled) and one alice reads too (its job stays enabled), then comes
+// back to the first (its job is enabled again).
+const (
+	mover      = "carol"
+	leaveAlone = "small-garden"
+	leaveShare = "cycling-dispatch"
+	leaveAt    = 0.35 // of the duration
+	returnAt   = 0.65
+)
+
+// demo is one run of the script.
+type demo struct {
+	app    *feedfetcher.App
+	srv    *feedserver.Server
+	logger *slog.Logger
+	users  map[string]*feedfetcher.User
+	feeds  map[string]int64 // slug to feed ID
+	notes  []string         // what the moves did, for the summary
+	start  time.Time
+}
+
+// setUp creates the users, retires subscriptions a previous run left in
+// the database (their feeds were served on another port), subscribes the
+// readers, and registers the WebSub subscriptions.
+func (d *demo) setUp(ctx context.Context, events *eventSink) error {
+	d.users, d.feeds = map[string]*feedfetcher.User{}, map[string]int64{}
+	for _, s := range subscriptions {
+		u, err := d.app.EnsureUser(ctx, s.user, s.user+"@example.org")
+		if err != nil {
+			return err
+		}
+		d.users[s.user] = u
+		events.nameUser(u.ID, u.Name)
+		old, err := d.app.Subscriptions(ctx, u.ID)
+		if err != nil {
+			return err
+		}
+		err = pgx.BeginFunc(ctx, d.app.Pool(), func(tx pgx.Tx) error {
+			for _, sub := range old {
+				if _, err := d.app.UnsubscribeTx(ctx, tx, u.ID, sub.FeedID); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if len(old) > 0 {
+			d.logger.InfoContext(ctx, "unsubscribed from the feeds of a previous run; their fetch_feed jobs are disabled", slog.String("user", u.Name),
+				slog.Int("retired", len(old)))
+		}
+	}
+	for _, s := range subscriptions {
+		for _, slug := range s.feeds {
+			sub, err := d.app.Subscribe(ctx, d.users[s.user].ID, d.srv.FeedURL(slug))
+			if err != nil {
+				return err
+			}
+			d.feeds[slug] = sub.FeedID
+		}
+	}
+	for _, slug := range webSubFeeds {
+		if _, err := d.app.RegisterWebSub(ctx, d.feeds[slug], d.srv.URL()+"/hub", time.Hour); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// feedIDs returns the IDs of this run's feeds.
+func (d *demo) feedIDs() []int64 {
+	ids := make([]int64, 0, len(d.feeds))
+	for _, id := range d.feeds {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// leave has the mover unsubscribe from two feeds.
+func (d *demo) leave(ctx context.Context, elapsed time.Duration) error {
+	u := d.users[mover]
+	for _, slug := range []string{leaveAlone, leaveShare} {
+		sub, err := d.app.Unsubscribe(ctx, u.ID, d.feeds[slug])
+		if err != nil {
+			return err
+		}
+		if sub.FetchEnabled {
+			d.notes = append(d.notes, fmt.Sprintf("at %s %s left %s; others still read it, so its fetch_feed job stayed enabled",
+				round(elapsed), mover, slug))
+		} else {
+			d.notes = append(d.notes, fmt.Sprintf("at %s %s left %s, its last reader: fetch_feed disabled, next fetch cleared",
+				round(elapsed), mover, slug))
+		}
+	}
+	return nil
+}
+
+// comeBack has the mover subscribe again to the feed she alone read.
+func (d *demo) comeBack(ctx context.Context, elapsed time.Duration) error {
+	sub, err := d.app.Subscribe(ctx, d.users[mover].ID, d.srv.FeedURL(leaveAlone))
+	if err != nil {
+		return err
+	}
+	when := "now"
+	if sub.NextFetchAt != nil && time.Until(*sub.NextFetchAt) >= time.Second {
+		when = "in " + round(time.Until(*sub.NextFetchAt)).String()
+	}
+	d.notes = append(d.notes, fmt.Sprintf("at %s %s came back to %s: the same job enabled again, its kept next fetch due %s",
+		round(elapsed), mover, leaveAlone, when))
+	return nil
+}
