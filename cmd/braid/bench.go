@@ -22,8 +22,10 @@ func init() {
 	})
 }
 
-// benchCmd runs the benchmark: progress on stderr, one JSON object on
-// stdout.
+// benchCmd runs the benchmark: braid beside raw River doing the same work,
+// in this process, on a private PostgreSQL or in scratch databases on the
+// server of --database-url (or DATABASE_URL). Progress goes to stderr, one
+// JSON object to stdout; --json changes nothing.
 func benchCmd(ctx context.Context, c *cli, args []string) error {
 	fs := c.flags("bench")
 	var cfg bench.Config
@@ -43,13 +45,6 @@ func benchCmd(ctx context.Context, c *cli, args []string) error {
 	fs.IntVar(&cfg.Statements, "statements", 0, "after each side, print its N costliest SQL statements (pg_stat_statements)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole benchmark to this file")
 	verbose := fs.Bool("v", false, "also print the engine's and River's warnings on stderr")
-	fs.Usage = func() {
-		fmt.Fprintln(c.stderr, "Usage: braid bench [flags]")
-		fmt.Fprintln(c.stderr, "\nMeasures braid beside raw River doing the same work, in this process, on a private")
-		fmt.Fprintln(c.stderr, "PostgreSQL (or in scratch databases on the server of --database-url / DATABASE_URL).")
-		fmt.Fprintln(c.stderr, "Prints one JSON object on stdout; progress goes to stderr.\n\nFlags:")
-		fs.PrintDefaults()
-	}
 	rest, err := parse(fs, args)
 	if err != nil {
 		return err

@@ -105,9 +105,11 @@ type Config struct {
 	MaxFailures int
 
 	// Engine is the base configuration of the workflow engine (queues,
-	// leases, poll intervals, logger). The App adds its workflows, its
-	// workers and the scheduler's recurring middleware to a copy; the
-	// original is not modified. It defaults to the engine's defaults.
+	// leases, poll intervals, logger). The App adds its workflows and the
+	// scheduler's recurring middleware to a copy, and registers its
+	// workers (fetch_feed, renew_websub) in Engine.Queue.Workers when that
+	// is set, or in a bundle of its own. It defaults to the engine's
+	// defaults.
 	Engine *workflow.Config
 
 	// Scheduler is the base configuration of the scheduler (poll interval,
