@@ -238,8 +238,20 @@ func NewEngine(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 	}
 	if qc.Leases != nil && c.Leases == nil {
 		e.leases = qc.Leases
-	} else if e.leases, err = leases.New(pool, c.Leases); err != nil {
-		return nil, err
+	} else {
+		lc := leases.Config{Logger: c.Logger, MeterProvider: c.MeterProvider}
+		if c.Leases != nil {
+			lc = *c.Leases
+			if lc.Logger == nil {
+				lc.Logger = c.Logger
+			}
+			if lc.MeterProvider == nil {
+				lc.MeterProvider = c.MeterProvider
+			}
+		}
+		if e.leases, err = leases.New(pool, &lc); err != nil {
+			return nil, err
+		}
 	}
 	if qc.Leases == nil {
 		qc.Leases = e.leases
