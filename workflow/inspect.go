@@ -12,6 +12,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/braidflow/braid/queue"
 )
 
 // RunInfo describes a run, for operators.
@@ -117,6 +119,12 @@ func scanRun(row pgx.Row) (*RunInfo, error) {
 	return &r, nil
 }
 
+// Querier reads the database: a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx.
+type Querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
 // Run returns a run with its tasks and their steps.
 func (e *Engine) Run(ctx context.Context, runID string) (*RunInfo, error) {
 	return Inspect(ctx, e.pool, runID)
@@ -124,10 +132,7 @@ func (e *Engine) Run(ctx context.Context, runID string) (*RunInfo, error) {
 
 // Inspect returns a run with its tasks and their steps, reading the
 // database directly; it needs no engine (the CLI uses it).
-func Inspect(ctx context.Context, db interface {
-	QueryRow(context.Context, string, ...any) pgx.Row
-	Query(context.Context, string, ...any) (pgx.Rows, error)
-}, runID string) (*RunInfo, error) {
+func Inspect(ctx context.Context, db Querier, runID string) (*RunInfo, error) {
 	id, err := uuid.Parse(runID)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %q is not a UUID", ErrRunNotFound, runID)
@@ -200,9 +205,7 @@ func (e *Engine) ListRuns(ctx context.Context, f RunFilter) ([]*RunInfo, error) 
 }
 
 // ListRuns lists runs, newest first, reading the database directly.
-func ListRuns(ctx context.Context, db interface {
-	Query(context.Context, string, ...any) (pgx.Rows, error)
-}, f RunFilter) ([]*RunInfo, error) {
+func ListRuns(ctx context.Context, db Querier, f RunFilter) ([]*RunInfo, error) {
 	if f.Limit == 0 {
 		f.Limit = 100
 	}
@@ -375,7 +378,7 @@ func (e *Engine) Retry(ctx context.Context, runID string) error {
 				rows.Close()
 				return err
 			}
-			tr.priority = queueP(prio)
+			tr.priority = queue.Priority(prio)
 			if st == "pending" {
 				turns = append(turns, tr)
 			}

@@ -2,8 +2,6 @@ package workflow
 
 import (
 	"go.opentelemetry.io/otel/metric"
-
-	"github.com/braidflow/braid/queue"
 )
 
 type engineMetrics struct {
@@ -45,5 +43,3 @@ func newEngineMetrics(mp metric.MeterProvider) (*engineMetrics, error) {
 	}
 	return &em, nil
 }
-
-func queueP(p int16) queue.Priority { return queue.Priority(p) }

@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -182,7 +183,7 @@ func (t *Task) recordStep(name, status string, output json.RawMessage, se *store
 		 WHERE braid_steps.status = 'retrying' AND braid_steps.kind = 'step'
 		RETURNING status, output, error, attempts`,
 		t.id, name, status, nullJSON(output), errJSON, attempts).Scan(&rec.status, &outRaw, &errRaw, &rec.attempts)
-	if errors.Is(err, errNoRows) {
+	if errors.Is(err, pgx.ErrNoRows) {
 		// Another turn recorded this step first: its result wins.
 		err = t.eng.pool.QueryRow(t.ctx, `SELECT kind, status, output, error, attempts FROM braid_steps WHERE task_id = $1 AND name = $2`,
 			t.id, name).Scan(&rec.kind, &rec.status, &outRaw, &errRaw, &rec.attempts)

@@ -21,8 +21,6 @@ import (
 	"github.com/braidflow/braid/queue"
 )
 
-var errNoRows = pgx.ErrNoRows
-
 // taskArgs are the args of a turn: one River job of kind braid_task.
 type taskArgs struct {
 	TaskID   string `json:"task_id"`
@@ -476,7 +474,11 @@ func (e *Engine) suspendTurn(ctx context.Context, job *river.Job[taskArgs], t *T
 				return err
 			}
 		}
-		var remaining int
+		var (
+			remaining, maxAttempts int
+			q                      string
+			prio                   int16
+		)
 		err = tx.QueryRow(ctx, `
 			UPDATE braid_tasks
 			   SET status = 'waiting',
@@ -485,7 +487,8 @@ func (e *Engine) suspendTurn(ctx context.Context, job *river.Job[taskArgs], t *T
 			                        ELSE 0 END,
 			       suspended_span = $3, updated_at = now()
 			 WHERE id = $1
-			RETURNING remaining`, t.id, t.waitChildren && t.delay == nil, nullString(spanCarrier.Get("traceparent"))).Scan(&remaining)
+			RETURNING remaining, queue, priority, max_attempts`, t.id, t.waitChildren && t.delay == nil, nullString(spanCarrier.Get("traceparent"))).
+			Scan(&remaining, &q, &prio, &maxAttempts)
 		if err != nil {
 			return fmt.Errorf("workflow: suspending task: %w", err)
 		}
@@ -500,12 +503,6 @@ func (e *Engine) suspendTurn(ctx context.Context, job *river.Job[taskArgs], t *T
 		if t.waitChildren && t.delay == nil && remaining == 0 {
 			// Every awaited child finished during the turn: continue now.
 			if _, err := tx.Exec(ctx, `UPDATE braid_tasks SET status = 'pending' WHERE id = $1`, t.id); err != nil {
-				return err
-			}
-			var maxAttempts int
-			var q string
-			var prio int16
-			if err := tx.QueryRow(ctx, `SELECT queue, priority, max_attempts FROM braid_tasks WHERE id = $1`, t.id).Scan(&q, &prio, &maxAttempts); err != nil {
 				return err
 			}
 			return e.insertTurns(ctx, tx, []turn{{taskID: t.id, workflow: t.workflow, queue: q, priority: queue.Priority(prio), maxAttempts: maxAttempts}})
