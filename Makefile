@@ -21,7 +21,8 @@ test: setup verify ## go vet, then every test under the race detector
 	$(GO) test -race -count=1 -timeout 25m $(TESTFLAGS) ./...
 
 .PHONY: verify
-verify: ## Fail if the rendered River migrations drift from the pinned River version
+verify: ## Fail if go.mod is not tidy or the rendered River migrations drift from the pinned River version
+	@$(GO) mod tidy -diff || { echo "go.mod is not tidy: run 'go mod tidy'" >&2; exit 1; }
 	$(GO) run ./internal/rivergen -check
 
 .PHONY: generate
