@@ -336,3 +336,11 @@ func (e *Engine) encode(what string, v any) (json.RawMessage, error) {
 func (e *Engine) withTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 	return pgx.BeginFunc(ctx, e.pool, fn)
 }
+
+// KnowsWorkflow reports whether a workflow named name is registered with
+// this engine. The scheduler uses it to refuse a schedule whose target no
+// process of this service can run.
+func (e *Engine) KnowsWorkflow(name string) bool {
+	_, ok := e.registry[name]
+	return ok
+}
