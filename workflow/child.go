@@ -69,10 +69,18 @@ func Map[In, Out any](t *Task, name string, w *Workflow[In, Out], items []In) ([
 	}
 	base := t.uniqueName(name)
 	waiting := false
+	spawnedBefore, inputBytes := len(t.spawns), 0
 	for i, item := range items {
 		key := fmt.Sprintf("%s/%d", base, i)
 		if err := t.spawn(key, w.d, item); err != nil {
 			return nil, err
+		}
+		if len(t.spawns) > spawnedBefore {
+			inputBytes += len(t.spawns[len(t.spawns)-1].input)
+			spawnedBefore = len(t.spawns)
+			if inputBytes > t.eng.cfg.MaxMapInputBytes {
+				return nil, &PayloadTooLargeError{What: fmt.Sprintf("total input of Map %q", name), Size: inputBytes, Limit: t.eng.cfg.MaxMapInputBytes}
+			}
 		}
 		if c := t.children[key]; c == nil || !finished(c.status) {
 			waiting = true

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/braidflow/braid/leases"
@@ -16,32 +17,29 @@ import (
 // the lease braid:delays: it wakes due delays in batches, each batch in one
 // transaction with the turns it inserts, then sleeps until the earliest
 // waiting delay (at most DelayPollInterval), or until a NOTIFY says a
-// nearer delay was written.
+// nearer delay was written. A batch that fails is retried one delay at a
+// time, so one bad row never holds back the others, and after a failure
+// the processor sleeps a full poll interval rather than spin.
 func (e *Engine) processDelays(ctx context.Context, l *leases.Lease) error {
 	e.logger.InfoContext(ctx, "workflow: delay processor started", "lease.holder", l.Holder, "lease.generation", l.Generation)
 	defer e.logger.InfoContext(context.WithoutCancel(ctx), "workflow: delay processor stopped", "lease.holder", l.Holder)
 
-	conn, err := e.pool.Acquire(ctx)
+	conn, err := listen(ctx, e.pool, channelDelay)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		// The connection LISTENs: close it rather than return it.
-		_ = conn.Conn().Close(context.Background())
-		conn.Release()
-	}()
-	if _, err := conn.Exec(ctx, "LISTEN "+channelDelay); err != nil {
-		return err
-	}
+	defer func() { _ = conn.Close(context.Background()) }()
 	for {
-		n, err := e.fireDueDelays(ctx)
+		n, err := e.fireDueDelays(ctx, nil)
+		failed := false
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			e.logger.WarnContext(ctx, "workflow: waking due delays", "error", err)
+			e.logger.WarnContext(ctx, "workflow: waking due delays; retrying them one by one", "error", err)
+			n, failed = e.fireDueDelaysOneByOne(ctx), true
 		}
-		if n >= e.cfg.DelayBatchSize {
+		if n >= e.cfg.DelayBatchSize && !failed {
 			continue // more are due
 		}
 		wait := e.cfg.DelayPollInterval
@@ -55,7 +53,7 @@ func (e *Engine) processDelays(ctx context.Context, l *leases.Lease) error {
 			}
 			return fmt.Errorf("workflow: finding the next delay: %w", err)
 		}
-		if next != nil {
+		if next != nil && !failed {
 			if d := time.Duration(*next * float64(time.Second)); d < wait {
 				wait = d
 			}
@@ -64,7 +62,7 @@ func (e *Engine) processDelays(ctx context.Context, l *leases.Lease) error {
 			continue
 		}
 		waitCtx, cancel := context.WithTimeout(ctx, wait)
-		_, err = conn.Conn().WaitForNotification(waitCtx)
+		_, err = conn.WaitForNotification(waitCtx)
 		cancel()
 		if err != nil && ctx.Err() != nil {
 			return ctx.Err()
@@ -75,29 +73,46 @@ func (e *Engine) processDelays(ctx context.Context, l *leases.Lease) error {
 	}
 }
 
-// fireDueDelays wakes up to DelayBatchSize due delays and inserts their
-// tasks' turns, in one transaction. SKIP LOCKED keeps a processor that
-// lost its lease from waking a delay twice.
-func (e *Engine) fireDueDelays(ctx context.Context) (int, error) {
+// delayKey names one delay step.
+type delayKey struct {
+	taskID uuid.UUID
+	name   string
+}
+
+// fireDueDelaysSQL claims due delays and their tasks, marks the delays
+// fired and the waiting tasks pending. It locks with SKIP LOCKED and so
+// never waits: a processor that lost its lease cannot wake a delay twice,
+// and a task locked by Cancel, Retry or its own turn is left for the next
+// tick. $2 and $3, when not NULL, pick one delay.
+const fireDueDelaysSQL = `
+	WITH due AS (
+	    SELECT s.task_id, s.name FROM braid_steps s JOIN braid_tasks t ON t.id = s.task_id
+	     WHERE s.kind = 'delay' AND s.status = 'waiting' AND s.resume_at <= clock_timestamp()
+	       AND ($2::uuid IS NULL OR (s.task_id = $2 AND s.name = $3))
+	     ORDER BY s.resume_at
+	     LIMIT $1
+	       FOR UPDATE OF s, t SKIP LOCKED
+	), fired AS (
+	    UPDATE braid_steps s SET status = 'fired', finished_at = clock_timestamp()
+	      FROM due WHERE s.task_id = due.task_id AND s.name = due.name
+	    RETURNING s.task_id, s.resume_at
+	)
+	UPDATE braid_tasks t SET status = 'pending', updated_at = now()
+	  FROM fired
+	 WHERE t.id = fired.task_id AND t.status = 'waiting'
+	RETURNING t.id, t.workflow, t.queue, t.priority, t.max_attempts,
+	          extract(epoch FROM (clock_timestamp() - fired.resume_at))::float8`
+
+// fireDueDelays wakes up to DelayBatchSize due delays (or only the one
+// named by only) and inserts their tasks' turns, in one transaction.
+func (e *Engine) fireDueDelays(ctx context.Context, only *delayKey) (int, error) {
+	var taskID, name any
+	if only != nil {
+		taskID, name = only.taskID, only.name
+	}
 	var n int
 	err := e.withTx(ctx, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `
-			WITH due AS (
-			    SELECT task_id, name FROM braid_steps
-			     WHERE kind = 'delay' AND status = 'waiting' AND resume_at <= clock_timestamp()
-			     ORDER BY resume_at
-			     LIMIT $1
-			       FOR UPDATE SKIP LOCKED
-			), fired AS (
-			    UPDATE braid_steps s SET status = 'fired', finished_at = clock_timestamp()
-			      FROM due WHERE s.task_id = due.task_id AND s.name = due.name
-			    RETURNING s.task_id, s.resume_at
-			)
-			UPDATE braid_tasks t SET status = 'pending', updated_at = now()
-			  FROM fired
-			 WHERE t.id = fired.task_id AND t.status = 'waiting'
-			RETURNING t.id, t.workflow, t.queue, t.priority, t.max_attempts,
-			          extract(epoch FROM (clock_timestamp() - fired.resume_at))::float8`, e.cfg.DelayBatchSize)
+		rows, err := tx.Query(ctx, fireDueDelaysSQL, e.cfg.DelayBatchSize, taskID, name)
 		if err != nil {
 			return err
 		}
@@ -129,4 +144,39 @@ func (e *Engine) fireDueDelays(ctx context.Context) (int, error) {
 		return nil
 	})
 	return n, err
+}
+
+// fireDueDelaysOneByOne wakes the due delays each in its own transaction,
+// after a batch failed. A delay that fails again is logged and left for a
+// later tick; the others go on.
+func (e *Engine) fireDueDelaysOneByOne(ctx context.Context) int {
+	rows, err := e.pool.Query(ctx, `
+		SELECT task_id, name FROM braid_steps
+		 WHERE kind = 'delay' AND status = 'waiting' AND resume_at <= clock_timestamp()
+		 ORDER BY resume_at LIMIT $1`, e.cfg.DelayBatchSize)
+	if err != nil {
+		e.logger.WarnContext(ctx, "workflow: listing due delays", "error", err)
+		return 0
+	}
+	keys, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (delayKey, error) {
+		var k delayKey
+		return k, r.Scan(&k.taskID, &k.name)
+	})
+	if err != nil {
+		e.logger.WarnContext(ctx, "workflow: listing due delays", "error", err)
+		return 0
+	}
+	total := 0
+	for _, k := range keys {
+		n, err := e.fireDueDelays(ctx, &k)
+		if err != nil {
+			if ctx.Err() != nil {
+				return total
+			}
+			e.logger.ErrorContext(ctx, "workflow: waking a due delay failed; the others go on", "task.id", k.taskID, "delay", k.name, "error", err)
+			continue
+		}
+		total += n
+	}
+	return total
 }

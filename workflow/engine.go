@@ -1,6 +1,7 @@
 package workflow
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -40,6 +41,40 @@ const (
 	// alive. A turn whose process died is rescued by the queue's heartbeat
 	// rescuer after a few missed heartbeats.
 	TurnHeartbeatDefault = 5 * time.Second
+	// MaxMapInputBytesDefault caps the encoded inputs of all the children
+	// one Map call spawns, added up. They are written in one statement.
+	MaxMapInputBytesDefault = 32 << 20
+	// UnknownWorkflowSnoozeDefault is how long a turn of a workflow this
+	// process does not know is put back before another process may take
+	// it. The attempt is not spent.
+	UnknownWorkflowSnoozeDefault = 5 * time.Second
+	// UnknownWorkflowTimeoutDefault is how long a turn may wait for a
+	// process that knows its workflow, counted from the turn's creation,
+	// before its task fails.
+	UnknownWorkflowTimeoutDefault = 10 * time.Minute
+	// ReconcileIntervalDefault is how often the reconciler looks for tasks
+	// that have no live turn.
+	ReconcileIntervalDefault = time.Second
+	// RetentionDefault is how long a finished run, with its tasks and
+	// steps, is kept.
+	RetentionDefault = 7 * 24 * time.Hour
+	// RetentionIntervalDefault is how often finished runs older than the
+	// retention are deleted.
+	RetentionIntervalDefault = time.Minute
+	// RetentionBatchDefault is how many runs one delete removes.
+	RetentionBatchDefault = 1000
+	// OutcomeTimeoutDefault bounds the transaction that records a turn's
+	// outcome. It runs even when the turn's context has ended (a timeout,
+	// a shutdown), so it needs a bound of its own.
+	OutcomeTimeoutDefault = 30 * time.Second
+	// PoolMinConns is the smallest pool (pgxpool MaxConns) an engine that
+	// works turns accepts: a turn's queries, River's fetches and
+	// completions, and the leases' renewals each need a connection. Below
+	// PoolWarnConns the engine works, but turns wait for connections and
+	// NewEngine logs a warning once.
+	PoolMinConns = 2
+	// PoolWarnConns: see PoolMinConns.
+	PoolWarnConns = 4
 )
 
 // Names of the lease and the notification channels the engine uses.
@@ -77,6 +112,16 @@ type Config struct {
 	// MaxMapItemsDefault.
 	MaxMapItems int
 
+	// MaxMapInputBytes caps the encoded inputs of one Map call's children,
+	// added up. Default MaxMapInputBytesDefault (32 MiB).
+	MaxMapInputBytes int
+
+	// MaxErrorBytes caps the text of a stored error: a task's, a step's, a
+	// panic with its stack. Longer text is cut and marked. NUL bytes are
+	// removed. It also sets Queue.MaxErrorBytes when that is zero. Default
+	// queue.MaxErrorBytesDefault (64 KiB).
+	MaxErrorBytes int
+
 	// DelayBatchSize is how many due delays the delay processor wakes per
 	// transaction. Default DelayBatchSizeDefault.
 	DelayBatchSize int
@@ -100,6 +145,41 @@ type Config struct {
 	// River's RescueStuckJobsAfter. Default TurnHeartbeatDefault.
 	TurnHeartbeat time.Duration
 
+	// UnknownWorkflowSnooze is how long a turn of a workflow this process
+	// does not know is put back, without spending an attempt, so that a
+	// process that knows it (a newer or older deploy, another service on
+	// the same database) takes it. Default UnknownWorkflowSnoozeDefault.
+	UnknownWorkflowSnooze time.Duration
+
+	// UnknownWorkflowTimeout is how long, from its creation, a turn may
+	// wait for a process that knows its workflow. After that the task
+	// fails with an error that says so, and Engine.Retry runs it again
+	// once the workflow is deployed. Default UnknownWorkflowTimeoutDefault.
+	UnknownWorkflowTimeout time.Duration
+
+	// ReconcileInterval is how often the reconciler looks for tasks that
+	// are pending or running with no live turn (their last turn job was
+	// discarded, cancelled or deleted) and fails them, so that no run is
+	// ever stranded. It runs in the queue's maintenance loop. Default
+	// ReconcileIntervalDefault.
+	ReconcileInterval time.Duration
+
+	// Retention is how long a finished run (completed, failed or
+	// cancelled), with its tasks and steps, is kept before it is deleted.
+	// An idempotency key holds for as long as its run is kept. A negative
+	// value keeps runs forever. Default RetentionDefault (7 days).
+	Retention time.Duration
+
+	// RetentionInterval is how often old runs are deleted, RetentionBatch
+	// runs per statement. Defaults RetentionIntervalDefault and
+	// RetentionBatchDefault.
+	RetentionInterval time.Duration
+	RetentionBatch    int
+
+	// OutcomeTimeout bounds the transaction that records a turn's outcome.
+	// Default OutcomeTimeoutDefault.
+	OutcomeTimeout time.Duration
+
 	// TracerProvider and MeterProvider default to the OTel globals.
 	TracerProvider trace.TracerProvider
 	MeterProvider  metric.MeterProvider
@@ -120,6 +200,8 @@ type Engine struct {
 	metrics  *engineMetrics
 	logger   *slog.Logger
 	notifier *notifier
+	// unknownLogged holds the names of unknown workflows already logged.
+	unknownLogged sync.Map
 
 	mu      sync.Mutex
 	started bool
@@ -155,6 +237,15 @@ func NewEngine(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 	if c.TurnHeartbeat == 0 {
 		c.TurnHeartbeat = TurnHeartbeatDefault
 	}
+	c.MaxMapInputBytes = cmp.Or(c.MaxMapInputBytes, MaxMapInputBytesDefault)
+	c.MaxErrorBytes = cmp.Or(c.MaxErrorBytes, queue.MaxErrorBytesDefault)
+	c.UnknownWorkflowSnooze = cmp.Or(c.UnknownWorkflowSnooze, UnknownWorkflowSnoozeDefault)
+	c.UnknownWorkflowTimeout = cmp.Or(c.UnknownWorkflowTimeout, UnknownWorkflowTimeoutDefault)
+	c.ReconcileInterval = cmp.Or(c.ReconcileInterval, ReconcileIntervalDefault)
+	c.Retention = cmp.Or(c.Retention, RetentionDefault)
+	c.RetentionInterval = cmp.Or(c.RetentionInterval, RetentionIntervalDefault)
+	c.RetentionBatch = cmp.Or(c.RetentionBatch, RetentionBatchDefault)
+	c.OutcomeTimeout = cmp.Or(c.OutcomeTimeout, OutcomeTimeoutDefault)
 	switch {
 	case c.MaxPayloadBytes < 0:
 		return nil, fmt.Errorf("workflow: MaxPayloadBytes %d is negative", c.MaxPayloadBytes)
@@ -166,6 +257,21 @@ func NewEngine(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 		return nil, fmt.Errorf("workflow: DelayPollInterval %s is negative", c.DelayPollInterval)
 	case c.TurnHeartbeat < 0:
 		return nil, fmt.Errorf("workflow: TurnHeartbeat %s is negative", c.TurnHeartbeat)
+	case c.MaxMapInputBytes < 0:
+		return nil, fmt.Errorf("workflow: MaxMapInputBytes %d is negative", c.MaxMapInputBytes)
+	case c.MaxErrorBytes < 0:
+		return nil, fmt.Errorf("workflow: MaxErrorBytes %d is negative", c.MaxErrorBytes)
+	case c.UnknownWorkflowSnooze < 0 || c.UnknownWorkflowTimeout < 0:
+		return nil, fmt.Errorf("workflow: UnknownWorkflowSnooze %s and UnknownWorkflowTimeout %s must not be negative", c.UnknownWorkflowSnooze, c.UnknownWorkflowTimeout)
+	case c.ReconcileInterval < 0:
+		return nil, fmt.Errorf("workflow: ReconcileInterval %s is negative", c.ReconcileInterval)
+	case c.RetentionInterval < 0 || c.RetentionBatch < 0:
+		return nil, fmt.Errorf("workflow: RetentionInterval %s and RetentionBatch %d must not be negative", c.RetentionInterval, c.RetentionBatch)
+	case c.OutcomeTimeout < 0:
+		return nil, fmt.Errorf("workflow: OutcomeTimeout %s is negative", c.OutcomeTimeout)
+	}
+	if max := pool.Config().MaxConns; max < PoolMinConns {
+		return nil, fmt.Errorf("workflow: the pool allows %d connections; an engine needs at least %d (set pool_max_conns)", max, PoolMinConns)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -175,6 +281,10 @@ func NewEngine(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 	}
 	if c.MeterProvider == nil {
 		c.MeterProvider = otel.GetMeterProvider()
+	}
+	if max := pool.Config().MaxConns; max < PoolWarnConns {
+		c.Logger.Warn("workflow: the pool is small; turns will wait for connections",
+			"pool_max_conns", max, "recommended_min", PoolWarnConns)
 	}
 
 	e := &Engine{
@@ -220,6 +330,17 @@ func NewEngine(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 		if len(qc.Queues) == 0 {
 			qc.Queues[river.QueueDefault] = river.QueueConfig{MaxWorkers: queue.MaxWorkersDefault}
 		}
+	}
+	if qc.MaxErrorBytes == 0 {
+		qc.MaxErrorBytes = c.MaxErrorBytes
+	}
+	// The reconciler and retention run in the queue's one maintenance
+	// loop, under its lease.
+	qc.Maintenance = append(append([]queue.MaintenanceTask(nil), qc.Maintenance...),
+		queue.MaintenanceTask{Name: "workflow reconciler", Interval: c.ReconcileInterval, Run: e.reconcile})
+	if c.Retention > 0 {
+		qc.Maintenance = append(qc.Maintenance,
+			queue.MaintenanceTask{Name: "workflow retention", Interval: c.RetentionInterval, Run: e.deleteOldRuns})
 	}
 	qc.UntracedKinds = append(append([]string(nil), qc.UntracedKinds...), TaskKind)
 	heartbeats := map[string]time.Duration{TaskKind: c.TurnHeartbeat}
@@ -271,7 +392,8 @@ func (e *Engine) Queue() *queue.Queue { return e.queue }
 func (e *Engine) Pool() *pgxpool.Pool { return e.pool }
 
 // Start starts working turns and, unless disabled, competing for the delay
-// processor's lease.
+// processor's lease. ctx bounds the start-up only: cancelling it later
+// does not stop the engine; Stop does.
 func (e *Engine) Start(ctx context.Context) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -284,6 +406,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	e.cancel = cancel
 	e.started = true
+	e.notifier.start()
 	if !e.cfg.DisableDelayProcessor {
 		e.wg.Add(1)
 		go func() {
@@ -294,8 +417,13 @@ func (e *Engine) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop stops the delay processor and waits for running turns to finish (or
-// for ctx to end, after which River cancels them).
+// Stop stops the engine in order. It stops fetching turns and stops the
+// delay processor and the maintenance loop, then lets the running turns
+// finish until ctx ends. When ctx ends first, it cancels the turns'
+// contexts and keeps waiting: Stop returns only when the user code of
+// every turn, and every goroutine the engine started, has returned. A
+// cancelled turn is retried later, by this or another process, like any
+// failed attempt. Stop also ends the connection that Run.Result waits on.
 func (e *Engine) Stop(ctx context.Context) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()

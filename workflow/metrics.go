@@ -10,6 +10,7 @@ type engineMetrics struct {
 	runsStarted   metric.Int64Counter
 	runsCompleted metric.Int64Counter
 	runsFailed    metric.Int64Counter
+	reconciled    metric.Int64Counter
 	stepDuration  metric.Float64Histogram
 	delayLateness metric.Float64Histogram
 }
@@ -33,6 +34,9 @@ func newEngineMetrics(mp metric.MeterProvider) (*engineMetrics, error) {
 		return nil, err
 	}
 	if em.runsFailed, err = m.Int64Counter("braid.runs.failed", metric.WithDescription("Runs failed.")); err != nil {
+		return nil, err
+	}
+	if em.reconciled, err = m.Int64Counter("braid.tasks.reconciled", metric.WithDescription("Tasks the reconciler failed because they had no live turn.")); err != nil {
 		return nil, err
 	}
 	if em.stepDuration, err = m.Float64Histogram("braid.step.duration", metric.WithUnit("s"), metric.WithDescription("Duration of step bodies.")); err != nil {

@@ -6,29 +6,49 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
+// listen opens a dedicated connection, configured as the pool's
+// connections are but not taken from the pool, and LISTENs on channel. A
+// connection that waits for notifications is held for as long as it
+// waits; taking it from the pool would starve the turns of a small pool,
+// and would keep pool.Close from returning.
+func listen(ctx context.Context, pool *pgxpool.Pool, channel string) (*pgx.Conn, error) {
+	conn, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return nil, err
+	}
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
+		_ = conn.Close(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	return conn, nil
+}
+
 // notifier shares one LISTEN connection among every Run.Result waiting in
-// this process. It starts on the first subscription and stops with the
-// engine. Waiters also poll, so a lost notification only delays them.
+// this process. The connection is opened with the first waiter and closed
+// when the last one leaves, so a process that waits on no run holds no
+// connection, and Engine.Stop ends it at once. Waiters also poll, so a
+// lost notification only delays them.
 type notifier struct {
 	pool   *pgxpool.Pool
 	logger *slog.Logger
 
 	mu      sync.Mutex
 	subs    map[string]map[chan struct{}]struct{}
-	running bool
+	cancel  context.CancelFunc // of the running listener, or nil
 	stopped bool
-	cancel  context.CancelFunc
-	done    chan struct{}
+	wg      sync.WaitGroup
 }
 
 func newNotifier(pool *pgxpool.Pool, logger *slog.Logger) *notifier {
 	return &notifier{pool: pool, logger: logger, subs: map[string]map[chan struct{}]struct{}{}}
 }
 
-// subscribe returns a channel that receives when runID finishes.
+// subscribe returns a channel that receives when runID finishes, and the
+// function that ends the subscription.
 func (n *notifier) subscribe(runID string) (<-chan struct{}, func()) {
 	ch := make(chan struct{}, 1)
 	n.mu.Lock()
@@ -40,11 +60,14 @@ func (n *notifier) subscribe(runID string) (<-chan struct{}, func()) {
 		n.subs[runID] = map[chan struct{}]struct{}{}
 	}
 	n.subs[runID][ch] = struct{}{}
-	if !n.running {
-		n.running = true
+	if n.cancel == nil {
 		ctx, cancel := context.WithCancel(context.Background())
-		n.cancel, n.done = cancel, make(chan struct{})
-		go n.listen(ctx, n.done)
+		n.cancel = cancel
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			n.listen(ctx)
+		}()
 	}
 	return ch, func() {
 		n.mu.Lock()
@@ -53,11 +76,14 @@ func (n *notifier) subscribe(runID string) (<-chan struct{}, func()) {
 		if len(n.subs[runID]) == 0 {
 			delete(n.subs, runID)
 		}
+		if len(n.subs) == 0 && n.cancel != nil {
+			n.cancel()
+			n.cancel = nil
+		}
 	}
 }
 
-func (n *notifier) listen(ctx context.Context, done chan struct{}) {
-	defer close(done)
+func (n *notifier) listen(ctx context.Context) {
 	for ctx.Err() == nil {
 		if err := n.listenOnce(ctx); err != nil && ctx.Err() == nil {
 			n.logger.WarnContext(ctx, "workflow: run notifications interrupted; waiters poll meanwhile", "error", err)
@@ -70,20 +96,13 @@ func (n *notifier) listen(ctx context.Context, done chan struct{}) {
 }
 
 func (n *notifier) listenOnce(ctx context.Context) error {
-	conn, err := n.pool.Acquire(ctx)
+	conn, err := listen(ctx, n.pool, channelRunFinished)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		// The connection LISTENs: do not hand it back to the pool.
-		_ = conn.Conn().Close(context.Background())
-		conn.Release()
-	}()
-	if _, err := conn.Exec(ctx, "LISTEN "+channelRunFinished); err != nil {
-		return err
-	}
+	defer func() { _ = conn.Close(context.Background()) }()
 	for {
-		note, err := conn.Conn().WaitForNotification(ctx)
+		note, err := conn.WaitForNotification(ctx)
 		if err != nil {
 			return err
 		}
@@ -98,14 +117,22 @@ func (n *notifier) listenOnce(ctx context.Context) error {
 	}
 }
 
+// start lets subscriptions open a listener again after stop.
+func (n *notifier) start() {
+	n.mu.Lock()
+	n.stopped = false
+	n.mu.Unlock()
+}
+
+// stop ends the listener, if any, and waits for it. Until start, later
+// subscriptions get no notifications; their waiters poll.
 func (n *notifier) stop() {
 	n.mu.Lock()
 	n.stopped = true
-	running, cancel, done := n.running, n.cancel, n.done
-	n.running = false
-	n.mu.Unlock()
-	if running {
-		cancel()
-		<-done
+	if n.cancel != nil {
+		n.cancel()
+		n.cancel = nil
 	}
+	n.mu.Unlock()
+	n.wg.Wait()
 }

@@ -105,7 +105,8 @@ func Step[T any](t *Task, name string, fn func(ctx context.Context) (T, error), 
 	if cfg.retry == nil {
 		return zero, runErr
 	}
-	se := &storedError{Message: runErr.Error(), Attempt: attempt}
+	stored := t.eng.storedError(runErr, attempt)
+	se := &stored
 	if attempt < cfg.retry.MaxAttempts {
 		if _, err := t.recordStep(name, "retrying", nil, se, attempt); err != nil {
 			return zero, err

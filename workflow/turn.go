@@ -70,10 +70,12 @@ func (e *Engine) insertTurns(ctx context.Context, tx pgx.Tx, turns []turn) error
 	}
 	for i, r := range res {
 		if r.UniqueSkippedAsDuplicate {
-			// Another live turn exists for the task. Every caller wakes a
-			// task only from a state in which it has no live turn, so this
-			// is a broken invariant, not a race to ignore.
-			return fmt.Errorf("workflow: task %s already has a live turn (job %d); not inserting another", turns[i].taskID, r.Job.ID)
+			// The task has a live turn already (for example a late
+			// attempt that suspended after its job was rescued and
+			// retried). That turn will run the task: there is nothing to
+			// add and nothing to undo.
+			e.logger.WarnContext(ctx, "workflow: task already has a live turn; not inserting another",
+				"task.id", turns[i].taskID, "job.id", r.Job.ID)
 		}
 	}
 	return nil
@@ -112,6 +114,10 @@ func (e *Engine) runTurn(ctx context.Context, job *river.Job[taskArgs]) error {
 	taskID, err := uuid.Parse(job.Args.TaskID)
 	if err != nil {
 		return river.JobCancel(fmt.Errorf("workflow: turn has an invalid task ID %q", job.Args.TaskID))
+	}
+	d, known := e.registry[job.Args.Workflow]
+	if !known {
+		return e.unknownWorkflow(ctx, job, taskID)
 	}
 
 	// Mark the task running and load it, its steps and its children in one
@@ -170,11 +176,6 @@ func (e *Engine) runTurn(ctx context.Context, job *river.Job[taskArgs]) error {
 		return fmt.Errorf("workflow: loading task %s: %w", taskID, err)
 	}
 
-	d, err := e.lookup(t.workflow)
-	if err != nil {
-		return err
-	}
-
 	// One trace per run: the turn's span is a child of braid.run.start,
 	// linked to the turn that suspended.
 	parent := ctx
@@ -206,13 +207,19 @@ func (e *Engine) runTurn(ctx context.Context, job *river.Job[taskArgs]) error {
 	out, runErr := callWorkflow(t, d, input)
 	stopHeartbeat()
 
+	if errors.Is(context.Cause(ctx), queue.ErrJobNotRunning) {
+		// The attempt was rescued, or its job finished, while it ran:
+		// another attempt owns the task now. Record nothing.
+		span.SetAttributes(attribute.String("turn.outcome", "superseded"))
+		return e.superseded(ctx, job, t.id)
+	}
 	switch {
 	case t.suspended && t.snoozing:
 		span.SetAttributes(attribute.String("turn.outcome", "step retry"))
-		return river.JobSnooze(t.snooze)
+		return e.snoozeTurn(ctx, job, t)
 	case t.suspended:
 		span.SetAttributes(attribute.String("turn.outcome", "suspended"))
-		return e.suspendTurn(ctx, job, t, parentID)
+		return e.suspendTurn(job, t, parentID)
 	case runErr != nil:
 		span.RecordError(runErr)
 		span.SetStatus(codes.Error, runErr.Error())
@@ -220,7 +227,7 @@ func (e *Engine) runTurn(ctx context.Context, job *river.Job[taskArgs]) error {
 		return e.failTurn(ctx, job, t, parentID, runErr)
 	default:
 		span.SetAttributes(attribute.String("turn.outcome", "completed"))
-		return e.completeTurn(ctx, job, t, parentID, out)
+		return e.completeTurn(job, t, parentID, out)
 	}
 }
 
@@ -307,8 +314,12 @@ func callWorkflow(t *Task, d *definition, input []byte) (out json.RawMessage, er
 
 // completeTurn records the output and settles the parent's join or the
 // run, in one transaction with the job's completion.
-func (e *Engine) completeTurn(ctx context.Context, job *river.Job[taskArgs], t *Task, parentID *uuid.UUID, out json.RawMessage) error {
-	return e.withTx(ctx, func(tx pgx.Tx) error {
+func (e *Engine) completeTurn(job *river.Job[taskArgs], t *Task, parentID *uuid.UUID, out json.RawMessage) error {
+	// The turn's context carries its span, which the children's jobs
+	// record as their trace parent.
+	ctx, cancel := e.outcomeContext(t.ctx)
+	defer cancel()
+	return e.outcomeTx(ctx, job, t.id, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `
 			UPDATE braid_tasks SET status = 'completed', output = $2, error = NULL, remaining = 0,
 			       finished_at = now(), updated_at = now()
@@ -320,12 +331,12 @@ func (e *Engine) completeTurn(ctx context.Context, job *river.Job[taskArgs], t *
 			t.logger.InfoContext(ctx, "workflow: task changed state during its turn (cancelled?); its output is dropped")
 			return completeJob(ctx, tx, job)
 		}
-		if err := e.insertSpawns(t.ctx, tx, t); err != nil {
+		if err := e.insertSpawns(ctx, tx, t); err != nil {
 			return err
 		}
-		// Complete the job before settling: settling a child locks its
-		// parent's row, which every sibling needs, so the lock is taken
-		// last and held only until the commit.
+		// Settling a child locks its parent's row, which every sibling
+		// needs, so that lock is taken last and held only until the
+		// commit.
 		if err := completeJob(ctx, tx, job); err != nil {
 			return err
 		}
@@ -334,30 +345,29 @@ func (e *Engine) completeTurn(ctx context.Context, job *river.Job[taskArgs], t *
 }
 
 // failTurn records a failed attempt. On the last attempt the task fails
-// and its parent or run learns of it; River then discards the job, which
-// stays inspectable as a dead letter.
-func (e *Engine) failTurn(ctx context.Context, job *river.Job[taskArgs], t *Task, parentID *uuid.UUID, runErr error) error {
-	se := storedError{Message: runErr.Error(), Attempt: job.Attempt}
-	var pe *PanicError
-	if errors.As(runErr, &pe) {
-		se.Kind = "panic"
-	}
-	var ce *ChildError
-	if errors.As(runErr, &ce) {
-		se.Child = ce.Child
-	}
+// and its parent or run learns of it, in one transaction fenced on the
+// attempt; River then discards the job, which stays inspectable as a dead
+// letter. If that transaction cannot commit, the reconciler finds the task
+// without a live turn and fails it.
+func (e *Engine) failTurn(turnCtx context.Context, job *river.Job[taskArgs], t *Task, parentID *uuid.UUID, runErr error) error {
+	se := e.storedError(runErr, job.Attempt)
 	errJSON, _ := json.Marshal(se)
-	// A cancelled run's turn ends with a cancelled context; it is not a
-	// failure of the task.
-	last := job.Attempt >= job.MaxAttempts
-	if !last {
-		_, err := e.pool.Exec(context.WithoutCancel(ctx), `UPDATE braid_tasks SET error = $2, updated_at = now() WHERE id = $1 AND status = 'running'`, t.id, errJSON)
+	ctx, cancel := e.outcomeContext(turnCtx)
+	defer cancel()
+	if job.Attempt < job.MaxAttempts {
+		// Only for operators: the error of the attempt, kept while the
+		// task is retried. Fenced on the attempt still owning its job.
+		_, err := e.pool.Exec(ctx, `
+			UPDATE braid_tasks SET error = $2, updated_at = now()
+			 WHERE id = $1 AND status = 'running'
+			   AND EXISTS (SELECT 1 FROM river_job WHERE id = $3 AND attempt = $4 AND state = 'running')`,
+			t.id, errJSON, job.ID, job.Attempt)
 		if err != nil {
 			t.logger.WarnContext(ctx, "workflow: recording a failed attempt", "error", err)
 		}
 		return runErr
 	}
-	err := e.withTx(context.WithoutCancel(ctx), func(tx pgx.Tx) error {
+	err := e.outcomeTx(ctx, job, t.id, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `
 			UPDATE braid_tasks SET status = 'failed', error = $2, remaining = 0, finished_at = now(), updated_at = now()
 			 WHERE id = $1 AND status = 'running'`, t.id, errJSON)
@@ -366,10 +376,135 @@ func (e *Engine) failTurn(ctx context.Context, job *river.Job[taskArgs], t *Task
 		}
 		return e.settle(ctx, tx, t.runID, parentID, "failed", nil, errJSON)
 	})
+	if errors.Is(err, queue.ErrJobNotRunning) {
+		return err
+	}
 	if err != nil {
-		return fmt.Errorf("workflow: failing task after %d attempts: %w (attempt error: %v)", job.Attempt, err, runErr)
+		return fmt.Errorf("workflow: failing task after %d attempts: %w (attempt error: %s)", job.Attempt, err, se.Message)
 	}
 	return runErr
+}
+
+// storedError is how err is kept in a task's or a step's error column:
+// its text sanitised and capped once, here, before it reaches jsonb.
+func (e *Engine) storedError(err error, attempt int) storedError {
+	se := storedError{Message: queue.SanitizeErrorText(err.Error(), e.cfg.MaxErrorBytes), Attempt: attempt}
+	var pe *PanicError
+	if errors.As(err, &pe) {
+		se.Kind = "panic"
+	}
+	var ce *ChildError
+	if errors.As(err, &ce) {
+		se.Child = ce.Child
+	}
+	return se
+}
+
+// outcomeContext is the context of a turn's outcome transaction: not
+// cancelled with the turn (a turn that timed out still records that it
+// failed), bounded by OutcomeTimeout.
+func (e *Engine) outcomeContext(turnCtx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(turnCtx), e.cfg.OutcomeTimeout)
+}
+
+// errNotOwner is returned inside an outcome transaction whose attempt no
+// longer owns its job.
+var errNotOwner = errors.New("workflow: the attempt no longer owns its job")
+
+// outcomeTx runs fn in a transaction fenced on the turn's attempt
+// (invariant 10): it first locks the turn's River job row by id, attempt
+// and start time, and writes nothing when the job is no longer running at
+// this attempt (rescued and retried, cancelled, finished). The job row is
+// the first lock of the outcome, as the lock order requires.
+func (e *Engine) outcomeTx(ctx context.Context, job *river.Job[taskArgs], taskID uuid.UUID, fn func(tx pgx.Tx) error) error {
+	err := e.withTx(ctx, func(tx pgx.Tx) error {
+		var owned bool
+		err := tx.QueryRow(ctx, `
+			SELECT true FROM river_job
+			 WHERE id = $1 AND attempt = $2 AND attempted_at IS NOT DISTINCT FROM $3 AND state = 'running'
+			   FOR UPDATE`, job.ID, job.Attempt, job.AttemptedAt).Scan(&owned)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return errNotOwner
+		}
+		if err != nil {
+			return fmt.Errorf("workflow: locking turn job %d: %w", job.ID, err)
+		}
+		return fn(tx)
+	})
+	if errors.Is(err, errNotOwner) {
+		return e.superseded(ctx, job, taskID)
+	}
+	return err
+}
+
+// superseded ends a turn whose attempt lost its job: it says so at debug
+// level and returns an error wrapping queue.ErrJobNotRunning, on which
+// River records nothing for the attempt.
+func (e *Engine) superseded(ctx context.Context, job *river.Job[taskArgs], taskID uuid.UUID) error {
+	e.logger.DebugContext(ctx, "workflow: the turn's attempt no longer owns its job; its outcome is not recorded",
+		"task.id", taskID, "job.id", job.ID, "attempt", job.Attempt)
+	return fmt.Errorf("workflow: turn of task %s (job %d, attempt %d): %w", taskID, job.ID, job.Attempt, queue.ErrJobNotRunning)
+}
+
+// snoozeTurn puts the turn back for a step's retry, without spending the
+// attempt, when the attempt still owns its job.
+func (e *Engine) snoozeTurn(turnCtx context.Context, job *river.Job[taskArgs], t *Task) error {
+	ctx, cancel := e.outcomeContext(turnCtx)
+	defer cancel()
+	var owned bool
+	err := e.pool.QueryRow(ctx, `
+		SELECT EXISTS (SELECT 1 FROM river_job
+		                WHERE id = $1 AND attempt = $2 AND attempted_at IS NOT DISTINCT FROM $3 AND state = 'running')`,
+		job.ID, job.Attempt, job.AttemptedAt).Scan(&owned)
+	if err == nil && !owned {
+		return e.superseded(ctx, job, t.id)
+	}
+	return river.JobSnooze(t.snooze)
+}
+
+// unknownWorkflow handles a turn of a workflow this process does not
+// know, as during a rolling deploy or when services share a database. The
+// task is left as it is and the turn is put back without spending an
+// attempt, for a process that knows the workflow. Once the turn has waited
+// UnknownWorkflowTimeout, the task fails (its run can be retried once the
+// workflow is deployed) and the job ends as a dead letter.
+func (e *Engine) unknownWorkflow(ctx context.Context, job *river.Job[taskArgs], taskID uuid.UUID) error {
+	name := job.Args.Workflow
+	if _, logged := e.unknownLogged.LoadOrStore(name, true); !logged {
+		e.logger.WarnContext(ctx, "workflow: a turn's workflow is not registered in this process; leaving it to a process that knows it",
+			"workflow", name, "task.id", taskID, "job.id", job.ID, "snooze", e.cfg.UnknownWorkflowSnooze)
+	}
+	var overdue bool
+	err := e.pool.QueryRow(ctx, `SELECT created_at <= now() - $2::bigint * interval '1 microsecond' FROM river_job WHERE id = $1`,
+		job.ID, e.cfg.UnknownWorkflowTimeout.Microseconds()).Scan(&overdue)
+	if err != nil || !overdue {
+		return river.JobSnooze(e.cfg.UnknownWorkflowSnooze)
+	}
+	msg := fmt.Sprintf("workflow %q is not registered in any process that took this turn within %s; deploy it, then retry the run", name, e.cfg.UnknownWorkflowTimeout)
+	errJSON, _ := json.Marshal(storedError{Message: msg, Kind: "unknown_workflow", Attempt: job.Attempt})
+	octx, cancel := e.outcomeContext(ctx)
+	defer cancel()
+	err = e.outcomeTx(octx, job, taskID, func(tx pgx.Tx) error {
+		var runID uuid.UUID
+		var parentID *uuid.UUID
+		err := tx.QueryRow(octx, `
+			UPDATE braid_tasks SET status = 'failed', error = $2, remaining = 0, finished_at = now(), updated_at = now()
+			 WHERE id = $1 AND status IN ('pending', 'running')
+			RETURNING run_id, parent_task_id`, taskID, errJSON).Scan(&runID, &parentID)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return e.settle(octx, tx, runID, parentID, "failed", nil, errJSON)
+	})
+	if err != nil {
+		return err
+	}
+	e.logger.ErrorContext(ctx, "workflow: no process took a turn of an unknown workflow in time; its task failed",
+		"workflow", name, "task.id", taskID, "job.id", job.ID)
+	return river.JobCancel(fmt.Errorf("%w: %s", ErrUnknownWorkflow, msg))
 }
 
 // settle finishes what a finished task finishes: its run when it is the
@@ -440,10 +575,12 @@ func (e *Engine) releaseParent(ctx context.Context, tx pgx.Tx, parentID uuid.UUI
 }
 
 // suspendTurn ends a turn that must wait, on a delay or on children.
-func (e *Engine) suspendTurn(ctx context.Context, job *river.Job[taskArgs], t *Task, parentID *uuid.UUID) error {
+func (e *Engine) suspendTurn(job *river.Job[taskArgs], t *Task, parentID *uuid.UUID) error {
 	spanCarrier := propagation.MapCarrier{}
 	propagation.TraceContext{}.Inject(t.ctx, spanCarrier)
-	return e.withTx(ctx, func(tx pgx.Tx) error {
+	ctx, cancel := e.outcomeContext(t.ctx)
+	defer cancel()
+	return e.outcomeTx(ctx, job, t.id, func(tx pgx.Tx) error {
 		// Lock the task first, in its own statement, so the count below
 		// sees every child that finished before the lock.
 		var status string
@@ -455,7 +592,7 @@ func (e *Engine) suspendTurn(ctx context.Context, job *river.Job[taskArgs], t *T
 			t.logger.InfoContext(ctx, "workflow: task changed state during its turn (cancelled?); not suspending", "status", status)
 			return completeJob(ctx, tx, job)
 		}
-		if err := e.insertSpawns(t.ctx, tx, t); err != nil {
+		if err := e.insertSpawns(ctx, tx, t); err != nil {
 			return err
 		}
 		if d := t.delay; d != nil && !d.existing {

@@ -1,0 +1,238 @@
+package workflow
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/braidflow/braid/queue"
+)
+
+// Cancel cancels a run: every unfinished task is cancelled, pending delays
+// are removed, and the tasks' turns are cancelled in River (running ones
+// through River's remote cancel, which cancels their context). Nothing of
+// the run runs afterwards: a turn that starts later finds its task
+// cancelled and does nothing, and a running turn's outcome finds it
+// cancelled and records nothing.
+//
+// Cancel takes its locks in the engine's lock order (see the package
+// documentation): the run's tasks (children before parents), their steps,
+// the run; its turn jobs last, with SKIP LOCKED, so it never waits for one.
+func (e *Engine) Cancel(ctx context.Context, runID string) error {
+	return e.withTx(ctx, func(tx pgx.Tx) error { return e.CancelTx(ctx, tx, runID) })
+}
+
+// CancelTx is Cancel inside tx: the run is cancelled only if tx commits.
+func (e *Engine) CancelTx(ctx context.Context, tx pgx.Tx, runID string) error {
+	id, err := uuid.Parse(runID)
+	if err != nil {
+		return fmt.Errorf("%w: %q is not a UUID", ErrRunNotFound, runID)
+	}
+	if err := runStatusIs(ctx, tx, id, runID, func(status string) error {
+		if finished(status) {
+			return fmt.Errorf("%w: run %s is %s", ErrRunFinished, runID, status)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	// The tasks, children before parents.
+	if _, err := tx.Exec(ctx, `
+		SELECT id FROM braid_tasks WHERE run_id = $1 AND status NOT IN `+finalStatuses+`
+		 ORDER BY created_at DESC, id DESC FOR UPDATE`, id); err != nil {
+		return fmt.Errorf("workflow: locking the tasks of run %s: %w", runID, err)
+	}
+	errJSON, _ := json.Marshal(storedError{Message: "cancelled"})
+	rows, err := tx.Query(ctx, `
+		UPDATE braid_tasks SET status = 'cancelled', error = $2, remaining = 0, finished_at = now(), updated_at = now()
+		 WHERE run_id = $1 AND status NOT IN `+finalStatuses+`
+		RETURNING id`, id, errJSON)
+	if err != nil {
+		return err
+	}
+	taskIDs, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return err
+	}
+	// Their steps.
+	if len(taskIDs) > 0 {
+		if _, err := tx.Exec(ctx, `
+			UPDATE braid_steps SET status = 'cancelled', finished_at = now()
+			 WHERE task_id = ANY($1) AND kind = 'delay' AND status = 'waiting'`, taskIDs); err != nil {
+			return err
+		}
+	}
+	// The run, fenced on it being unfinished.
+	tag, err := tx.Exec(ctx, `
+		UPDATE braid_runs SET status = 'cancelled', error = $2, finished_at = now(), updated_at = now()
+		 WHERE id = $1 AND status NOT IN `+finalStatuses, id, errJSON)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("%w: run %s finished meanwhile", ErrRunFinished, runID)
+	}
+	// The turn jobs. River job rows come before tasks in the lock order,
+	// so Cancel never waits for one: a job that another transaction holds
+	// now (a turn recording its outcome, River fetching or completing it)
+	// is left alone. Its task is cancelled, so that turn does nothing.
+	rows, err = tx.Query(ctx, `
+		SELECT j.id FROM river_job j JOIN braid_tasks t ON j.args->>'task_id' = t.id::text
+		 WHERE j.kind = $1 AND t.run_id = $2 AND j.state IN `+liveJobStates+`
+		 ORDER BY j.id FOR UPDATE OF j SKIP LOCKED`, TaskKind, id)
+	if err != nil {
+		return err
+	}
+	jobIDs, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return err
+	}
+	for _, jid := range jobIDs {
+		if _, err := e.queue.River().JobCancelTx(ctx, tx, jid); err != nil {
+			return fmt.Errorf("workflow: cancelling turn job %d: %w", jid, err)
+		}
+	}
+	if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, channelRunFinished, id.String()); err != nil {
+		return err
+	}
+	e.logger.InfoContext(ctx, "workflow: run cancelled", "run.id", runID, "tasks_cancelled", len(taskIDs), "turns_cancelled", len(jobIDs))
+	return nil
+}
+
+// runStatusIs reads the run's status, without a lock (the run row is the
+// last lock of the order), and passes it to check.
+func runStatusIs(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID string, check func(status string) error) error {
+	var status string
+	err := tx.QueryRow(ctx, `SELECT status FROM braid_runs WHERE id = $1`, id).Scan(&status)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("%w: %s", ErrRunNotFound, runID)
+	}
+	if err != nil {
+		return err
+	}
+	return check(status)
+}
+
+// Retry resumes a failed or cancelled run. Failed and cancelled tasks go
+// back to pending (or to waiting on their reset children); recorded
+// successful steps are kept, so the run resumes at the step that failed.
+// Steps recorded as failed and cancelled delays are forgotten, so they run
+// again.
+//
+// A cancelled turn may still be running its code. Retry first waits, up to
+// RetryWaitDefault or until ctx ends, for the turns of the tasks it resets
+// to end, so that no task ever has two turns running. Its locks follow the
+// engine's lock order: tasks (children before parents), steps, the run.
+func (e *Engine) Retry(ctx context.Context, runID string) error {
+	id, err := uuid.Parse(runID)
+	if err != nil {
+		return fmt.Errorf("%w: %q is not a UUID", ErrRunNotFound, runID)
+	}
+	if err := e.waitForTurnsToEnd(ctx, id); err != nil {
+		return err
+	}
+	return e.withTx(ctx, func(tx pgx.Tx) error { return e.retryTx(ctx, tx, id, runID) })
+}
+
+func (e *Engine) retryTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID string) error {
+	if err := runStatusIs(ctx, tx, id, runID, func(status string) error {
+		if status != "failed" && status != "cancelled" {
+			return fmt.Errorf("%w: run %s is %s", ErrRunNotRetryable, runID, status)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	rows, err := tx.Query(ctx, `
+		SELECT id FROM braid_tasks WHERE run_id = $1 AND status IN ('failed', 'cancelled')
+		 ORDER BY created_at DESC, id DESC FOR UPDATE`, id)
+	if err != nil {
+		return err
+	}
+	reset, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return err
+	}
+	// A reset task with unfinished children waits for them; the others
+	// get a turn.
+	rows, err = tx.Query(ctx, `
+		UPDATE braid_tasks t
+		   SET status = CASE WHEN c.n > 0 THEN 'waiting' ELSE 'pending' END, remaining = c.n,
+		       error = NULL, attempt = 0, finished_at = NULL, updated_at = now()
+		  FROM (SELECT p.id, (SELECT count(*) FROM braid_tasks k
+		                       WHERE k.parent_task_id = p.id AND k.status NOT IN `+finalStatuses+`) AS n
+		          FROM braid_tasks p WHERE p.id = ANY($1)) c
+		 WHERE t.id = c.id AND t.status IN ('failed', 'cancelled')
+		RETURNING t.id, t.workflow, t.queue, t.priority, t.max_attempts, t.status`, reset)
+	if err != nil {
+		return err
+	}
+	var turns []turn
+	for rows.Next() {
+		var tr turn
+		var prio int16
+		var st string
+		if err := rows.Scan(&tr.taskID, &tr.workflow, &tr.queue, &prio, &tr.maxAttempts, &st); err != nil {
+			rows.Close()
+			return err
+		}
+		tr.priority = queue.Priority(prio)
+		if st == "pending" {
+			turns = append(turns, tr)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, `
+		DELETE FROM braid_steps WHERE task_id = ANY($1)
+		   AND (status IN ('failed', 'retrying') OR (kind = 'delay' AND status = 'cancelled'))`, reset); err != nil {
+		return err
+	}
+	tag, err := tx.Exec(ctx, `
+		UPDATE braid_runs SET status = 'running', error = NULL, finished_at = NULL, updated_at = now()
+		 WHERE id = $1 AND status IN ('failed', 'cancelled')`, id)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("%w: run %s changed state meanwhile", ErrRunNotRetryable, runID)
+	}
+	return e.insertTurns(ctx, tx, turns)
+}
+
+// RetryWaitDefault bounds how long Retry waits for the turns of a run's
+// failed or cancelled tasks to end.
+const RetryWaitDefault = 30 * time.Second
+
+func (e *Engine) waitForTurnsToEnd(ctx context.Context, runID uuid.UUID) error {
+	deadline := time.Now().Add(RetryWaitDefault)
+	for {
+		var running int
+		err := e.pool.QueryRow(ctx, `
+			SELECT count(*) FROM braid_tasks t
+			  JOIN river_job j ON j.kind = $1 AND j.args->>'task_id' = t.id::text
+			 WHERE j.state = 'running'
+			   AND t.run_id = $2 AND t.status IN ('failed', 'cancelled')`, TaskKind, runID).Scan(&running)
+		if err != nil {
+			return err
+		}
+		if running == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("workflow: run %s: %d turns of its failed or cancelled tasks are still running after %s; retry once they end", runID, running, RetryWaitDefault)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,142 @@
+package workflow
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/braidflow/braid/queue"
+)
+
+// reconcileBatch bounds the tasks one look of the reconciler handles.
+const reconcileBatch = 100
+
+// liveJobStates are the River states of a turn that will still run.
+const liveJobStates = `('available', 'pending', 'running', 'retryable', 'scheduled')`
+
+// reconcile is the reconciler (invariant 10). It finds tasks that are
+// pending or running but have no live turn, because their newest turn job
+// was discarded (its last attempt ended without the engine's failure path
+// committing: a timeout, a crash, a failed transaction), cancelled, or
+// deleted, and fails each with a stored error that says why. The failure
+// then settles like any other: the parent learns of it, or the run fails
+// and Retry accepts it. It runs in the queue's maintenance loop every
+// ReconcileInterval, so a stranded run is settled within seconds.
+func (e *Engine) reconcile(ctx context.Context) error {
+	for range 10 {
+		rows, err := e.pool.Query(ctx, `
+			SELECT t.id FROM braid_tasks t
+			 WHERE t.status IN ('pending', 'running') AND t.updated_at < now() - interval '1 second'
+			   AND NOT EXISTS (SELECT 1 FROM river_job j
+			                    WHERE j.kind = $1 AND j.args->>'task_id' = t.id::text AND j.state IN `+liveJobStates+`)
+			 ORDER BY t.updated_at
+			 LIMIT $2`, TaskKind, reconcileBatch)
+		if err != nil {
+			return fmt.Errorf("workflow: reconciler: finding tasks without a live turn: %w", err)
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+		if err != nil {
+			return fmt.Errorf("workflow: reconciler: finding tasks without a live turn: %w", err)
+		}
+		var errs []error
+		for _, id := range ids {
+			if err := e.reconcileTask(ctx, id); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if len(ids) < reconcileBatch || len(errs) > 0 {
+			return errors.Join(errs...)
+		}
+	}
+	return nil
+}
+
+// reconcileTask settles one task found without a live turn. Under the
+// task's row lock, which everything that gives a task a turn holds, it
+// looks again: a task that got a turn meanwhile is left alone.
+func (e *Engine) reconcileTask(ctx context.Context, taskID uuid.UUID) error {
+	var (
+		settled bool
+		msg     string
+	)
+	err := e.withTx(ctx, func(tx pgx.Tx) error {
+		var (
+			runID    uuid.UUID
+			parentID *uuid.UUID
+			tr       turn
+			prio     int16
+		)
+		err := tx.QueryRow(ctx, `
+			SELECT run_id, parent_task_id, workflow, queue, priority, max_attempts FROM braid_tasks
+			 WHERE id = $1 AND status IN ('pending', 'running')
+			   FOR UPDATE SKIP LOCKED`, taskID).Scan(&runID, &parentID, &tr.workflow, &tr.queue, &prio, &tr.maxAttempts)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil // settled meanwhile, or being changed: a later look decides
+		}
+		if err != nil {
+			return err
+		}
+		var (
+			jobID               *int64
+			state               *string
+			attempt, maxAttempt *int
+			lastErr             *string
+		)
+		err = tx.QueryRow(ctx, `
+			SELECT id, state::text, attempt, max_attempts, errors[array_length(errors, 1)]->>'error'
+			  FROM river_job WHERE kind = $1 AND args->>'task_id' = $2
+			 ORDER BY id DESC LIMIT 1`, TaskKind, taskID.String()).Scan(&jobID, &state, &attempt, &maxAttempt, &lastErr)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		switch {
+		case state != nil && isLive(*state):
+			return nil
+		case state != nil && *state == "completed":
+			// The job completed without settling the task (it found the
+			// task in another state at the time). The task is owed a
+			// turn, not a failure.
+			tr.taskID, tr.priority = taskID, queue.Priority(prio)
+			e.logger.WarnContext(ctx, "workflow: reconciler: task's last turn completed without settling it; giving it a new turn",
+				"task.id", taskID, "job.id", *jobID)
+			settled = true
+			return e.insertTurns(ctx, tx, []turn{tr})
+		case state == nil:
+			msg = "the task has no turn job (it was deleted); no turn will run it"
+		default:
+			msg = fmt.Sprintf("the task's turn (job %d) was %s after attempt %d of %d without recording an outcome", *jobID, *state, *attempt, *maxAttempt)
+			if lastErr != nil && *lastErr != "" {
+				msg += "; last error: " + *lastErr
+			}
+		}
+		msg = queue.SanitizeErrorText(msg, e.cfg.MaxErrorBytes)
+		errJSON, _ := json.Marshal(storedError{Message: msg, Kind: "no_live_turn"})
+		if _, err := tx.Exec(ctx, `
+			UPDATE braid_tasks SET status = 'failed', error = $2, remaining = 0, finished_at = now(), updated_at = now()
+			 WHERE id = $1`, taskID, errJSON); err != nil {
+			return err
+		}
+		settled = true
+		return e.settle(ctx, tx, runID, parentID, "failed", nil, errJSON)
+	})
+	if err != nil {
+		return fmt.Errorf("workflow: reconciler: task %s: %w", taskID, err)
+	}
+	if settled && msg != "" {
+		e.metrics.reconciled.Add(ctx, 1)
+		e.logger.WarnContext(ctx, "workflow: reconciler failed a task that had no live turn", "task.id", taskID, "reason", msg)
+	}
+	return nil
+}
+
+func isLive(state string) bool {
+	switch state {
+	case "available", "pending", "running", "retryable", "scheduled":
+		return true
+	}
+	return false
+}
