@@ -27,9 +27,37 @@
 //
 // [Queue.Start] starts River, the queue depth gauge, and the maintenance
 // loop: one process across all those sharing the database holds the lease
-// [MaintenanceLease] ("braid:maintenance") and runs the heartbeat rescuer
-// and, when on, priority aging. [Queue.Stop] releases the lease and stops
-// River, which waits for running jobs.
+// [MaintenanceLease] ("braid:maintenance") and runs the heartbeat rescuer,
+// priority aging when on, and the periodic [MaintenanceTask]s other
+// packages register in Config.Maintenance (the workflow engine's
+// reconciler and retention run there), so that no package needs a leader
+// election of its own. Each task runs in its own goroutine, once when the
+// loop starts and then every Interval; its errors are logged with its name
+// and stop nothing else. Start's context bounds the start-up only.
+//
+// [Queue.Stop] stops the maintenance loop and releases the lease, stops
+// fetching, lets running jobs finish until its context ends and then
+// cancels them, and returns once every job and every goroutine of the
+// Queue has returned.
+//
+// # Attempts and their outcomes
+//
+// An attempt's outcome belongs to its attempt. River records outcomes
+// with a statement that checks only that the job is running, not which
+// attempt runs it. The Queue gives River a driver (riverpgxv5's, with a
+// custom pilot) whose outcome statement drops the outcome of every
+// attempt this process knows was superseded: one whose Heartbeat,
+// Progress or watch found that it no longer owns its job, or whose worker
+// returned an error wrapping [ErrJobNotRunning]. A rescued attempt that
+// returns late thus changes nothing, whatever it returns.
+//
+// The same statement sanitises every attempt error it writes, the text of
+// panics and their stacks included, with [SanitizeErrorText] and
+// Config.MaxErrorBytes (default [MaxErrorBytesDefault], 64 KiB): NUL bytes
+// and invalid UTF-8 are removed and long text is cut. (A NUL byte would
+// make PostgreSQL reject the whole batch of outcomes, and River retries
+// such a batch for ever.) river.JobCompleteTx and the other generic River
+// helpers work unchanged: they go through the client's driver and pilot.
 //
 // # Tracing
 //
@@ -98,23 +126,41 @@
 // A kind declares a heartbeat interval in Config.Heartbeats; declare the
 // same in every process. The rescuer, under [MaintenanceLease], looks every
 // Config.HeartbeatCheckInterval for running attempts of such kinds whose
-// last heartbeat (or, before the first, whose start) is older than
-// Config.HeartbeatMisses intervals, on the database clock, and takes each
-// back: to retryable (scheduled by Config.RetryPolicy, but no
-// sooner than one interval), or to discarded when its attempts are spent
+// last sign of life is older than Config.HeartbeatMisses intervals, on the
+// database clock, and takes each back: to available after
+// Config.RescueRetryDelay, or to discarded when its attempts are spent
 // (cancelled if a cancel was requested), with a "heartbeat lost" error
 // recorded for the attempt. Each rescue locks the job row and checks again
 // that it is still running as the attempt seen and still silent, so an
 // attempt that completed, failed or heartbeated meanwhile is left as it is.
 //
+// An attempt is judged only by what was written during its own
+// execution: its last heartbeat or progress report, the end of its
+// heartbeat once the worker returned, or else its start (River's
+// attempted_at). River reuses an attempt number after a snooze, so a
+// progress row written before the job's current start is ignored.
+//
 // While an attempt of a heartbeat kind runs, the middleware also watches
-// its job row a few times per interval; when the attempt no longer owns the
-// job (rescued by braid, or by River) its context is cancelled with
-// [ErrJobNotRunning]. A worker that honours its context thus stops before
-// the next attempt starts. River's completer does not check the attempt
-// number, so a worker that ignores its context and returns after the next
-// attempt has started can still overwrite that attempt's outcome; the
-// delay of at least one interval before the retry exists to prevent this.
+// its job row a few times per interval (skipping the poll while a
+// heartbeat, which checks the same, is recent); when the attempt no longer
+// owns the job (rescued by braid, or by River) its context is cancelled
+// with [ErrJobNotRunning] and the attempt is marked superseded, so its
+// outcome is dropped whenever it returns. When the attempt finished its
+// own job (with river.JobCompleteTx, before returning), the watch stops
+// quietly.
+//
+// # Recovery time
+//
+// When a process dies, its attempt of a heartbeat kind is running again on
+// another process within
+//
+//	HeartbeatMisses × interval + HeartbeatCheckInterval + RescueRetryDelay + FetchPollInterval
+//
+// of its last heartbeat (plus the statements' own time), provided the
+// maintenance lease is held by a live process (after the lease holder's
+// own death, add the lease's TTL). With the defaults (3 misses, 500 ms,
+// 1 s, 100 ms) and a 5 s heartbeat this is 15 s + 1.6 s = 16.6 s, within
+// the 17 s the workflow engine promises for its turns.
 //
 // How this relates to River's own limits:
 //
@@ -126,6 +172,29 @@
 //   - A worker's Timeout (or Config.JobTimeout, default 1 min) cancels the
 //     attempt's context; heartbeats do not extend it. Give long
 //     heartbeating workers a longer Timeout, or -1 for none.
+//
+// # Pool sizing
+//
+// River's listener (LISTEN/NOTIFY, used whenever the Queue works jobs)
+// takes one connection from the pool when the client starts and keeps it
+// until the client stops. riverpgxv5 hijacks that connection: it leaves
+// the pool's accounting, so it does not count against the pool's MaxConns,
+// but it is one more PostgreSQL connection per working process
+// (max_connections must allow MaxConns + 1 per process).
+//
+// Within the pool, the Queue needs, at the same time: one connection for
+// each running job that uses the database (more if its worker holds
+// several), one more for each running attempt of a heartbeat kind (its
+// heartbeat or its watch, never both at once), and about four for the
+// background work: River's fetches, its completer and its leader's
+// maintenance, and braid's maintenance loop (plus one for each Maintenance
+// task that runs at once). The minimum pool for a working Queue is
+// therefore four connections plus what its running jobs hold; with too few,
+// running jobs that wait for a connection keep the completer from
+// recording their outcomes. pgxpool's default MaxConns (the greater of 4
+// and the number of CPUs) suits only a few concurrent workers: size
+// MaxConns to the sum of the queues' MaxWorkers, doubled for heartbeat
+// kinds, plus four.
 //
 // # Dead letters and operations
 //

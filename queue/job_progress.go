@@ -39,8 +39,20 @@ var (
 
 	// ErrJobNotRunning is returned by Progress and Heartbeat when the attempt
 	// no longer owns its job: the job was rescued, or finished, or another
-	// attempt runs it. The attempt's context is cancelled with this cause;
+	// attempt runs it. The attempt's context is cancelled with this cause
+	// (also by the watch the Queue keeps over attempts of heartbeat kinds);
 	// the worker should return.
+	//
+	// A worker that finds its attempt no longer owns its job returns an
+	// error wrapping ErrJobNotRunning; River then records nothing for that
+	// attempt. The same holds, whatever the worker returns, for an attempt
+	// that Heartbeat, Progress or the watch found superseded before it
+	// returned. River's own completer does not check which attempt runs a
+	// job, so without this a rescued attempt that returns late would
+	// complete, fail or snooze the attempt that replaced it. A worker that
+	// returns ErrJobNotRunning while its attempt does own its job (checked
+	// then, by job ID, attempt and start time) has the error recorded as
+	// any other.
 	ErrJobNotRunning = errors.New("queue: this attempt no longer owns its job (rescued, finished or superseded)")
 )
 
@@ -73,6 +85,22 @@ type jobContext struct {
 	cancel   context.CancelCauseFunc
 	interval time.Duration // declared heartbeat interval, or zero
 	touched  atomic.Bool   // Progress or Heartbeat wrote a row
+
+	start time.Time // when the middleware began the attempt (monotonic)
+	// lastBeat is when (since start) a heartbeat or progress report last
+	// confirmed that the attempt owns its job; beating counts those in
+	// flight. The watch skips its own poll while either is recent.
+	lastBeat atomic.Int64
+	beating  atomic.Int32
+	// superseded is set once Heartbeat, Progress or the watch found that
+	// the attempt no longer owns its job.
+	superseded atomic.Bool
+}
+
+// lose marks the attempt superseded and cancels its context.
+func (jc *jobContext) lose() {
+	jc.superseded.Store(true)
+	jc.cancel(ErrJobNotRunning)
 }
 
 func fromContext(ctx context.Context) (*jobContext, error) {
@@ -217,6 +245,8 @@ func (jc *jobContext) record(ctx context.Context, p *progressUpdate) error {
 	}
 	var n int
 	var err error
+	jc.beating.Add(1)
+	defer jc.beating.Add(-1)
 	if p == nil {
 		err = jc.q.pool.QueryRow(ctx, heartbeatSQL, jc.job.ID, jc.job.Attempt, interval).Scan(&n)
 	} else {
@@ -231,9 +261,10 @@ func (jc *jobContext) record(ctx context.Context, p *progressUpdate) error {
 	}
 	jc.touched.Store(true)
 	if n == 0 {
-		jc.cancel(ErrJobNotRunning)
+		jc.lose()
 		return ErrJobNotRunning
 	}
+	jc.lastBeat.Store(int64(time.Since(jc.start)))
 	return nil
 }
 
@@ -243,7 +274,7 @@ func (jc *jobContext) clear() {
 	ctx, cancel := context.WithTimeout(context.Background(), clearTimeout)
 	defer cancel()
 	_, err := jc.q.pool.Exec(ctx,
-		`UPDATE braid_job_progress SET heartbeat_at = NULL WHERE job_id = $1 AND attempt = $2 AND heartbeat_at IS NOT NULL`,
+		`UPDATE braid_job_progress SET heartbeat_at = NULL, updated_at = now() WHERE job_id = $1 AND attempt = $2 AND heartbeat_at IS NOT NULL`,
 		jc.job.ID, jc.job.Attempt)
 	if err != nil {
 		jc.q.logger.WarnContext(ctx, "queue: ending the heartbeat of an attempt failed",
@@ -251,16 +282,71 @@ func (jc *jobContext) clear() {
 	}
 }
 
+// ownership is what the watch and the middleware learn of an attempt's
+// hold on its job.
+type ownership int
+
+const (
+	owned    ownership = iota // running as this attempt
+	finished                  // finished by this attempt itself (JobCompleteTx and the like)
+	lost                      // rescued, finished by someone else, or run by another attempt
+)
+
+// ownershipSQL reads the job row once. The attempt is told apart from a
+// later one with the same number (River reuses the number after a snooze)
+// by its start, attempted_at. A job finalized at this attempt without an
+// error recorded for it was finished by the attempt itself; a rescue
+// always records one.
+const ownershipSQL = `
+SELECT state::text, attempt = $2 AND attempted_at IS NOT DISTINCT FROM $3,
+       COALESCE((errors[cardinality(errors)]->>'attempt')::integer, 0) = $2
+FROM river_job WHERE id = $1`
+
+// ownership reads whether the attempt still owns its job.
+func (jc *jobContext) ownership(ctx context.Context) (ownership, error) {
+	var (
+		state           string
+		same, errorHere bool
+	)
+	err := jc.q.pool.QueryRow(ctx, ownershipSQL, jc.job.ID, jc.job.Attempt, jc.job.AttemptedAt).Scan(&state, &same, &errorHere)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return lost, nil // deleted
+	}
+	if err != nil {
+		return owned, fmt.Errorf("queue: reading the state of job %d: %w", jc.job.ID, err)
+	}
+	switch {
+	case !same:
+		return lost, nil
+	case rivertype.JobState(state) == rivertype.JobStateRunning:
+		return owned, nil
+	case rivertype.JobState(state) == rivertype.JobStateCompleted,
+		(rivertype.JobState(state) == rivertype.JobStateCancelled || rivertype.JobState(state) == rivertype.JobStateDiscarded) && !errorHere:
+		return finished, nil
+	default:
+		return lost, nil
+	}
+}
+
 // watch polls, a few times per heartbeat interval, whether the attempt
 // still owns its job, and cancels the attempt's context with
 // ErrJobNotRunning once it does not (after a rescue by braid or by River).
 // A worker stuck without heartbeating, but waiting on its context, is thus
-// released. It returns a function that stops the watch and waits for it.
+// released. When the attempt has finished its job itself (the workflow
+// engine completes its turn's job in its own transaction before the worker
+// returns), the watch stops quietly.
+//
+// A heartbeat or progress report checks ownership in the same statement,
+// so the watch skips its poll while one is in flight or one confirmed
+// ownership within the last poll period: an attempt that heartbeats costs
+// at most one background query at a time. It returns a function that
+// stops the watch and waits for it.
 func (jc *jobContext) watch(ctx context.Context) func() {
 	ctx, stop := context.WithCancel(ctx)
+	period := max(jc.interval/4, 5*time.Millisecond)
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		t := time.NewTicker(max(jc.interval/4, 5*time.Millisecond))
+		t := time.NewTicker(period)
 		defer t.Stop()
 		for {
 			select {
@@ -268,17 +354,20 @@ func (jc *jobContext) watch(ctx context.Context) func() {
 				return
 			case <-t.C:
 			}
-			var owns bool
-			err := jc.q.pool.QueryRow(ctx,
-				`SELECT EXISTS (SELECT 1 FROM river_job WHERE id = $1 AND state = 'running' AND attempt = $2)`,
-				jc.job.ID, jc.job.Attempt).Scan(&owns)
+			if jc.beating.Load() > 0 || time.Since(jc.start)-time.Duration(jc.lastBeat.Load()) < period {
+				continue
+			}
+			o, err := jc.ownership(ctx)
 			if err != nil {
 				continue // transient; the next tick tries again
 			}
-			if !owns {
+			switch o {
+			case finished:
+				return
+			case lost:
 				jc.q.logger.WarnContext(ctx, "queue: attempt lost its job; cancelling it",
 					"job_id", jc.job.ID, "kind", jc.job.Kind, "attempt", jc.job.Attempt)
-				jc.cancel(ErrJobNotRunning)
+				jc.lose()
 				return
 			}
 		}

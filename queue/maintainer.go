@@ -30,10 +30,20 @@ const (
 
 // maintain runs under MaintenanceLease: the heartbeat rescuer every
 // HeartbeatCheckInterval and, when aging is on, an aging pass four times
-// per AgeInterval. Both are safe to run twice at once (a lease lost in the
-// middle of a pass): every rescue is fenced on the attempt it saw, and a
-// raise is fenced on the job's last raise.
+// per AgeInterval, in this goroutine, and each Maintenance task in a
+// goroutine of its own, so that a slow task delays neither the rescuer nor
+// another task. All are safe to run twice at once (a lease lost in the
+// middle of a pass): every rescue is fenced on the attempt it saw, a raise
+// is fenced on the job's last raise, and tasks promise it. maintain
+// returns when ctx ends (the lease was lost or the Queue stops), after
+// every task has returned.
 func (q *Queue) maintain(ctx context.Context, _ *leases.Lease) error {
+	ctx, cancel := context.WithCancel(ctx)
+	waitTasks := q.runTasks(ctx)
+	defer func() {
+		cancel()
+		waitTasks()
+	}()
 	rescueTicker := time.NewTicker(q.check)
 	defer rescueTicker.Stop()
 	var ageC <-chan time.Time
@@ -76,28 +86,35 @@ type staleAttempt struct {
 }
 
 // silentSQL is the liveness rule, shared by the search and the fenced
-// re-check. An attempt's last sign of life is its last heartbeat, or its
-// start (River's attempted_at) when it has not heartbeated yet; its
-// interval is the one stored with its heartbeats, else the one this
-// process declares for its kind. An attempt whose heartbeat was ended (a
-// progress row for it with heartbeat_at NULL) has returned: it is never
-// silent. $1 and $2 are the declared kinds and intervals (microseconds),
-// $3 the misses.
+// re-check. Only a progress row written during the current execution of
+// the job counts: the same attempt, and updated no earlier than River's
+// attempted_at. River reuses an attempt number after a snooze (and after a
+// stop interrupts a job), so a row of the same attempt may be left over
+// from an execution that has already ended; such a row is ignored.
+//
+// An execution's last sign of life is its last heartbeat; or, once its
+// heartbeat was ended (the worker returned and River has yet to record the
+// outcome), the time it ended; or, with no row of its own, its start
+// (attempted_at). Its interval is the one stored with its heartbeats, else
+// the one this process declares for its kind. $1 and $2 are the declared
+// kinds and intervals (microseconds), $3 the misses.
 const silentSQL = `
 	FROM river_job j
-	LEFT JOIN braid_job_progress p ON p.job_id = j.id AND p.attempt = j.attempt
+	LEFT JOIN braid_job_progress p ON p.job_id = j.id AND p.attempt = j.attempt AND p.updated_at >= j.attempted_at
 	LEFT JOIN unnest($1::text[], $2::bigint[]) AS d(kind, micros) ON d.kind = j.kind
 	WHERE j.state = 'running'
-	  AND (p.job_id IS NULL OR p.heartbeat_at IS NOT NULL)
 	  AND COALESCE(p.heartbeat_interval, d.micros * interval '1 microsecond') IS NOT NULL
-	  AND COALESCE(p.heartbeat_at, j.attempted_at)
+	  AND ` + lastSignSQL + `
 	      < now() - COALESCE(p.heartbeat_interval, d.micros * interval '1 microsecond') * $3::integer`
+
+// lastSignSQL is an execution's last sign of life; see silentSQL.
+const lastSignSQL = `COALESCE(p.heartbeat_at, p.updated_at, j.attempted_at)`
 
 // findStale lists running attempts that have been silent for longer than
 // HeartbeatMisses of their heartbeat intervals, on the database clock.
 func (q *Queue) findStale(ctx context.Context) ([]staleAttempt, error) {
 	rows, err := q.pool.Query(ctx, `SELECT j.id, j.attempt`+silentSQL+`
-		ORDER BY COALESCE(p.heartbeat_at, j.attempted_at)
+		ORDER BY `+lastSignSQL+`
 		LIMIT $4`, q.declaredKinds, q.declaredMicros, q.misses, rescueBatch)
 	if err != nil {
 		return nil, fmt.Errorf("queue: finding silent attempts: %w", err)
@@ -171,7 +188,7 @@ func (q *Queue) rescueOne(ctx context.Context, s staleAttempt) (bool, error) {
 		now       time.Time
 	)
 	err = tx.QueryRow(ctx, `
-		SELECT (extract(epoch FROM now() - COALESCE(p.heartbeat_at, j.attempted_at)) * 1000000)::bigint,
+		SELECT (extract(epoch FROM now() - `+lastSignSQL+`) * 1000000)::bigint,
 		       (extract(epoch FROM COALESCE(p.heartbeat_interval, d.micros * interval '1 microsecond')) * 1000000)::bigint,
 		       now()`+silentSQL+`
 		  AND j.id = $4 AND j.attempt = $5`,
@@ -210,14 +227,11 @@ func (q *Queue) rescueOne(ctx context.Context, s staleAttempt) (bool, error) {
 	case job.Attempt >= job.MaxAttempts:
 		state, finalizedAt = rivertype.JobStateDiscarded, &now
 	default:
-		// Never sooner than one interval: an attempt that is alive after all
-		// learns of the rescue within a quarter interval (its context is
-		// cancelled) and should return before the next attempt starts.
-		scheduledAt = q.retry.NextRetry(job)
-		if earliest := time.Now().Add(interval); scheduledAt.Before(earliest) {
-			scheduledAt = earliest
-		}
-		if time.Until(scheduledAt) <= schedulerInterval {
+		// Soon: should the rescued attempt be alive after all, its outcome
+		// is dropped (the watch marks it superseded), so it cannot harm the
+		// next attempt.
+		scheduledAt = now.Add(q.rescueDelay)
+		if q.rescueDelay <= schedulerInterval {
 			state = rivertype.JobStateAvailable
 		}
 	}
@@ -230,7 +244,7 @@ func (q *Queue) rescueOne(ctx context.Context, s staleAttempt) (bool, error) {
 		WHERE id = $1`, job.ID, string(state), scheduledAt, finalizedAt, attemptErr); err != nil {
 		return false, fmt.Errorf("queue: rescuing job %d: %w", job.ID, err)
 	}
-	if _, err := tx.Exec(ctx, `UPDATE braid_job_progress SET heartbeat_at = NULL WHERE job_id = $1`, job.ID); err != nil {
+	if _, err := tx.Exec(ctx, `UPDATE braid_job_progress SET heartbeat_at = NULL, updated_at = now() WHERE job_id = $1`, job.ID); err != nil {
 		return false, fmt.Errorf("queue: ending the heartbeat of job %d: %w", job.ID, err)
 	}
 	if err := tx.Commit(ctx); err != nil {

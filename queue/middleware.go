@@ -188,7 +188,8 @@ func (m *middleware) Work(ctx context.Context, job *rivertype.JobRow, doInner fu
 	}
 
 	ctx, cancel := context.WithCancelCause(ctx)
-	jc := &jobContext{q: q, job: job, cancel: cancel, interval: q.intervals[job.Kind]}
+	jc := &jobContext{q: q, job: job, cancel: cancel, interval: q.intervals[job.Kind], start: start}
+	workCtx := ctx
 	ctx = context.WithValue(ctx, jobContextKey{}, jc)
 	stopWatch := func() {}
 	if jc.interval > 0 {
@@ -202,6 +203,7 @@ func (m *middleware) Work(ctx context.Context, job *rivertype.JobRow, doInner fu
 			pv = recover()
 		}
 		stopWatch()
+		superseded := jc.supersededOnReturn(workCtx, panicking, err)
 		cancel(nil)
 		if jc.touched.Load() {
 			jc.clear()
@@ -218,6 +220,8 @@ func (m *middleware) Work(ctx context.Context, job *rivertype.JobRow, doInner fu
 		case panicking:
 			outcome, errType = "panicked", "panic"
 			recErr = fmt.Errorf("panic: %v", pv)
+		case superseded:
+			outcome = "superseded"
 		case err == nil:
 		case errors.As(err, &snooze):
 			outcome = "snoozed"
@@ -251,4 +255,32 @@ func (m *middleware) Work(ctx context.Context, job *rivertype.JobRow, doInner fu
 	err = doInner(ctx)
 	panicking = false
 	return err
+}
+
+// supersededOnReturn decides, as the worker returns, whether its attempt
+// was superseded: Heartbeat, Progress or the watch found it so, or the
+// worker says so by returning an error wrapping ErrJobNotRunning (then
+// checked, so that a wrong claim cannot leave the job running with no
+// attempt). A superseded attempt's outcome is tagged in River's metadata
+// updates for the pilot, which drops it. workCtx is the context River gave
+// the middleware, which holds those updates.
+func (jc *jobContext) supersededOnReturn(workCtx context.Context, panicking bool, err error) bool {
+	superseded := jc.superseded.Load()
+	if !superseded && !panicking && errors.Is(err, ErrJobNotRunning) {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(workCtx), clearTimeout)
+		o, oerr := jc.ownership(ctx)
+		cancel()
+		// When the check fails, trust the worker: writing a superseded
+		// attempt's outcome could overwrite a live attempt's.
+		superseded = oerr != nil || o == lost
+	}
+	if !superseded {
+		return false
+	}
+	jc.q.pilot.supersede(jc.job.ID, jc.job.Attempt)
+	if err := river.MetadataSet(workCtx, metadataSuperseded, jc.job.Attempt); err != nil {
+		jc.q.logger.WarnContext(workCtx, "queue: cannot tag a superseded attempt's outcome",
+			"job_id", jc.job.ID, "attempt", jc.job.Attempt, "error", err)
+	}
+	return true
 }

@@ -14,7 +14,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
@@ -48,8 +47,14 @@ const (
 	HeartbeatMissesDefault = 3
 
 	// HeartbeatCheckIntervalDefault is the default
-	// Config.HeartbeatCheckInterval.
-	HeartbeatCheckIntervalDefault = time.Second
+	// Config.HeartbeatCheckInterval. With RescueRetryDelayDefault and
+	// FetchPollIntervalDefault it keeps the worst case from a process's
+	// death to the next attempt's start within HeartbeatMisses heartbeat
+	// intervals plus 2 s (see "Recovery time" in the package docs).
+	HeartbeatCheckIntervalDefault = 500 * time.Millisecond
+
+	// RescueRetryDelayDefault is the default Config.RescueRetryDelay.
+	RescueRetryDelayDefault = time.Second
 
 	// HeartbeatIntervalMin is the shortest heartbeat interval a kind may
 	// declare in Config.Heartbeats.
@@ -149,8 +154,28 @@ type Config struct {
 	// HeartbeatCheckInterval is how often the rescuer looks for silent
 	// attempts. An attempt is rescued between HeartbeatMisses intervals and
 	// that plus HeartbeatCheckInterval after its last heartbeat. Defaults to
-	// HeartbeatCheckIntervalDefault (1 s).
+	// HeartbeatCheckIntervalDefault (500 ms).
 	HeartbeatCheckInterval time.Duration
+
+	// RescueRetryDelay is how long after its rescue a rescued attempt's job
+	// becomes available again, on the database clock. The delay is short
+	// because a late attempt can do no harm: its outcome is dropped (see
+	// ErrJobNotRunning). Later failures follow the worker's NextRetry or
+	// RetryPolicy as usual. Defaults to RescueRetryDelayDefault (1 s).
+	RescueRetryDelay time.Duration
+
+	// MaxErrorBytes caps the text of every attempt error River records, and
+	// separately the panic stack recorded with it: longer text is cut and
+	// marked as cut (see SanitizeErrorText), and NUL bytes and invalid
+	// UTF-8 are removed whatever the length. Defaults to
+	// MaxErrorBytesDefault (64 KiB).
+	MaxErrorBytes int
+
+	// Maintenance lists periodic tasks to run in the maintenance loop,
+	// under MaintenanceLease, beside the heartbeat rescuer and aging. New
+	// validates them: each needs a unique, non-empty Name, a positive
+	// Interval and a Run function.
+	Maintenance []MaintenanceTask
 
 	// AgeAfter turns on priority aging: a job available for longer than
 	// AgeAfter moves up one priority level, and one more every AgeInterval
@@ -168,8 +193,8 @@ type Config struct {
 	Leases *leases.Manager
 
 	// MaintenanceDisabled keeps Start from running the maintenance loop
-	// (heartbeat rescue and aging) in this process. Another process must run
-	// it for heartbeat rescue and aging to happen.
+	// (heartbeat rescue, aging and Maintenance tasks) in this process.
+	// Another process must run it for these to happen.
 	MaintenanceDisabled bool
 
 	// ID identifies this process to River; see river.Config.ID. Defaults to
@@ -230,8 +255,11 @@ type Queue struct {
 	declaredMicros []int64
 	misses         int
 	check          time.Duration
+	rescueDelay    time.Duration
 	ageAfter       time.Duration
 	ageEvery       time.Duration
+	tasks          []MaintenanceTask
+	pilot          *pilot
 
 	mu        sync.Mutex
 	started   bool
@@ -296,6 +324,10 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Queue, error) {
 		return nil, fmt.Errorf("queue: Config.HeartbeatMisses is %d; it must be at least 1 (or zero for the default %d)", c.HeartbeatMisses, HeartbeatMissesDefault)
 	case c.HeartbeatCheckInterval < 0:
 		return nil, fmt.Errorf("queue: Config.HeartbeatCheckInterval is %s; it must be positive (or zero for the default %s)", c.HeartbeatCheckInterval, HeartbeatCheckIntervalDefault)
+	case c.RescueRetryDelay < 0:
+		return nil, fmt.Errorf("queue: Config.RescueRetryDelay is %s; it must be positive (or zero for the default %s)", c.RescueRetryDelay, RescueRetryDelayDefault)
+	case c.MaxErrorBytes < 0:
+		return nil, fmt.Errorf("queue: Config.MaxErrorBytes is %d; it must be positive (or zero for the default %d)", c.MaxErrorBytes, MaxErrorBytesDefault)
 	case c.AgeAfter < 0:
 		return nil, fmt.Errorf("queue: Config.AgeAfter is %s; it must be positive, or zero to turn aging off", c.AgeAfter)
 	case c.AgeInterval < 0:
@@ -303,6 +335,12 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Queue, error) {
 	}
 	q.misses = cmp.Or(c.HeartbeatMisses, HeartbeatMissesDefault)
 	q.check = cmp.Or(c.HeartbeatCheckInterval, HeartbeatCheckIntervalDefault)
+	q.rescueDelay = cmp.Or(c.RescueRetryDelay, RescueRetryDelayDefault)
+	q.pilot = newPilot(cmp.Or(c.MaxErrorBytes, MaxErrorBytesDefault))
+	if err := validateTasks(c.Maintenance); err != nil {
+		return nil, err
+	}
+	q.tasks = slices.Clone(c.Maintenance)
 	q.ageAfter = c.AgeAfter
 	q.ageEvery = cmp.Or(c.AgeInterval, AgeIntervalDefault)
 
@@ -357,7 +395,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Queue, error) {
 		rc.ErrorHandler = c.ErrorHandler
 	}
 
-	if q.client, err = river.NewClient(riverpgxv5.New(pool), &rc); err != nil {
+	if q.client, err = river.NewClient[pgx.Tx](newDriver(pool, q.pilot), &rc); err != nil {
 		return nil, fmt.Errorf("queue: configuring River: %w", err)
 	}
 	return q, nil
@@ -378,31 +416,52 @@ func (q *Queue) Leases() *leases.Manager { return q.leases }
 
 // Start starts working jobs (when Config.Workers is set), starts observing
 // the queue depth gauge, and starts competing for MaintenanceLease to run
-// the heartbeat rescuer and aging (unless Config.MaintenanceDisabled).
+// the heartbeat rescuer, aging and the Maintenance tasks (unless
+// Config.MaintenanceDisabled).
 //
-// As with River, cancelling ctx stops the Queue; prefer Stop for an orderly
-// shutdown. Start on a started Queue returns an error.
+// ctx bounds the start-up only: once Start has returned, cancelling ctx
+// changes nothing, and the Queue runs until Stop. (River's own Start keeps
+// its context and hard-stops when it is cancelled; the Queue gives River a
+// context that keeps ctx's values but not its cancellation.) When ctx ends
+// before River has started, Start stops what it started and returns ctx's
+// error. Start on a started Queue returns an error.
 func (q *Queue) Start(ctx context.Context) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.started {
 		return errors.New("queue: Start called on a started Queue")
 	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("queue: starting: %w", err)
+	}
+	runCtx := context.WithoutCancel(ctx)
 	if q.working {
-		if err := q.client.Start(ctx); err != nil {
+		started := make(chan error, 1)
+		go func() { started <- q.client.Start(runCtx) }()
+		var err error
+		select {
+		case err = <-started:
+		case <-ctx.Done():
+			err = <-started
+			if err == nil {
+				_ = q.client.StopAndCancel(runCtx)
+				err = ctx.Err()
+			}
+		}
+		if err != nil {
 			return fmt.Errorf("queue: starting River: %w", err)
 		}
 	}
 	reg, err := q.registerDepth()
 	if err != nil {
 		if q.working {
-			_ = q.client.Stop(context.WithoutCancel(ctx))
+			_ = q.client.StopAndCancel(runCtx)
 		}
 		return fmt.Errorf("queue: registering %s: %w", MetricDepth, err)
 	}
 	q.depthReg = reg
 	if !q.noMaint {
-		mctx, cancel := context.WithCancel(ctx)
+		mctx, cancel := context.WithCancel(runCtx)
 		done := make(chan struct{})
 		q.stopMaint, q.maintDone = cancel, done
 		go func() {
@@ -414,10 +473,15 @@ func (q *Queue) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop stops the maintenance loop (releasing MaintenanceLease), then stops
-// River, which waits for running jobs to finish. If ctx ends first, Stop
-// returns its error; River's SoftStopTimeout (through Config.River) bounds
-// the wait for jobs. A stopped Queue may be started again.
+// Stop stops the Queue in order. It stops the maintenance loop (waiting for
+// its tasks, then releasing MaintenanceLease) and stops fetching jobs. It
+// lets running jobs finish until ctx ends; then it cancels their contexts
+// (River's StopAndCancel), and a job cancelled so is retried as River
+// retries a job interrupted by a stop. Stop returns only when every job
+// and every goroutine of the Queue has returned, even after ctx has ended:
+// a worker that ignores its context keeps Stop waiting. It returns nil
+// when everything stopped, cancelled jobs included. A stopped Queue may be
+// started again.
 func (q *Queue) Stop(ctx context.Context) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -427,11 +491,7 @@ func (q *Queue) Stop(ctx context.Context) error {
 	var errs []error
 	if q.stopMaint != nil {
 		q.stopMaint()
-		select {
-		case <-q.maintDone:
-		case <-ctx.Done():
-			errs = append(errs, fmt.Errorf("queue: waiting for the maintenance loop: %w", ctx.Err()))
-		}
+		<-q.maintDone
 		q.stopMaint, q.maintDone = nil, nil
 	}
 	if q.depthReg != nil {
@@ -442,7 +502,14 @@ func (q *Queue) Stop(ctx context.Context) error {
 	}
 	if q.working {
 		if err := q.client.Stop(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("queue: stopping River: %w", err))
+			if ctx.Err() == nil {
+				errs = append(errs, fmt.Errorf("queue: stopping River: %w", err))
+			} else {
+				q.logger.InfoContext(ctx, "queue: stop deadline reached; cancelling running jobs and waiting for them to return")
+				if err := q.client.StopAndCancel(context.WithoutCancel(ctx)); err != nil {
+					errs = append(errs, fmt.Errorf("queue: stopping River: %w", err))
+				}
+			}
 		}
 	}
 	q.started = false

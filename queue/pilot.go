@@ -1,0 +1,195 @@
+package queue
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river/riverdriver"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivershared/baseservice"
+	"github.com/riverqueue/river/rivershared/riverpilot"
+	"github.com/riverqueue/river/rivertype"
+)
+
+// metadataSuperseded is the key under which the middleware tags the
+// outcome of a superseded attempt, in the metadata updates River hands to
+// its completer. The pilot drops the tagged update, so the key never
+// reaches the database.
+const metadataSuperseded = "braid_superseded_attempt"
+
+// driver is riverpgxv5's driver with braid's pilot. River asks a driver
+// for a pilot when the client is built (a driver plugin); everything else
+// is riverpgxv5's own, so river.JobCompleteTx[*riverpgxv5.Driver] and the
+// other generic helpers work unchanged: they use the client's driver and
+// pilot, whatever the driver's concrete type.
+type driver struct {
+	*riverpgxv5.Driver
+	pilot *pilot
+}
+
+var _ riverdriver.Driver[pgx.Tx] = (*driver)(nil)
+
+func newDriver(pool *pgxpool.Pool, p *pilot) *driver {
+	return &driver{Driver: riverpgxv5.New(pool), pilot: p}
+}
+
+// PluginInit is part of River's driver plugin interface; braid's pilot
+// needs nothing from the archetype.
+func (d *driver) PluginInit(*baseservice.Archetype) {}
+
+// PluginPilot is part of River's driver plugin interface: it gives River
+// braid's pilot.
+func (d *driver) PluginPilot() riverpilot.Pilot { return d.pilot }
+
+// pilot is River's standard pilot with one change, to the statement that
+// records attempts' outcomes (River's completer, JobCompleteTx and
+// friends):
+//
+//   - it drops the outcome of an attempt this process knows was
+//     superseded, so that an attempt that returns after its job was rescued
+//     and taken by a later attempt cannot complete, fail or snooze that
+//     later attempt (River's statement checks only that the job is
+//     running, not which attempt runs it);
+//   - it sanitises every attempt error it writes (SanitizeErrorText on the
+//     error text and on the panic stack): one NUL byte would otherwise make
+//     PostgreSQL reject the whole batch, and River's completer retries a
+//     failed batch for ever, stalling every completion of the client.
+type pilot struct {
+	riverpilot.StandardPilot
+
+	maxErrorBytes int
+
+	mu sync.Mutex
+	// superseded maps a job ID to its attempt that lost the job while it
+	// ran. An entry is forgotten when its attempt's outcome is dropped.
+	superseded map[int64]int
+}
+
+func newPilot(maxErrorBytes int) *pilot {
+	return &pilot{maxErrorBytes: maxErrorBytes, superseded: make(map[int64]int)}
+}
+
+// supersede records that attempt of job id no longer owns its job: its
+// outcome, tagged by the middleware, is to be dropped.
+func (p *pilot) supersede(id int64, attempt int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.superseded[id] = attempt
+}
+
+// isSuperseded reports whether attempt of job id is recorded as
+// superseded (for tests and logs).
+func (p *pilot) isSuperseded(id int64, attempt int) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	a, ok := p.superseded[id]
+	return ok && a == attempt
+}
+
+// JobSetStateIfRunningMany records attempts' outcomes, minus those of
+// superseded attempts, with sanitised errors.
+func (p *pilot) JobSetStateIfRunningMany(ctx context.Context, exec riverdriver.Executor, params *riverdriver.JobSetStateIfRunningManyParams) ([]*rivertype.JobRow, error) {
+	n := len(params.ID)
+	keep := make([]int, 0, n)
+	for i := range n {
+		if p.drop(params, i) {
+			continue
+		}
+		keep = append(keep, i)
+	}
+	if len(keep) == 0 {
+		return nil, nil
+	}
+	out := params
+	if len(keep) < n {
+		out = &riverdriver.JobSetStateIfRunningManyParams{
+			ID:              make([]int64, len(keep)),
+			Attempt:         make([]*int, len(keep)),
+			ErrData:         make([][]byte, len(keep)),
+			FinalizedAt:     make([]*time.Time, len(keep)),
+			MetadataDoMerge: make([]bool, len(keep)),
+			MetadataUpdates: make([][]byte, len(keep)),
+			Now:             params.Now,
+			ScheduledAt:     make([]*time.Time, len(keep)),
+			Schema:          params.Schema,
+			State:           make([]rivertype.JobState, len(keep)),
+		}
+		for j, i := range keep {
+			out.ID[j] = params.ID[i]
+			out.Attempt[j] = params.Attempt[i]
+			out.ErrData[j] = params.ErrData[i]
+			out.FinalizedAt[j] = params.FinalizedAt[i]
+			out.MetadataDoMerge[j] = params.MetadataDoMerge[i]
+			out.MetadataUpdates[j] = params.MetadataUpdates[i]
+			out.ScheduledAt[j] = params.ScheduledAt[i]
+			out.State[j] = params.State[i]
+		}
+	}
+	for i := range out.ErrData {
+		out.ErrData[i] = p.sanitizeErrData(out.ErrData[i])
+	}
+	return p.StandardPilot.JobSetStateIfRunningMany(ctx, exec, out)
+}
+
+// drop reports whether update i is the outcome of a superseded attempt,
+// and forgets that attempt when it is. An update carrying the tag without
+// a matching record (the tag set by hand) is kept, without the tag.
+func (p *pilot) drop(params *riverdriver.JobSetStateIfRunningManyParams, i int) bool {
+	if i >= len(params.MetadataUpdates) || !bytes.Contains(params.MetadataUpdates[i], []byte(`"`+metadataSuperseded+`"`)) {
+		return false
+	}
+	var md map[string]json.RawMessage
+	if err := json.Unmarshal(params.MetadataUpdates[i], &md); err != nil {
+		return false
+	}
+	var attempt int
+	if err := json.Unmarshal(md[metadataSuperseded], &attempt); err == nil {
+		p.mu.Lock()
+		a, ok := p.superseded[params.ID[i]]
+		if ok && a == attempt {
+			delete(p.superseded, params.ID[i])
+		}
+		p.mu.Unlock()
+		if ok && a == attempt {
+			return true
+		}
+	}
+	delete(md, metadataSuperseded)
+	if len(md) == 0 {
+		params.MetadataUpdates[i], params.MetadataDoMerge[i] = nil, false
+		return false
+	}
+	if b, err := json.Marshal(md); err == nil {
+		params.MetadataUpdates[i] = b
+	}
+	return false
+}
+
+// sanitizeErrData passes the text and the stack of an encoded
+// rivertype.AttemptError through SanitizeErrorText.
+func (p *pilot) sanitizeErrData(data []byte) []byte {
+	if len(data) == 0 {
+		return data
+	}
+	var ae rivertype.AttemptError
+	if err := json.Unmarshal(data, &ae); err != nil {
+		// Not an AttemptError: River never writes one; strip what
+		// PostgreSQL's jsonb would reject at least.
+		return bytes.ReplaceAll(data, []byte(`\u0000`), nil)
+	}
+	msg, trace := SanitizeErrorText(ae.Error, p.maxErrorBytes), SanitizeErrorText(ae.Trace, p.maxErrorBytes)
+	if msg == ae.Error && trace == ae.Trace {
+		return data
+	}
+	ae.Error, ae.Trace = msg, trace
+	b, err := json.Marshal(ae)
+	if err != nil {
+		return bytes.ReplaceAll(data, []byte(`\u0000`), nil)
+	}
+	return b
+}
