@@ -393,7 +393,7 @@ type claimedRow struct {
 	args     json.RawMessage
 	queue    string
 	priority int16
-	previous *time.Time // running_since before the claim: set when reclaimed as stale
+	previous *time.Time // running_since before the claim: set when reclaimed
 }
 
 // claimRecurring claims due recurring jobs and inserts their River jobs in
@@ -411,12 +411,17 @@ func (s *Scheduler) claimRecurring(ctx context.Context, lease *leases.Lease) (in
 	}
 	rows, err := tx.Query(ctx, `
 WITH due AS (
-    SELECT id, running_since AS previous FROM braid_recurring
-    WHERE enabled AND dead_at IS NULL AND next_run_at <= now()
-      AND (running_since IS NULL OR running_since <= now() - $1::bigint * interval '1 microsecond')
-    ORDER BY next_run_at
+    SELECT r.id, r.running_since AS previous FROM braid_recurring r
+    WHERE r.enabled AND r.dead_at IS NULL AND r.next_run_at <= now()
+      AND (r.running_since IS NULL OR (
+          r.running_since <= now() - $1::bigint * interval '1 microsecond'
+          -- Never while the claimed run's job is live (available, scheduled,
+          -- pending, retryable or running), however long it waits.
+          AND NOT EXISTS (SELECT 1 FROM river_job j WHERE j.id = r.job_id
+                          AND j.state NOT IN ('completed', 'cancelled', 'discarded'))))
+    ORDER BY r.next_run_at
     LIMIT $2
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE OF r SKIP LOCKED
 )
 UPDATE braid_recurring r SET running_since = now(), updated_at = now()
 FROM due WHERE r.id = due.id
@@ -440,8 +445,8 @@ RETURNING r.id, r.kind, r.key, r.args, r.queue, r.priority, due.previous`,
 	params := make([]queue.InsertManyParams, len(claimed))
 	for i, c := range claimed {
 		if c.previous != nil {
-			s.logger.WarnContext(ctx, "scheduler: reclaiming a stale recurring job", slog.String("kind", c.kind),
-				slog.String("key", c.key), slog.Time("running_since", *c.previous))
+			s.logger.WarnContext(ctx, "scheduler: reclaiming a recurring job whose run ended without a recorded outcome",
+				slog.String("kind", c.kind), slog.String("key", c.key), slog.Time("running_since", *c.previous))
 		}
 		meta, err := json.Marshal(map[string]any{MetadataRecurringID: c.id, MetadataRecurringKey: c.key})
 		if err != nil {
@@ -481,7 +486,7 @@ RETURNING r.id, r.kind, r.key, r.args, r.queue, r.priority, due.previous`,
 				slog.String("kind", c.kind), slog.String("key", c.key), slog.String("error", err.Error()))
 			if _, err := tx.Exec(ctx, `UPDATE braid_recurring SET running_since = NULL, last_error = $2,
     next_run_at = now() + $3::bigint * interval '1 microsecond', updated_at = now() WHERE id = $1`,
-				c.id, insertFailurePrefix+err.Error(), insertFailureRetry.Microseconds()); err != nil {
+				c.id, queue.SanitizeErrorText(insertFailurePrefix+err.Error(), 0), insertFailureRetry.Microseconds()); err != nil {
 				return 0, fmt.Errorf("scheduler: releasing recurring job %s/%s: %w", c.kind, c.key, err)
 			}
 		}

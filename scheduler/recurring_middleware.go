@@ -9,7 +9,6 @@ import (
 	"runtime/debug"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -28,9 +27,6 @@ const (
 	// RecurringMaxFailuresDefault is how many consecutive failures park a
 	// recurring job as a dead letter.
 	RecurringMaxFailuresDefault = 10
-
-	// lastErrorMaxLength bounds the stored error text, in characters.
-	lastErrorMaxLength = 4000
 )
 
 // ErrNotRecurring is returned by NextRunAt outside the run of a recurring
@@ -243,7 +239,7 @@ WHERE id = $1 AND job_id = $2 AND running_since IS NOT NULL FOR UPDATE`, id, job
 UPDATE braid_recurring SET running_since = NULL, last_run_at = now(), consecutive_failures = $2, last_error = $3,
     next_run_at = now() + $4::bigint * interval '1 microsecond',
     dead_at = CASE WHEN $5 THEN now() ELSE dead_at END, updated_at = now()
-WHERE id = $1`, id, count, truncateError(runErr), m.cfg.Backoff.Delay(count).Microseconds(), dead); err != nil {
+WHERE id = $1`, id, count, queue.SanitizeErrorText(runErr.Error(), 0), m.cfg.Backoff.Delay(count).Microseconds(), dead); err != nil {
 			return err
 		}
 		if dead {
@@ -265,12 +261,4 @@ func (m *RecurringMiddleware) recorded(ctx context.Context, job *rivertype.JobRo
 		m.cfg.Logger.WarnContext(ctx, "scheduler: outcome of a recurring job ignored: its row was reclaimed or deleted",
 			slog.String("kind", job.Kind), slog.Int64("job_id", job.ID))
 	}
-}
-
-func truncateError(err error) string {
-	s := err.Error()
-	if utf8.RuneCountInString(s) <= lastErrorMaxLength {
-		return s
-	}
-	return string([]rune(s)[:lastErrorMaxLength]) + "…"
 }

@@ -283,8 +283,15 @@ func TestStaleRunReclaimed(t *testing.T) {
 	}
 	exec(t, pool, `UPDATE braid_recurring SET running_since = now() - interval '61 seconds'`)
 	tick(t, s)
+	if n := riverJobs(t, pool, "k"); n != 1 {
+		t.Fatalf("reclaimed while its job is still waiting: %d jobs", n)
+	}
+	// The job finished, but its outcome was never recorded (the process
+	// died after the handler): past the threshold the row is claimed again.
+	exec(t, pool, `UPDATE river_job SET state = 'completed', finalized_at = now()`)
+	tick(t, s)
 	if n := riverJobs(t, pool, "k"); n != 2 {
-		t.Fatalf("%d jobs, want 2 after the stale threshold", n)
+		t.Fatalf("%d jobs, want 2 once the job finished unrecorded after the stale threshold", n)
 	}
 	r, _ := s.GetRecurring(ctx, "ping", "k")
 	newest := queryValue[int64](t, pool, `SELECT max(id) FROM river_job`)
@@ -302,6 +309,137 @@ func TestStaleRunReclaimed(t *testing.T) {
 	if diff := cmp.Diff(r, after); diff != "" {
 		t.Errorf("late outcome of a reclaimed run changed the row (-before +after):\n%s", diff)
 	}
+
+	// A job deleted from river_job is gone: the row is claimed again once
+	// stale, and not before.
+	exec(t, pool, `DELETE FROM river_job WHERE id = $1`, newest)
+	tick(t, s)
+	if n := riverJobs(t, pool, "k"); n != 1 {
+		t.Fatalf("%d jobs after deleting the live one, want 1 (not stale yet)", n)
+	}
+	exec(t, pool, `UPDATE braid_recurring SET running_since = now() - interval '61 seconds'`)
+	tick(t, s)
+	if n := riverJobs(t, pool, "k"); n != 2 {
+		t.Fatalf("%d jobs, want 2 once the deleted job's row is stale", n)
+	}
+}
+
+// TestRecurringAtMostOneLiveJobUnderBacklog keeps the queue's only worker
+// busy, so a recurring job waits behind it for ten times its stale
+// threshold. The row is never claimed again while its job waits; once the
+// job runs, the row runs again.
+func TestRecurringAtMostOneLiveJobUnderBacklog(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testutil.DB(t)
+	mw, err := NewRecurringMiddleware(pool, &RecurringConfig{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	var releaseOnce atomic.Bool
+	t.Cleanup(func() {
+		if releaseOnce.CompareAndSwap(false, true) {
+			close(release)
+		}
+	})
+	workers := river.NewWorkers()
+	river.AddWorker(workers, &pingWorker{fn: func(ctx context.Context, job *river.Job[pingArgs]) error {
+		if job.Args.N < 0 { // the blocker
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return nil
+		}
+		return NextRunAt(ctx, time.Now())
+	}})
+	q, err := queue.New(pool, &queue.Config{
+		Logger:              quietLogger(),
+		Workers:             workers,
+		Queues:              map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 1}},
+		Middleware:          []rivertype.Middleware{mw},
+		FetchCooldown:       5 * time.Millisecond,
+		FetchPollInterval:   50 * time.Millisecond,
+		MaintenanceDisabled: true,
+		JobTimeout:          -1,
+		River:               &river.Config{TestOnly: true},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if releaseOnce.CompareAndSwap(false, true) {
+			close(release)
+		}
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = q.Stop(sctx)
+	})
+	const stale = time.Second
+	s := newScheduler(t, pool, &Config{Queue: q, RecurringStaleAfter: stale})
+
+	if _, err := q.River().Insert(ctx, pingArgs{N: -1}, nil); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the blocker to run", func() bool {
+		return queryValue[int](t, pool, `SELECT count(*) FROM river_job WHERE state = 'running'`) == 1
+	})
+	if _, err := s.Ensure(ctx, "ping", "k", pingArgs{N: 1}, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+
+	live := func() (live, total int) {
+		t.Helper()
+		err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state NOT IN ('completed', 'cancelled', 'discarded')), count(*)
+FROM river_job WHERE metadata->>'braid_recurring_key' = 'k'`).Scan(&live, &total)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return live, total
+	}
+	// Tick for three thresholds of real time, then make the wait ten
+	// thresholds long and tick again; the row stays due all along.
+	ticks := 0
+	check := func() {
+		t.Helper()
+		exec(t, pool, `UPDATE braid_recurring SET next_run_at = least(next_run_at, now())`)
+		tick(t, s)
+		ticks++
+		if l, n := live(); l != 1 || n != 1 {
+			t.Fatalf("after %d ticks: %d live and %d total jobs of the row, want 1 and 1", ticks, l, n)
+		}
+	}
+	for deadline := time.Now().Add(3 * stale); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		check()
+	}
+	exec(t, pool, `UPDATE braid_recurring SET running_since = now() - $1::bigint * interval '1 microsecond'`, (10 * stale).Microseconds())
+	for range 20 {
+		check()
+	}
+	if got := queryValue[string](t, pool, `SELECT state::text FROM river_job WHERE metadata->>'braid_recurring_key' = 'k'`); got != "available" {
+		t.Fatalf("the row's job is %s, want it still waiting behind the blocker", got)
+	}
+
+	// The backlog clears: the job runs, its outcome is recorded, and the
+	// row runs again.
+	releaseOnce.Store(true)
+	close(release)
+	waitFor(t, 10*time.Second, "the row's run to be recorded", func() bool {
+		r, err := s.GetRecurring(ctx, "ping", "k")
+		return err == nil && r.RunningSince == nil && r.LastRunAt != nil
+	})
+	tick(t, s)
+	if _, n := live(); n != 2 {
+		t.Fatalf("%d jobs of the row after its run, want 2", n)
+	}
+	waitFor(t, 10*time.Second, "the second run", func() bool {
+		l, _ := live()
+		return l == 0
+	})
 }
 
 // jobRow reads what the middleware needs of a River job.

@@ -31,8 +31,9 @@ const (
 	// fire under CatchUpSkip.
 	MissedSlotGraceDefault = time.Minute
 
-	// RecurringStaleAfterDefault is how long a recurring job may run before
-	// its row is assumed crashed and can be claimed again.
+	// RecurringStaleAfterDefault is how long a claimed recurring row whose
+	// River job has finished or vanished without a recorded outcome waits
+	// before it can be claimed again.
 	RecurringStaleAfterDefault = 5 * time.Minute
 
 	// RecurringBatchSizeDefault is how many due recurring rows one
@@ -107,9 +108,15 @@ type Config struct {
 	// Defaults to MissedSlotGraceDefault (1m).
 	MissedSlotGrace time.Duration
 
-	// RecurringStaleAfter is how long a recurring job may run before its
-	// row is assumed crashed and can be claimed again. A handler that runs
-	// longer than this may run twice at once.
+	// RecurringStaleAfter guards a claimed recurring row whose run ended
+	// without its outcome being recorded: its River job finished
+	// (completed, cancelled or discarded) or was deleted, say because the
+	// process died between the end of the handler and the write of the
+	// outcome. Such a row is claimed again once it has been claimed for
+	// longer than RecurringStaleAfter. A row whose job is still live
+	// (waiting in a backlog, scheduled, retryable or running) is never
+	// claimed again, however long it waits, so at most one job per row is
+	// ever live.
 	//
 	// Defaults to RecurringStaleAfterDefault (5m).
 	RecurringStaleAfter time.Duration
