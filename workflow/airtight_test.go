@@ -1,0 +1,321 @@
+package workflow_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/braidflow/braid/testutil"
+	"github.com/braidflow/braid/workflow"
+)
+
+// The triggers of a stranded run: each is a last attempt that ends without
+// the engine's failure path committing. Each must end with the task and
+// the run failed within 10 s, and Retry must then complete the run.
+
+const settleBound = 10 * time.Second
+
+// requireFailed waits up to settleBound for the run and all its tasks to be
+// failed, and returns the root task's stored error message.
+func requireFailed(t *testing.T, pool *pgxpool.Pool, eng *workflow.Engine, runID string) string {
+	t.Helper()
+	ctx := ctxTimeout(t, settleBound+5*time.Second)
+	deadline := time.Now().Add(settleBound)
+	for {
+		info, err := eng.Run(ctx, runID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Status == "failed" && info.Tasks[0].Status == "failed" {
+			return info.Tasks[0].Error
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("run %s is %s (root task %s) %s after its last attempt; want failed", runID, info.Status, info.Tasks[0].Status, settleBound)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func retryAndComplete[Out any](t *testing.T, eng *workflow.Engine, run *workflow.Run[Out]) Out {
+	t.Helper()
+	ctx := ctxTimeout(t, 30*time.Second)
+	if err := eng.Retry(ctx, run.ID); err != nil {
+		t.Fatalf("Retry: %v", err)
+	}
+	out, err := run.Result(ctx)
+	if err != nil {
+		t.Fatalf("the retried run did not complete: %v", err)
+	}
+	return out
+}
+
+func TestTimeoutOnTheLastAttemptFailsTheRun(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	var fixed atomic.Bool
+	wf := workflow.Define("slow_last", func(t *workflow.Task, _ struct{}) (string, error) {
+		return workflow.Step(t, "wait", func(ctx context.Context) (string, error) {
+			if fixed.Load() {
+				return "done", nil
+			}
+			<-ctx.Done()
+			return "", ctx.Err()
+		})
+	}, workflow.WithTimeout(300*time.Millisecond), workflow.WithMaxAttempts(1))
+	eng := startEngine(t, pool, testConfig(wf))
+	run, err := wf.Start(ctxTimeout(t, 5*time.Second), eng, struct{}{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := requireFailed(t, pool, eng, run.ID)
+	if !strings.Contains(msg, "deadline exceeded") {
+		t.Errorf("task error %q does not say the attempt timed out", msg)
+	}
+	fixed.Store(true)
+	if out := retryAndComplete(t, eng, run); out != "done" {
+		t.Fatalf("output %q", out)
+	}
+}
+
+func TestUnknownWorkflowOnTheOnlyProcessFailsTheRunThenRetryCompletes(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	known := workflow.Define("deployed_later", func(t *workflow.Task, in int) (int, error) { return in * 2, nil })
+	other := workflow.Define("something_else", func(t *workflow.Task, in int) (int, error) { return in, nil })
+
+	// The only working process does not know the workflow.
+	cfg := testConfig(other)
+	cfg.UnknownWorkflowSnooze = 100 * time.Millisecond
+	cfg.UnknownWorkflowTimeout = time.Second
+	old, err := workflow.NewEngine(pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	starter := newEngine(t, pool, testConfig(known))
+	run, err := known.Start(ctxTimeout(t, 5*time.Second), starter, 21, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The turn is snoozed, never spent: while it waits, the task is still
+	// pending and the job has not used its attempt.
+	waitFor(t, "the turn to be put back once", 10*time.Second, func() bool {
+		return count(t, pool, `SELECT count(*) FROM river_job WHERE kind = 'braid_task' AND (metadata->>'snoozes')::int >= 1`) == 1
+	})
+	if n := count(t, pool, `SELECT count(*) FROM braid_tasks WHERE status = 'pending'`); n != 1 {
+		t.Fatalf("%d pending tasks while the turn waits for a process that knows it, want 1", n)
+	}
+	msg := requireFailed(t, pool, old, run.ID)
+	if !strings.Contains(msg, `"deployed_later" is not registered`) {
+		t.Errorf("task error %q does not name the unknown workflow", msg)
+	}
+	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := old.Stop(stopCtx); err != nil {
+		t.Fatal(err)
+	}
+
+	// The deploy completes: a process that knows the workflow retries it.
+	eng := startEngine(t, pool, testConfig(known))
+	if out := retryAndComplete(t, eng, run); out != 42 {
+		t.Fatalf("output %d, want 42", out)
+	}
+}
+
+type nulIn struct{ Fail bool }
+
+// plainArgs is a plain River job that runs beside the workflows.
+type plainArgs struct{ N int }
+
+func (plainArgs) Kind() string { return "airtight_plain" }
+
+type plainWorker struct {
+	river.WorkerDefaults[plainArgs]
+	done *atomic.Int64
+}
+
+func (w *plainWorker) Work(ctx context.Context, job *river.Job[plainArgs]) error {
+	w.done.Add(1)
+	return nil
+}
+
+func TestNULErrorFailsCleanlyWhileOtherWorkCompletes(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	var fixed atomic.Bool
+	nul := workflow.Define("nul_error", func(t *workflow.Task, in nulIn) (string, error) {
+		if fixed.Load() {
+			return "ok", nil
+		}
+		return "", fmt.Errorf("bad\x00byte and %s", strings.Repeat("x", 1<<20))
+	}, workflow.WithMaxAttempts(1))
+	var attempts atomic.Int64
+	flaky := workflow.Define("needs_a_retry", func(t *workflow.Task, _ struct{}) (int, error) {
+		if attempts.Add(1) == 1 {
+			return 0, errors.New("first attempt fails")
+		}
+		return 7, nil
+	}, workflow.WithRetry(fast))
+
+	var plainDone atomic.Int64
+	cfg := testConfig(nul, flaky)
+	cfg.Queue.Workers = river.NewWorkers()
+	river.AddWorker(cfg.Queue.Workers, &plainWorker{done: &plainDone})
+	eng := startEngine(t, pool, cfg)
+	ctx := ctxTimeout(t, 30*time.Second)
+
+	bad, err := nul.Start(ctx, eng, nulIn{Fail: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := requireFailed(t, pool, eng, bad.ID)
+	if strings.ContainsRune(msg, 0) || !strings.Contains(msg, "badbyte") {
+		t.Errorf("stored error is not the sanitised text: %.80q", msg)
+	}
+	if len(msg) > 64<<10 || !strings.Contains(msg, "bytes cut") {
+		t.Errorf("stored error is %d bytes and does not say it was cut", len(msg))
+	}
+	waitFor(t, "the failed turn's job to be a dead letter", 10*time.Second, func() bool {
+		return count(t, pool, `SELECT count(*) FROM river_job WHERE kind = 'braid_task' AND state = 'discarded'`) == 1
+	})
+	var jobErr string
+	if err := pool.QueryRow(ctx, `SELECT errors[1]->>'error' FROM river_job WHERE kind = 'braid_task' AND state = 'discarded'`).Scan(&jobErr); err != nil {
+		t.Fatalf("the failed turn's job is not a dead letter with its error: %v", err)
+	}
+	if strings.ContainsRune(jobErr, 0) || len(jobErr) > 64<<10 {
+		t.Errorf("the job's attempt error is not sanitised (%d bytes)", len(jobErr))
+	}
+
+	// Meanwhile, and afterwards, the completer still completes: a run that
+	// needs a retry, and a plain job.
+	other, err := flaky.Start(ctx, eng, struct{}{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.Queue().River().Insert(ctx, plainArgs{N: 1}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := other.Result(ctx); err != nil || out != 7 {
+		t.Fatalf("the unrelated run: %d, %v", out, err)
+	}
+	waitFor(t, "the plain job to complete", 10*time.Second, func() bool {
+		return count(t, pool, `SELECT count(*) FROM river_job WHERE kind = 'airtight_plain' AND state = 'completed'`) == 1
+	})
+	fixed.Store(true)
+	if out := retryAndComplete(t, eng, bad); out != "ok" {
+		t.Fatalf("output %q", out)
+	}
+}
+
+func TestFailedOutcomeTransactionOnTheLastAttemptFailsTheRun(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	// A trigger makes the completing transaction fail, as a deadlock
+	// victim would, while armed.
+	execSQL(t, pool, `CREATE TABLE armed (on_ boolean NOT NULL)`)
+	execSQL(t, pool, `INSERT INTO armed VALUES (true)`)
+	execSQL(t, pool, `
+		CREATE FUNCTION refuse_completion() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+		    IF NEW.status = 'completed' AND NEW.workflow = 'forced_tx' AND (SELECT on_ FROM armed) THEN
+		        RAISE EXCEPTION 'injected failure of the outcome transaction';
+		    END IF;
+		    RETURN NEW;
+		END $$`)
+	execSQL(t, pool, `CREATE TRIGGER refuse_completion BEFORE UPDATE ON braid_tasks FOR EACH ROW EXECUTE FUNCTION refuse_completion()`)
+	wf := workflow.Define("forced_tx", func(t *workflow.Task, _ struct{}) (int, error) {
+		return workflow.Step(t, "one", func(ctx context.Context) (int, error) { return 1, nil })
+	}, workflow.WithMaxAttempts(1))
+	eng := startEngine(t, pool, testConfig(wf))
+	run, err := wf.Start(ctxTimeout(t, 5*time.Second), eng, struct{}{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := requireFailed(t, pool, eng, run.ID)
+	if !strings.Contains(msg, "discarded") || !strings.Contains(msg, "injected failure") {
+		t.Errorf("task error %q does not say the turn ended without an outcome, with its error", msg)
+	}
+	execSQL(t, pool, `UPDATE armed SET on_ = false`)
+	if out := retryAndComplete(t, eng, run); out != 1 {
+		t.Fatalf("output %d", out)
+	}
+}
+
+// dupArgs has the JSON shape of a turn's args, so that inserting it with a
+// turn's unique options makes a second live turn of the same task.
+type dupArgs struct {
+	TaskID   string `json:"task_id"`
+	Workflow string `json:"workflow"`
+}
+
+func (dupArgs) Kind() string { return workflow.TaskKind }
+
+func TestDuplicateLiveTurnDoesNotDelayOtherDelays(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	wf := workflow.Define("nap_then_done", func(t *workflow.Task, _ struct{}) (int, error) {
+		if err := t.Delay("nap", 2*time.Second); err != nil {
+			return 0, err
+		}
+		return 1, nil
+	})
+	eng := startEngine(t, pool, testConfig(wf))
+	ctx := ctxTimeout(t, 30*time.Second)
+	runs := make([]*workflow.Run[int], 6)
+	for i := range runs {
+		r, err := wf.Start(ctx, eng, struct{}{}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		runs[i] = r
+	}
+	waitFor(t, "six waiting delays", 10*time.Second, func() bool {
+		return count(t, pool, `SELECT count(*) FROM braid_steps WHERE kind = 'delay' AND status = 'waiting'`) == 6
+	})
+	// Force the first task into the duplicate-live-turn state: a live turn
+	// exists while it waits on its delay, and all six delays are due at
+	// the same instant.
+	var taskID string
+	if err := pool.QueryRow(ctx, `SELECT id::text FROM braid_tasks WHERE run_id = $1`, runs[0].ID).Scan(&taskID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.Queue().River().Insert(ctx, dupArgs{TaskID: taskID, Workflow: "nap_then_done"}, &river.InsertOpts{
+		ScheduledAt: time.Now().Add(time.Hour),
+		UniqueOpts: river.UniqueOpts{ByArgs: true, ByState: []rivertype.JobState{
+			rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRunning,
+			rivertype.JobStateRetryable, rivertype.JobStateScheduled,
+		}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	execSQL(t, pool, `UPDATE braid_steps SET resume_at = (SELECT min(resume_at) FROM braid_steps WHERE kind = 'delay') WHERE kind = 'delay'`)
+	for _, r := range runs[1:] {
+		if _, err := r.Result(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var late float64
+	if err := pool.QueryRow(ctx, `
+		SELECT max(extract(epoch FROM s.finished_at - s.resume_at)) FROM braid_steps s JOIN braid_tasks t ON t.id = s.task_id
+		 WHERE s.kind = 'delay' AND t.run_id <> $1`, runs[0].ID).Scan(&late); err != nil {
+		t.Fatal(err)
+	}
+	if late >= 1 {
+		t.Fatalf("the other delays fired up to %.2fs late beside a duplicate live turn, want within 1s", late)
+	}
+	// The duplicated task's delay fired too; its existing live turn is the
+	// one that will run it.
+	if n := count(t, pool, `SELECT count(*) FROM braid_steps WHERE kind = 'delay' AND status = 'fired'`); n != 6 {
+		t.Fatalf("%d delays fired, want 6", n)
+	}
+}
