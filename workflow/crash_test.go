@@ -2,6 +2,7 @@ package workflow_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -13,7 +14,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
 
+	"github.com/braidflow/braid/queue"
 	"github.com/braidflow/braid/testutil"
 	"github.com/braidflow/braid/workflow"
 )
@@ -21,8 +24,9 @@ import (
 // Worker processes for the crash tests: the test binary runs itself with
 // envWorker set to a database URL, and works turns until it is killed.
 const (
-	envWorker = "BRAID_TEST_WORKER_DATABASE_URL"
-	envHang   = "BRAID_TEST_HANG_AT_STEP3"
+	envWorker   = "BRAID_TEST_WORKER_DATABASE_URL"
+	envHang     = "BRAID_TEST_HANG_AT_STEP3"
+	envDefaults = "BRAID_TEST_WORKER_DEFAULT_RECOVERY"
 )
 
 // workerPool is the worker process's pool; step bodies record into its
@@ -63,9 +67,49 @@ var crashSleepy = workflow.Define("crash_sleepy", func(t *workflow.Task, d time.
 	})
 }, workflow.WithRetry(fast))
 
+// crashLast hangs in its only attempt when envHang is set.
+var crashLast = workflow.Define("crash_last", func(t *workflow.Task, _ struct{}) (int, error) {
+	return workflow.Step(t, "hang", func(ctx context.Context) (int, error) {
+		if err := ledgerStep(ctx, t, "hang"); err != nil {
+			return 0, err
+		}
+		if os.Getenv(envHang) == "1" {
+			time.Sleep(time.Hour) // killed here
+		}
+		return os.Getpid(), nil
+	})
+}, workflow.WithMaxAttempts(1))
+
+// crashSnoozed fails its step once, which snoozes the turn without
+// spending the attempt, then hangs in the step's second run when envHang
+// is set.
+var crashSnoozed = workflow.Define("crash_snoozed", func(t *workflow.Task, _ struct{}) (int, error) {
+	return workflow.Step(t, "flaky", func(ctx context.Context) (int, error) {
+		if err := ledgerStep(ctx, t, "flaky"); err != nil {
+			return 0, err
+		}
+		var runs int
+		if err := workerPool.QueryRow(ctx, `SELECT count(*) FROM ledger WHERE run_id = $1 AND step = 'flaky'`, t.RunID()).Scan(&runs); err != nil {
+			return 0, err
+		}
+		if runs == 1 {
+			return 0, errors.New("first run of the step fails")
+		}
+		if os.Getenv(envHang) == "1" {
+			time.Sleep(time.Hour) // killed here
+		}
+		return os.Getpid(), nil
+	}, workflow.Retry{MaxAttempts: 5, Backoff: queue.Backoff{Strategy: queue.Fixed, Base: 100 * time.Millisecond}})
+})
+
 func crashConfig() *workflow.Config {
-	cfg := testConfig(crashFive, crashSleepy)
+	cfg := testConfig(crashFive, crashSleepy, crashLast, crashLast2, crashSnoozed)
 	cfg.TurnHeartbeat = 200 * time.Millisecond
+	if os.Getenv(envDefaults) == "1" {
+		// Recovery as shipped: the turn heartbeat, the rescuer and its
+		// retry delay at their defaults.
+		cfg.TurnHeartbeat = 0
+	}
 	return cfg
 }
 
@@ -99,10 +143,10 @@ func workerMain() int {
 
 // startWorker starts a worker process on url. It is killed when the test
 // ends, if still alive.
-func startWorker(t *testing.T, url string, hang bool) *exec.Cmd {
+func startWorker(t *testing.T, url string, hang bool, env ...string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), envWorker+"="+url)
+	cmd.Env = append(append(os.Environ(), envWorker+"="+url), env...)
 	if hang {
 		cmd.Env = append(cmd.Env, envHang+"=1")
 	}
@@ -258,3 +302,108 @@ func TestDelayFiresAfterTheLeaseHolderIsKilled(t *testing.T) {
 		t.Fatalf("lease generation %d after a change of holder, want at least 2", n)
 	}
 }
+
+func TestSIGKILLOnTheLastAttemptFailsTheRun(t *testing.T) {
+	t.Parallel()
+	url := testutil.URL(t)
+	pool := testutil.Pool(t, url)
+	ledger(t, pool)
+	eng := newEngine(t, pool, crashConfig())
+	run, err := crashLast.Start(ctxTimeout(t, 5*time.Second), eng, struct{}{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := startWorker(t, url, true)
+	waitFor(t, "the last attempt to start its step", 30*time.Second, func() bool {
+		return count(t, pool, `SELECT count(*) FROM ledger WHERE step = 'hang'`) == 1
+	})
+	startWorker(t, url, false)
+	kill(t, a)
+	msg := requireFailed(t, pool, eng, run.ID)
+	if !strings.Contains(msg, "heartbeat") {
+		t.Errorf("task error %q does not say the attempt's heartbeat stopped", msg)
+	}
+	if pid := retryAndComplete(t, eng, run); pid == a.Process.Pid {
+		t.Fatalf("the retried run ran in the killed process")
+	}
+}
+
+// recoveryBound is how soon, with default settings, a turn whose process
+// was killed runs again on another process: three missed heartbeats and
+// two seconds.
+const recoveryBound = 3*workflow.TurnHeartbeatDefault + 2*time.Second
+
+// testRecoveryAfterKill kills the process running wf's step named step
+// and measures, on the database clock, how soon another process runs the
+// step again.
+func testRecoveryAfterKill(t *testing.T, wf interface {
+	Start(context.Context, *workflow.Engine, struct{}, *workflow.StartOpts) (*workflow.Run[int], error)
+}, step string, startedRuns int) {
+	url := testutil.URL(t)
+	pool := testutil.Pool(t, url)
+	ledger(t, pool)
+	// This process holds the maintenance lease (it starts first) and works
+	// no turns: its queue is not the turns' queue.
+	cfg := crashConfig()
+	cfg.Queue.Queues = map[string]river.QueueConfig{"control": {MaxWorkers: 1}}
+	cfg.TurnHeartbeat = 0
+	eng := startEngine(t, pool, cfg)
+	waitFor(t, "this process to hold the maintenance lease", 10*time.Second, func() bool {
+		return count(t, pool, `SELECT count(*) FROM braid_leases WHERE name = $1 AND expires_at > now()`, queue.MaintenanceLease) == 1
+	})
+	ctx := ctxTimeout(t, 90*time.Second)
+	a := startWorker(t, url, true, envDefaults+"=1")
+	run, err := wf.Start(ctx, eng, struct{}{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the step to hang", 30*time.Second, func() bool {
+		return count(t, pool, `SELECT count(*) FROM ledger WHERE step = $1`, step) == startedRuns
+	})
+	b := startWorker(t, url, false, envDefaults+"=1")
+	kill(t, a)
+	var killedAt time.Time
+	if err := pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&killedAt); err != nil {
+		t.Fatal(err)
+	}
+	pid, err := run.Result(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pid != b.Process.Pid {
+		t.Fatalf("the step ran again in process %d, want %d", pid, b.Process.Pid)
+	}
+	var rerunAt time.Time
+	if err := pool.QueryRow(ctx, `SELECT min(at) FROM ledger WHERE step = $1 AND pid = $2`, step, b.Process.Pid).Scan(&rerunAt); err != nil {
+		t.Fatal(err)
+	}
+	d := rerunAt.Sub(killedAt)
+	t.Logf("the killed turn ran again %s after the kill", d.Round(time.Millisecond))
+	if d > recoveryBound {
+		t.Fatalf("the killed turn ran again %s after the kill, want within %s", d.Round(time.Millisecond), recoveryBound)
+	}
+}
+
+func TestKilledTurnRunsAgainWithinThreeHeartbeats(t *testing.T) {
+	t.Parallel()
+	testRecoveryAfterKill(t, crashLast2, "hang", 1)
+}
+
+func TestKilledTurnRunsAgainAfterASnooze(t *testing.T) {
+	t.Parallel()
+	testRecoveryAfterKill(t, crashSnoozed, "flaky", 2)
+}
+
+// crashLast2 is crashLast with attempts to spare, so that a kill is
+// retried rather than failed.
+var crashLast2 = workflow.Define("crash_hang", func(t *workflow.Task, _ struct{}) (int, error) {
+	return workflow.Step(t, "hang", func(ctx context.Context) (int, error) {
+		if err := ledgerStep(ctx, t, "hang"); err != nil {
+			return 0, err
+		}
+		if os.Getenv(envHang) == "1" {
+			time.Sleep(time.Hour) // killed here
+		}
+		return os.Getpid(), nil
+	})
+})
