@@ -38,6 +38,10 @@ demo: ## Run the feed-fetcher example end to end (DURATION=60s; DATABASE_URL opt
 bench: setup ## Benchmarks beside raw River, as JSON on stdout (QUICK=1 for a short run)
 	@$(GO) run ./cmd/braid bench $(if $(QUICK),-quick)
 
+.PHONY: chaos
+chaos: setup ## Fault suite: kill workers and PostgreSQL under load, as JSON on stdout (QUICK=1 for the smoke size)
+	@$(GO) run ./cmd/braid chaos $(if $(QUICK),-quick)
+
 .PHONY: build
 build: ## Build the braid CLI into bin/braid
 	$(GO) build -o bin/braid ./cmd/braid
