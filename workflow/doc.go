@@ -71,6 +71,89 @@
 // [Engine.Cancel] cancels a run's unfinished tasks, pending delays and turns.
 // [Engine.Retry] resumes a failed or cancelled run at the failed step.
 //
+// # An outcome belongs to its attempt
+//
+// A turn records its outcome (complete, suspend, fail on the last attempt,
+// snooze for a step's retry) only while its own River job is still running
+// at that attempt: the outcome transaction first locks the job row by id,
+// attempt and start time. An attempt that was rescued while it ran (its
+// process froze, say) and returns late writes nothing; it says so at debug
+// level and returns an error wrapping [queue.ErrJobNotRunning], on which the
+// queue records nothing for the attempt either. The transaction runs even
+// when the turn's context has ended (a timeout on the last attempt still
+// fails the task), bounded by Config.OutcomeTimeout. Error text is
+// sanitised once, before it is stored: NUL bytes are removed and it is cut
+// to Config.MaxErrorBytes (64 KiB), with a mark where it was cut.
+//
+// # The reconciler: no run is stranded
+//
+// Some last attempts end without any outcome committing: the process was
+// killed (the heartbeat rescuer then discards the job), the outcome
+// transaction failed (a deadlock victim, a full disk), or an operator
+// cancelled the job. The reconciler, which runs every
+// Config.ReconcileInterval (1 s) in the queue's maintenance loop, finds
+// tasks that are pending or running with no live turn job, and fails each
+// with a stored error that says why and quotes the last attempt's error.
+// The failure settles like any other: the parent sees it from Get or Map,
+// or the run fails and Retry accepts it. It works under the task's row
+// lock, which everything that gives a task a turn also holds, so a task
+// that gets a turn meanwhile is left alone.
+//
+// A turn of a workflow that this process does not know (a rolling deploy,
+// services sharing a database) is put back for Config.UnknownWorkflowSnooze
+// without spending an attempt, and logged once per workflow name, so that
+// a process that knows it takes it. A turn that no such process takes
+// within Config.UnknownWorkflowTimeout fails its task.
+//
+// # Recovery times
+//
+// With the defaults, a turn whose process dies runs again on another
+// process within 3 × TurnHeartbeat + 2 s (17 s): three missed heartbeats,
+// the rescuer's check interval, the queue's RescueRetryDelay (1 s) and a
+// fetch. A crash on the last attempt fails the task within another
+// ReconcileInterval. A killed lease holder (delay processor, maintenance)
+// is replaced within the lease's TTL.
+//
+// # Lock order
+//
+// Every path takes its row locks in one order, so that no two paths can
+// deadlock:
+//
+//  1. River job rows (a turn's outcome locks its own job first);
+//  2. task rows, children before parents (a finishing child locks itself,
+//     then its parent; a path that locks many tasks orders them by
+//     created_at DESC, id DESC);
+//  3. step rows;
+//  4. the run row.
+//
+// Turns, Cancel, Retry, the reconciler, retention and the delay processor
+// follow it. A path that needs a lock earlier in the order than one it
+// holds takes it with SKIP LOCKED or NOWAIT, never waiting: Cancel takes
+// the run's turn jobs last with SKIP LOCKED (a turn it skips finds its task
+// cancelled and does nothing), the delay processor claims delays and their
+// tasks with SKIP LOCKED, retention skips a batch whose tasks are locked.
+// The run row is only ever updated, never locked FOR UPDATE, so the key
+// share locks that inserting children takes on it block nothing; and no
+// child's turn touches its run: only the root task settles the run.
+//
+// # Pool size
+//
+// Waiting for notifications (Run.Result, the delay processor) uses
+// dedicated connections, not the pool's, so waiting on a result never
+// holds a pool connection and pool.Close never waits for it. A running turn
+// uses one pool connection at a time for its queries, plus short
+// background queries for its heartbeat. NewEngine refuses a pool of fewer
+// than [PoolMinConns] (2) connections and warns below [PoolWarnConns] (4);
+// pgxpool's default of max(4, CPUs) is enough.
+//
+// # Retention
+//
+// Finished runs (completed, failed, cancelled), with their tasks and steps,
+// are deleted in batches once they finished more than Config.Retention
+// ago (7 days by default; negative keeps them forever). An unfinished run
+// is never deleted. An idempotency key holds for as long as its run is
+// kept: after that, the same key starts a new run.
+//
 // # Joins
 //
 // A task that waits on children resumes when every child it has started
