@@ -22,10 +22,11 @@ const (
 	ScenarioFanout = "fanout"
 	ScenarioDelay  = "delay"
 	ScenarioSteps  = "steps"
+	ScenarioPool   = "pool"
 )
 
 // Scenarios lists every scenario in the order Run measures them.
-var Scenarios = []string{ScenarioRuns, ScenarioHop, ScenarioFanout, ScenarioDelay, ScenarioSteps}
+var Scenarios = []string{ScenarioRuns, ScenarioHop, ScenarioFanout, ScenarioDelay, ScenarioSteps, ScenarioPool}
 
 // Defaults of Config.
 const (
@@ -67,13 +68,16 @@ type Sizes struct {
 	StepTasks int
 	// StepsPerTask is how many inline steps each of those tasks runs.
 	StepsPerTask int
+	// PoolRuns is how many runs of four steps the pool scenario starts at
+	// once, on each pool size.
+	PoolRuns int
 }
 
 // FullSizes are the sizes of a full benchmark.
 var FullSizes = Sizes{
 	Runs: 5000, Hops: 20, Chains: 10, Fanout: 10_000,
 	Delays: 1000, DelayMin: 500 * time.Millisecond, DelayMax: 3 * time.Second, DelaySpread: riverSchedulerInterval,
-	StepTasks: 200, StepsPerTask: 10,
+	StepTasks: 200, StepsPerTask: 10, PoolRuns: 300,
 }
 
 // QuickSizes are the sizes of a quick benchmark (Config.Quick), which runs
@@ -81,7 +85,7 @@ var FullSizes = Sizes{
 var QuickSizes = Sizes{
 	Runs: 500, Hops: 20, Chains: 3, Fanout: 1000,
 	Delays: 200, DelayMin: 500 * time.Millisecond, DelayMax: 3 * time.Second, DelaySpread: riverSchedulerInterval,
-	StepTasks: 50, StepsPerTask: 10,
+	StepTasks: 50, StepsPerTask: 10, PoolRuns: 300,
 }
 
 // Config configures a benchmark. The zero value runs the full benchmark on
@@ -179,6 +183,7 @@ type ScenarioSet struct {
 	Fanout *FanoutResult `json:"fanout,omitempty"`
 	Delay  *DelayResult  `json:"delay,omitempty"`
 	Steps  *StepsResult  `json:"steps,omitempty"`
+	Pool   *PoolResult   `json:"pool,omitempty"`
 }
 
 // RunsResult is the throughput of no-op single-task runs against no-op
@@ -307,6 +312,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			rep.Scenarios.Delay, err = b.delay(ctx)
 		case ScenarioSteps:
 			rep.Scenarios.Steps, err = b.steps(ctx)
+		case ScenarioPool:
+			rep.Scenarios.Pool, err = b.pool(ctx)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("bench: scenario %s: %w", name, err)
@@ -335,6 +342,7 @@ func newBench(cfg Config) (*bench, error) {
 	fill(&s.Delays, base.Delays)
 	fill(&s.StepTasks, base.StepTasks)
 	fill(&s.StepsPerTask, base.StepsPerTask)
+	fill(&s.PoolRuns, base.PoolRuns)
 	if s.DelayMin == 0 && s.DelayMax == 0 {
 		s.DelayMin, s.DelayMax = base.DelayMin, base.DelayMax
 	}
@@ -346,7 +354,7 @@ func newBench(cfg Config) (*bench, error) {
 		v    int
 	}{
 		{"Runs", s.Runs}, {"Hops", s.Hops}, {"Chains", s.Chains}, {"Fanout", s.Fanout},
-		{"Delays", s.Delays}, {"StepTasks", s.StepTasks}, {"StepsPerTask", s.StepsPerTask},
+		{"Delays", s.Delays}, {"StepTasks", s.StepTasks}, {"StepsPerTask", s.StepsPerTask}, {"PoolRuns", s.PoolRuns},
 	} {
 		if f.v < 1 {
 			return nil, fmt.Errorf("bench: Sizes.%s is %d; it must be at least 1", f.name, f.v)
@@ -438,6 +446,10 @@ func targets(s *ScenarioSet) []TargetCheck {
 	}
 	if s.Delay != nil {
 		out = append(out, TargetCheck{"delay.braid_p99_late_ms", s.Delay.BraidP99LateMs, "<= 100", s.Delay.BraidP99LateMs <= 100})
+	}
+	if s.Pool != nil {
+		out = append(out, TargetCheck{"pool.ratio", s.Pool.Ratio, "<= 2", s.Pool.Ratio <= 2})
+		out = append(out, TargetCheck{"pool.lease_changes", float64(s.Pool.LeaseChanges), "== 0", s.Pool.LeaseChanges == 0})
 	}
 	return out
 }

@@ -21,7 +21,7 @@ func TestMain(m *testing.M) { testutil.Main(m) }
 var tiny = Sizes{
 	Runs: 20, Hops: 3, Chains: 1, Fanout: 20,
 	Delays: 5, DelayMin: 10 * time.Millisecond, DelayMax: 50 * time.Millisecond, DelaySpread: 50 * time.Millisecond,
-	StepTasks: 3, StepsPerTask: 2,
+	StepTasks: 3, StepsPerTask: 2, PoolRuns: 5,
 }
 
 // reportFields are the fields every report has, by JSON path.
@@ -33,6 +33,7 @@ var reportFields = []string{
 	"scenarios.fanout.children", "scenarios.fanout.braid_s", "scenarios.fanout.river_s", "scenarios.fanout.ratio",
 	"scenarios.delay.n", "scenarios.delay.braid_p50_late_ms", "scenarios.delay.braid_p99_late_ms", "scenarios.delay.river_p50_late_ms", "scenarios.delay.river_p99_late_ms",
 	"scenarios.steps.steps_per_task", "scenarios.steps.braid_steps_per_sec",
+	"scenarios.pool.runs", "scenarios.pool.pool4_s", "scenarios.pool.pool16_s", "scenarios.pool.ratio", "scenarios.pool.lease_changes",
 }
 
 // lookup follows a dotted path through decoded JSON.
@@ -86,8 +87,8 @@ func TestRunReportsEveryField(t *testing.T) {
 
 	// The sizes asked for are the sizes measured.
 	s := rep.Scenarios
-	got := []int{s.Runs.N, s.Hop.Hops, s.Hop.Chains, s.Fanout.Children, s.Delay.N, s.Steps.StepsPerTask, s.Steps.Tasks}
-	want := []int{tiny.Runs, tiny.Hops, tiny.Chains, tiny.Fanout, tiny.Delays, tiny.StepsPerTask, tiny.StepTasks}
+	got := []int{s.Runs.N, s.Hop.Hops, s.Hop.Chains, s.Fanout.Children, s.Delay.N, s.Steps.StepsPerTask, s.Steps.Tasks, s.Pool.Runs}
+	want := []int{tiny.Runs, tiny.Hops, tiny.Chains, tiny.Fanout, tiny.Delays, tiny.StepsPerTask, tiny.StepTasks, tiny.PoolRuns}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("sizes (-want +got):\n%s", diff)
 	}
@@ -97,6 +98,7 @@ func TestRunReportsEveryField(t *testing.T) {
 		"hop.braid_p50_ms": s.Hop.BraidP50Ms, "hop.river_p50_ms": s.Hop.RiverP50Ms,
 		"fanout.braid_s": s.Fanout.BraidS, "fanout.river_s": s.Fanout.RiverS,
 		"steps.braid_steps_per_sec": s.Steps.BraidStepsPerSec, "steps.river_steps_per_sec": s.Steps.RiverStepsPerSec,
+		"pool.pool4_s": s.Pool.Pool4S, "pool.pool16_s": s.Pool.Pool16S,
 	} {
 		if v <= 0 {
 			t.Errorf("%s = %v, want a positive figure", name, v)
@@ -105,8 +107,8 @@ func TestRunReportsEveryField(t *testing.T) {
 	if rep.Machine.Database != "url" {
 		t.Errorf("machine.database = %q, want url", rep.Machine.Database)
 	}
-	if len(rep.Targets) != 4 {
-		t.Errorf("%d target checks, want 4: %+v", len(rep.Targets), rep.Targets)
+	if len(rep.Targets) != 6 {
+		t.Errorf("%d target checks, want 6: %+v", len(rep.Targets), rep.Targets)
 	}
 	if !strings.Contains(progress.String(), "fanout: braid") {
 		t.Errorf("no progress for the fanout scenario:\n%s", progress.String())

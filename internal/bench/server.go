@@ -86,7 +86,7 @@ func openServer(ctx context.Context, url string, maxConns int, statements bool) 
 		return nil, fmt.Errorf("bench: creating a scratch database (the role needs CREATEDB; the benchmark never writes to the database in the URL): %w", err)
 	}
 	s.live[s.template] = true
-	pool, err := s.pool(ctx, s.template)
+	pool, err := s.pool(ctx, s.template, s.maxConns)
 	if err != nil {
 		return nil, err
 	}
@@ -106,13 +106,18 @@ func openServer(ctx context.Context, url string, maxConns int, statements bool) 
 // fresh returns a pool on a new scratch database, a clone of the migrated
 // template, and a function that closes the pool and drops the database.
 func (s *server) fresh(ctx context.Context, label string) (*pgxpool.Pool, func(), error) {
+	return s.freshSized(ctx, label, s.maxConns)
+}
+
+// freshSized is fresh with a pool of maxConns connections.
+func (s *server) freshSized(ctx context.Context, label string, maxConns int) (*pgxpool.Pool, func(), error) {
 	s.next++
 	name := fmt.Sprintf("%s_%d_%s", s.prefix, s.next, label)
 	if err := s.exec(ctx, "CREATE DATABASE "+name+" TEMPLATE "+s.template); err != nil {
 		return nil, nil, fmt.Errorf("bench: creating database %s: %w", name, err)
 	}
 	s.live[name] = true
-	pool, err := s.pool(ctx, name)
+	pool, err := s.pool(ctx, name, maxConns)
 	if err != nil {
 		s.drop(name)
 		return nil, nil, err
@@ -126,14 +131,14 @@ func (s *server) fresh(ctx context.Context, label string) (*pgxpool.Pool, func()
 }
 
 // pool opens a pool on database name.
-func (s *server) pool(ctx context.Context, name string) (*pgxpool.Pool, error) {
+func (s *server) pool(ctx context.Context, name string, maxConns int) (*pgxpool.Pool, error) {
 	pc, err := pgxpool.ParseConfig("")
 	if err != nil {
 		return nil, err
 	}
 	pc.ConnConfig = s.admin.Copy()
 	pc.ConnConfig.Database = name
-	pc.MaxConns = int32(s.maxConns)
+	pc.MaxConns = int32(maxConns)
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("bench: opening a pool on %s: %w", name, err)

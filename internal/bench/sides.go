@@ -43,7 +43,12 @@ type side struct {
 
 // newSide creates a scratch database for one side of a scenario.
 func (b *bench) newSide(ctx context.Context, scenario, name string) (*side, error) {
-	pool, release, err := b.srv.fresh(ctx, scenario+"_"+name)
+	return b.newSideSized(ctx, scenario, name, b.cfg.PoolMaxConns)
+}
+
+// newSideSized is newSide with a pool of maxConns connections.
+func (b *bench) newSideSized(ctx context.Context, scenario, name string, maxConns int) (*side, error) {
+	pool, release, err := b.srv.freshSized(ctx, scenario+"_"+name, maxConns)
 	if err != nil {
 		return nil, err
 	}
