@@ -319,3 +319,81 @@ func TestDuplicateLiveTurnDoesNotDelayOtherDelays(t *testing.T) {
 		t.Fatalf("%d delays fired, want 6", n)
 	}
 }
+
+func TestLateAttemptRecordsNothing(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	release := make(chan struct{})
+	var runs atomic.Int64
+	wf := workflow.Define("late_attempt", func(t *workflow.Task, _ struct{}) (int64, error) {
+		n, err := workflow.Step(t, "once", func(ctx context.Context) (int64, error) { return 1, nil })
+		if err != nil {
+			return 0, err
+		}
+		if runs.Add(1) == 1 {
+			<-release // the first attempt is held here while it is superseded
+		}
+		return n, nil
+	})
+	cfg := testConfig(wf)
+	cfg.TurnHeartbeat = 200 * time.Millisecond
+	eng := startEngine(t, pool, cfg)
+	ctx := ctxTimeout(t, 30*time.Second)
+	run, err := wf.Start(ctx, eng, struct{}{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the first attempt to be held", 10*time.Second, func() bool { return runs.Load() == 1 })
+	// The attempt is superseded, as when it was rescued and its retry
+	// fetched by another process: the job now runs at the next attempt.
+	execSQL(t, pool, `UPDATE river_job SET attempt = attempt + 1, attempted_at = now() WHERE kind = 'braid_task'`)
+	close(release)
+	time.Sleep(time.Second)
+	// The late attempt recorded nothing: neither the task's completion nor
+	// the job's.
+	if n := count(t, pool, `SELECT count(*) FROM braid_tasks WHERE status = 'completed'`); n != 0 {
+		t.Fatalf("the late attempt completed the task")
+	}
+	if n := count(t, pool, `SELECT count(*) FROM river_job WHERE kind = 'braid_task' AND state = 'completed'`); n != 0 {
+		t.Fatalf("the late attempt completed the job of the attempt that superseded it")
+	}
+	if n := count(t, pool, `SELECT count(*) FROM river_job j, unnest(j.errors) e WHERE j.kind = 'braid_task' AND (e->>'attempt')::int = 1`); n != 0 {
+		t.Fatalf("the late attempt recorded an attempt error on the job")
+	}
+	// The superseding attempt, silent, is rescued and the run completes.
+	if out, err := run.Result(ctx); err != nil || out != 1 {
+		t.Fatalf("run: %d, %v", out, err)
+	}
+}
+
+func TestMapOverItsTotalInputLimitIsAClearError(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	child := workflow.Define("echo_child", func(t *workflow.Task, in string) (string, error) { return in, nil })
+	parent := workflow.Define("big_map", func(t *workflow.Task, n int) (int, error) {
+		outs, err := workflow.Map(t, "fan", child, make([]string, n))
+		return len(outs), err
+	}, workflow.WithMaxAttempts(1))
+	cfg := testConfig(child, parent)
+	cfg.MaxMapInputBytes = 100 // "" encodes as 2 bytes: 50 items fit, 51 do not
+	eng := startEngine(t, pool, cfg)
+	ctx := ctxTimeout(t, 30*time.Second)
+	run, err := parent.Start(ctx, eng, 51, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = run.Result(ctx)
+	if err == nil || !strings.Contains(err.Error(), `total input of Map "fan" is 102 bytes, over the limit of 100 bytes`) {
+		t.Fatalf("Result: %v, want the Map's total input over its limit", err)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM braid_tasks WHERE parent_task_id IS NOT NULL`); n != 0 {
+		t.Fatalf("%d children created by a Map over its limit", n)
+	}
+	ok, err := parent.Start(ctx, eng, 50, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := ok.Result(ctx); err != nil || n != 50 {
+		t.Fatalf("a Map at its limit: %d, %v", n, err)
+	}
+}
