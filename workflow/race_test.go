@@ -1,0 +1,445 @@
+package workflow_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/braidflow/braid/testutil"
+	"github.com/braidflow/braid/workflow"
+)
+
+// stepClock records when every step body started, and the spans of time
+// in which each run was cancelled: from the moment Cancel returned (its
+// transaction committed before that) to the moment Retry was called. A
+// step body that starts inside such a span ran after a cancel. All times
+// come from this process's monotonic clock, so they compare exactly; the
+// ledger table keeps the database's clock_timestamp() of each start too,
+// for the report.
+type stepClock struct {
+	mu        sync.Mutex
+	starts    map[string][]stepStart  // by run ID
+	cancelled map[string][]cancelSpan // by run ID
+}
+
+type stepStart struct {
+	name string
+	at   time.Time
+}
+
+// cancelSpan is a span in which a run was cancelled; to is zero while it
+// still is.
+type cancelSpan struct {
+	from, to time.Time
+}
+
+func newStepClock() *stepClock {
+	return &stepClock{starts: map[string][]stepStart{}, cancelled: map[string][]cancelSpan{}}
+}
+
+func (c *stepClock) started(runID, name string) {
+	now := time.Now()
+	c.mu.Lock()
+	c.starts[runID] = append(c.starts[runID], stepStart{name: name, at: now})
+	c.mu.Unlock()
+}
+
+// cancelReturned opens a span; call it right after Cancel returned nil.
+func (c *stepClock) cancelReturned(runID string) {
+	now := time.Now()
+	c.mu.Lock()
+	c.cancelled[runID] = append(c.cancelled[runID], cancelSpan{from: now})
+	c.mu.Unlock()
+}
+
+// retryCalled closes the open span; call it right before Retry. It
+// returns a function that opens the span again, for a Retry that failed.
+func (c *stepClock) retryCalled(runID string) (undo func()) {
+	now := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	spans := c.cancelled[runID]
+	if len(spans) == 0 || !spans[len(spans)-1].to.IsZero() {
+		return func() {}
+	}
+	i := len(spans) - 1
+	spans[i].to = now
+	return func() {
+		c.mu.Lock()
+		c.cancelled[runID][i].to = time.Time{}
+		c.mu.Unlock()
+	}
+}
+
+// startsOf counts the starts of the step body labelled name in a run.
+func (c *stepClock) startsOf(runID, name string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, st := range c.starts[runID] {
+		if st.name == name {
+			n++
+		}
+	}
+	return n
+}
+
+// awaitStart waits, at most d, until the step body labelled name starts
+// in the run once more than it had when awaitStart was called.
+func (c *stepClock) awaitStart(runID, name string, d time.Duration) {
+	before := c.startsOf(runID, name)
+	deadline := time.Now().Add(d)
+	for c.startsOf(runID, name) == before && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// violations lists the step bodies that started while their run was
+// cancelled.
+func (c *stepClock) violations() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for runID, spans := range c.cancelled {
+		for _, st := range c.starts[runID] {
+			for _, sp := range spans {
+				if st.at.After(sp.from) && (sp.to.IsZero() || st.at.Before(sp.to)) {
+					out = append(out, fmt.Sprintf("run %s: step %s started %s after Cancel had returned", runID, st.name, st.at.Sub(sp.from)))
+				}
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func deadlocks(t *testing.T, pool *pgxpool.Pool) int64 {
+	t.Helper()
+	var n int64
+	if err := pool.QueryRow(context.Background(),
+		`SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestCancelRetryStormNoDeadlockNothingRunsAfterCancel races 200 calls of
+// Cancel and Retry against turns that complete, suspend on a delay and on
+// joins, and spawn children, among them one run of 1,000 children. No
+// deadlock may occur, Cancel and Retry return only their documented
+// errors, no step body starts while its run is cancelled, every run ends
+// settled, and Retry completes the runs left cancelled.
+func TestCancelRetryStormNoDeadlockNothingRunsAfterCancel(t *testing.T) {
+	t.Parallel()
+	const (
+		totalRounds = 200
+		stormers    = 6
+		bigChildren = 1000
+	)
+	url := testutil.URL(t)
+	admin := testutil.Pool(t, url) // the test's own reads
+	lpool := testutil.Pool(t, url) // the ledger's writes
+	epool := testutil.Pool(t, url) // the engine's
+	ledger(t, admin)
+	deadlocksBefore := deadlocks(t, admin)
+
+	clock := newStepClock()
+	body := func(t *workflow.Task, name string, v int) func(ctx context.Context) (int, error) {
+		full := t.Key() + "/" + name
+		return func(ctx context.Context) (int, error) {
+			clock.started(t.RunID(), full)
+			if _, err := lpool.Exec(ctx, `INSERT INTO ledger (run_id, step) VALUES ($1, $2)`, t.RunID(), full); err != nil {
+				return 0, err
+			}
+			time.Sleep(time.Millisecond)
+			return v, nil
+		}
+	}
+	leaf := workflow.Define("storm_leaf", func(t *workflow.Task, n int) (int, error) {
+		return workflow.Step(t, "work", body(t, "work", n))
+	}, workflow.WithRetry(fast))
+	mixed := workflow.Define("storm_mixed", func(t *workflow.Task, n int) (int, error) {
+		a, err := workflow.Step(t, "a", body(t, "a", n))
+		if err != nil {
+			return 0, err
+		}
+		if err := t.Delay("nap", 20*time.Millisecond); err != nil {
+			return 0, err
+		}
+		left := workflow.Go(t, "left", leaf, 1)
+		right := workflow.Go(t, "right", leaf, 2)
+		l, err := left.Get()
+		if err != nil {
+			return 0, err
+		}
+		r, err := right.Get()
+		if err != nil {
+			return 0, err
+		}
+		few, err := workflow.Map(t, "few", leaf, []int{3, 4, 5})
+		if err != nil {
+			return 0, err
+		}
+		b, err := workflow.Step(t, "b", body(t, "b", 1))
+		if err != nil {
+			return 0, err
+		}
+		// A run of steps in one turn, so that cancels land between them.
+		c := 0
+		for i := range 4 {
+			v, err := workflow.Step(t, "c", body(t, fmt.Sprint("c", i), 1))
+			if err != nil {
+				return 0, err
+			}
+			c += v
+		}
+		return a + l + r + few[0] + few[1] + few[2] + b + c, nil
+	}, workflow.WithRetry(fast))
+	big := workflow.Define("storm_big", func(t *workflow.Task, n int) (int, error) {
+		items := make([]int, n)
+		for i := range items {
+			items[i] = i
+		}
+		outs, err := workflow.Map(t, "many", leaf, items)
+		if err != nil {
+			return 0, err
+		}
+		sum := 0
+		for _, o := range outs {
+			sum += o
+		}
+		return workflow.Step(t, "sum", body(t, "sum", sum))
+	}, workflow.WithRetry(fast))
+
+	eng := startEngine(t, epool, testConfig(leaf, mixed, big))
+	ctx := ctxTimeout(t, 2*time.Minute)
+
+	var (
+		rounds  atomic.Int64
+		errMu   sync.Mutex
+		errs    []string
+		runsMu  sync.Mutex
+		runs    []string
+		mixedN  = map[string]int{} // expected output of each mixed run
+		bigRun  string
+		wg      sync.WaitGroup
+		mistake = func(format string, args ...any) {
+			errMu.Lock()
+			errs = append(errs, fmt.Sprintf(format, args...))
+			errMu.Unlock()
+		}
+	)
+	// cancel and retry call the engine, keep the clock, and accept only
+	// the documented sentinels. They report whether the call took effect.
+	cancel := func(runID string) bool {
+		rounds.Add(1)
+		err := eng.Cancel(ctx, runID)
+		if err == nil {
+			clock.cancelReturned(runID)
+			return true
+		}
+		if !errors.Is(err, workflow.ErrRunFinished) {
+			mistake("Cancel(%s): %v", runID, err)
+		}
+		return false
+	}
+	retry := func(runID string) bool {
+		rounds.Add(1)
+		undo := clock.retryCalled(runID)
+		err := eng.Retry(ctx, runID)
+		if err == nil {
+			return true
+		}
+		undo()
+		if !errors.Is(err, workflow.ErrRunNotRetryable) {
+			mistake("Retry(%s): %v", runID, err)
+		}
+		return false
+	}
+	pause := func(max time.Duration) { time.Sleep(rand.N(max) + time.Millisecond) }
+
+	// The big run: cancel it while its children run, retry it, and leave
+	// the last cancel in place.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		run, err := big.Start(ctx, eng, bigChildren, nil)
+		if err != nil {
+			mistake("starting the big run: %v", err)
+			return
+		}
+		runsMu.Lock()
+		runs, bigRun = append(runs, run.ID), run.ID
+		runsMu.Unlock()
+		for i := range 3 {
+			// Let a random share of the children run first.
+			target := (i+1)*150 + rand.IntN(100)
+			deadline := time.Now().Add(20 * time.Second)
+			for time.Now().Before(deadline) {
+				var n int
+				if err := admin.QueryRow(ctx, `SELECT count(*) FROM ledger WHERE run_id = $1`, run.ID).Scan(&n); err != nil {
+					mistake("counting the big run's steps: %v", err)
+					return
+				}
+				if n >= target {
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if !cancel(run.ID) {
+				return
+			}
+			if i == 2 {
+				return // left cancelled
+			}
+			pause(100 * time.Millisecond)
+			if !retry(run.ID) {
+				return
+			}
+		}
+	}()
+
+	cancelPoints := []string{"root/a", "left/work", "few/1/work", "root/b", "root/c0", "root/c1", "root/c2"}
+	// The storm: small runs cancelled at random points, retried, cancelled
+	// again; some are left cancelled, the others complete.
+	for g := range stormers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; rounds.Load() < totalRounds; i++ {
+				n := g*1000 + i
+				run, err := mixed.Start(ctx, eng, n, nil)
+				if err != nil {
+					mistake("starting a run: %v", err)
+					return
+				}
+				runsMu.Lock()
+				runs = append(runs, run.ID)
+				mixedN[run.ID] = n
+				runsMu.Unlock()
+				ops := 1 + rand.IntN(3)
+				for op := range ops {
+					// Cancel after a random pause, or right as a random
+					// step body starts: in the first turn, in a child, in
+					// a continuation, between the steps of one turn.
+					if rand.IntN(2) == 0 {
+						pause(60 * time.Millisecond)
+					} else {
+						clock.awaitStart(run.ID, cancelPoints[rand.IntN(len(cancelPoints))], 2*time.Second)
+					}
+					if !cancel(run.ID) {
+						break // it completed first
+					}
+					if op == ops-1 && rand.IntN(2) == 0 {
+						break // left cancelled
+					}
+					pause(30 * time.Millisecond)
+					if !retry(run.ID) {
+						break
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, e := range errs {
+		t.Error(e)
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+	if bigRun == "" {
+		t.Fatal("the big run was never started")
+	}
+	t.Logf("%d rounds of Cancel and Retry over %d runs", rounds.Load(), len(runs))
+
+	// Every run settles: the retried ones complete, the cancelled ones
+	// stay cancelled.
+	waitFor(t, "every run to settle", 60*time.Second, func() bool {
+		return count(t, admin, `SELECT count(*) FROM braid_runs WHERE status NOT IN ('completed', 'cancelled')`) == 0
+	})
+	// Give whatever might still run after a cancel the time to show.
+	time.Sleep(time.Second)
+	if n := count(t, admin, `SELECT count(*) FROM braid_runs WHERE status NOT IN ('completed', 'cancelled')`); n != 0 {
+		t.Fatalf("%d runs are neither completed nor cancelled", n)
+	}
+	if n := count(t, admin, `SELECT count(*) FROM braid_runs WHERE status = 'cancelled'`); n == 0 {
+		t.Fatal("no run was left cancelled")
+	}
+	if n := count(t, admin, `
+		SELECT count(*) FROM braid_tasks t
+		 WHERE t.status IN ('pending', 'running')
+		   AND NOT EXISTS (SELECT 1 FROM river_job j WHERE j.kind = 'braid_task' AND j.args->>'task_id' = t.id::text
+		                      AND j.state IN ('available', 'pending', 'running', 'retryable', 'scheduled'))`); n != 0 {
+		t.Fatalf("%d tasks are pending or running without a live turn", n)
+	}
+	if n := count(t, admin, `
+		SELECT count(*) FROM braid_tasks t JOIN braid_runs r ON r.id = t.run_id
+		 WHERE r.status = 'cancelled' AND t.status NOT IN ('completed', 'cancelled')`); n != 0 {
+		t.Fatalf("%d tasks of cancelled runs are neither completed nor cancelled", n)
+	}
+	if v := clock.violations(); len(v) > 0 {
+		t.Errorf("%d step bodies started after Cancel had committed, for example:\n%s", len(v), strings.Join(v[:min(len(v), 30)], "\n"))
+	}
+
+	// Retry completes the runs left cancelled, the big one among them.
+	cancelled := count(t, admin, `SELECT count(*) FROM braid_runs WHERE status = 'cancelled'`)
+	rows, err := admin.Query(ctx, `SELECT id::text FROM braid_runs WHERE status = 'cancelled'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		left = append(left, id)
+	}
+	rows.Close()
+	if len(left) != cancelled {
+		t.Fatalf("read %d cancelled runs, counted %d", len(left), cancelled)
+	}
+	for _, id := range left {
+		if err := eng.Retry(ctx, id); err != nil {
+			t.Fatalf("final Retry(%s): %v", id, err)
+		}
+	}
+	for _, id := range runs {
+		out, err := eng.Wait(ctx, id)
+		if err != nil {
+			t.Fatalf("run %s: %v", id, err)
+		}
+		want := "499500" // the sum of 0…999 for the big run
+		if id != bigRun {
+			want = fmt.Sprint(mixedN[id] + 1 + 2 + 3 + 4 + 5 + 1 + 4)
+		}
+		if string(out) != want {
+			t.Fatalf("run %s output %s, want %s", id, out, want)
+		}
+	}
+
+	// No deadlock: stop the engine and close its connections, whose
+	// backends flush their statistics as they exit, then read the counter.
+	stopCtx, stop := context.WithTimeout(context.Background(), 10*time.Second)
+	defer stop()
+	if err := eng.Stop(stopCtx); err != nil {
+		t.Fatal(err)
+	}
+	epool.Close()
+	lpool.Close()
+	time.Sleep(1500 * time.Millisecond)
+	execSQL(t, admin, `SELECT pg_stat_clear_snapshot()`)
+	if d := deadlocks(t, admin) - deadlocksBefore; d != 0 {
+		t.Fatalf("%d deadlocks during the storm", d)
+	}
+}
