@@ -11,8 +11,8 @@ type Report struct {
 	Total     Figures          `json:"total"`
 	// OK is true when every scenario ran and shows no lost run, no step
 	// recorded twice, no side effect duplicated and no deadlock.
-	OK       bool    `json:"ok"`
-	Seconds  float64 `json:"seconds"`
+	OK       bool     `json:"ok"`
+	Seconds  float64  `json:"seconds"`
 	Problems []string `json:"problems,omitempty"`
 }
 
