@@ -139,7 +139,8 @@ func (s *Scheduler) Ensure(ctx context.Context, kind, key string, args any, firs
 // dead letter stays parked; Revive brings it back.
 //
 // args are the River job's args: anything encoding/json accepts, a
-// json.RawMessage as is. When args is a river.JobArgs, kind may be empty
+// json.RawMessage as is, at most Config.MaxArgsBytes once encoded (larger
+// args are an *ArgsTooLargeError naming the kind, the key and the limit). When args is a river.JobArgs, kind may be empty
 // and is taken from it, and the Queue and Priority of its InsertOpts, if it
 // has any, apply to the job.
 func (s *Scheduler) EnsureTx(ctx context.Context, tx pgx.Tx, kind, key string, args any, firstRunAt time.Time) (time.Time, error) {
@@ -167,6 +168,9 @@ func (s *Scheduler) EnsureTx(ctx context.Context, tx pgx.Tx, kind, key string, a
 	encoded, err := encodeArgs(args)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("scheduler: recurring job %s/%s: %w", kind, key, err)
+	}
+	if len(encoded) > s.cfg.MaxArgsBytes {
+		return time.Time{}, &ArgsTooLargeError{Kind: kind, Key: key, Size: len(encoded), Limit: s.cfg.MaxArgsBytes}
 	}
 	if len(encoded) == 0 || encoded[0] != '{' {
 		return time.Time{}, fmt.Errorf("scheduler: recurring job %s/%s: args must be a JSON object, got %s", kind, key, encoded)

@@ -82,7 +82,62 @@ var (
 	// ErrScheduleExists is returned (wrapped) by Create when the name is
 	// taken.
 	ErrScheduleExists = errors.New("scheduler: schedule already exists")
+
+	// ErrUnknownTarget matches the *UnknownTargetError of Create and Update
+	// when the scheduler knows the target does not exist.
+	ErrUnknownTarget = errors.New("scheduler: unknown target")
+
+	// ErrArgsTooLarge matches the *ArgsTooLargeError of Create, Update and
+	// Ensure when args exceed Config.MaxArgsBytes.
+	ErrArgsTooLarge = errors.New("scheduler: args too large")
 )
+
+// UnknownTargetError is returned by Create and Update (and their Tx twins)
+// for a target the scheduler knows does not exist: a workflow that
+// Config.Workflows does not know (see WorkflowRegistry), or a job kind that
+// no worker of Config.Queue works (see queue.Queue.KnowsKind). It matches
+// ErrUnknownTarget.
+type UnknownTargetError struct {
+	Schedule   string
+	TargetType TargetType
+	Target     string
+}
+
+func (e *UnknownTargetError) Error() string {
+	if e.TargetType == TargetWorkflow {
+		return fmt.Sprintf("scheduler: schedule %q: workflow %q is not registered", e.Schedule, e.Target)
+	}
+	return fmt.Sprintf("scheduler: schedule %q: job kind %q has no worker in the scheduler's queue", e.Schedule, e.Target)
+}
+
+// Is reports whether target is ErrUnknownTarget.
+func (e *UnknownTargetError) Is(target error) bool { return target == ErrUnknownTarget }
+
+// ArgsTooLargeError is returned when the JSON args of a schedule or of a
+// recurring job exceed Config.MaxArgsBytes. It names the schedule, or the
+// recurring job's kind and key. It matches ErrArgsTooLarge.
+type ArgsTooLargeError struct {
+	// Schedule names the schedule; empty for a recurring job.
+	Schedule string
+
+	// Kind and Key name the recurring job; empty for a schedule.
+	Kind, Key string
+
+	// Size is the length of the encoded args in bytes; Limit is
+	// Config.MaxArgsBytes.
+	Size, Limit int
+}
+
+func (e *ArgsTooLargeError) Error() string {
+	what := fmt.Sprintf("schedule %q", e.Schedule)
+	if e.Schedule == "" {
+		what = fmt.Sprintf("recurring job %s/%s", e.Kind, e.Key)
+	}
+	return fmt.Sprintf("scheduler: %s: args are %d bytes of JSON; the limit is %d bytes (Config.MaxArgsBytes)", what, e.Size, e.Limit)
+}
+
+// Is reports whether target is ErrArgsTooLarge.
+func (e *ArgsTooLargeError) Is(target error) bool { return target == ErrArgsTooLarge }
 
 // Schedule is a durable cron entry: a row of braid_schedules.
 type Schedule struct {
@@ -113,6 +168,23 @@ type Schedule struct {
 	// LastRunID is the workflow run of the last fire of a workflow target.
 	LastRunID string `json:"last_run_id,omitempty"`
 
+	// LastError is why the last attempt to fire failed: the job could not
+	// be inserted or the run could not be started. A successful fire
+	// clears it.
+	LastError string `json:"last_error"`
+
+	// LastErrorAt is when LastError happened, on the database clock; nil
+	// when there is no error.
+	LastErrorAt *time.Time `json:"last_error_at"`
+
+	// FireFailures counts failed attempts to fire since the last
+	// successful fire.
+	FireFailures int `json:"fire_failures"`
+
+	// RetryAt, after a failed fire, is when the slot at NextRunAt is tried
+	// again (Config.FireRetryBackoff); nil otherwise.
+	RetryAt *time.Time `json:"retry_at,omitempty"`
+
 	CreatedBy string    `json:"created_by"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
@@ -135,17 +207,20 @@ type ScheduleParams struct {
 	TimeZone string
 
 	// TargetType says whether the schedule inserts a job or starts a
-	// workflow.
+	// workflow. Any other value is an error.
 	//
 	// Defaults to TargetJob.
 	TargetType TargetType
 
 	// Target is the River job kind or the workflow name; 1 to
-	// TargetMaxLength characters.
+	// TargetMaxLength characters. When the scheduler can tell (see
+	// Config.Queue and Config.Workflows), it must exist: an unknown one is
+	// an *UnknownTargetError.
 	Target string
 
 	// Args are the job's args (a JSON object) or the workflow's input.
-	// Anything encoding/json accepts; a json.RawMessage is used as is.
+	// Anything encoding/json accepts; a json.RawMessage is used as is. At
+	// most Config.MaxArgsBytes once encoded.
 	//
 	// Defaults to {}.
 	Args any
@@ -186,7 +261,9 @@ type ScheduleParams struct {
 
 // ScheduleUpdate changes the fields of a schedule that are non-nil. A
 // change of Expression or TimeZone moves next_run_at to the new
-// expression's first slot after now.
+// expression's first slot after now. A changed target is checked as in
+// Create, and changed Args are capped as in Create. Any update ends the
+// backoff of a failed fire: a due slot is tried again at once.
 type ScheduleUpdate struct {
 	Description   *string
 	Expression    *string
@@ -218,7 +295,7 @@ type ScheduleListParams struct {
 
 const scheduleColumns = `id, name, description, expression, time_zone, target_type, target, args, queue,
     priority, max_attempts, enabled, overlap_policy, catch_up_policy, next_run_at, last_run_at,
-    last_job_id, last_run_id, created_by, created_at, updated_at`
+    last_job_id, last_run_id, last_error, last_error_at, fire_failures, retry_at, created_by, created_at, updated_at`
 
 func scanSchedule(row pgx.Row, extra ...any) (*Schedule, error) {
 	var (
@@ -226,11 +303,14 @@ func scanSchedule(row pgx.Row, extra ...any) (*Schedule, error) {
 		maxAttempts *int32
 		priority    int16
 		lastRunID   *uuid.UUID
+		lastError   *string
+		failures    int32
 	)
 	dest := append([]any{
 		&sch.ID, &sch.Name, &sch.Description, &sch.Expression, &sch.TimeZone, &sch.TargetType, &sch.Target,
 		&sch.Args, &sch.Queue, &priority, &maxAttempts, &sch.Enabled, &sch.OverlapPolicy, &sch.CatchUpPolicy,
-		&sch.NextRunAt, &sch.LastRunAt, &sch.LastJobID, &lastRunID, &sch.CreatedBy, &sch.CreatedAt, &sch.UpdatedAt,
+		&sch.NextRunAt, &sch.LastRunAt, &sch.LastJobID, &lastRunID, &lastError, &sch.LastErrorAt, &failures, &sch.RetryAt,
+		&sch.CreatedBy, &sch.CreatedAt, &sch.UpdatedAt,
 	}, extra...)
 	if err := row.Scan(dest...); err != nil {
 		return nil, err
@@ -242,6 +322,10 @@ func scanSchedule(row pgx.Row, extra ...any) (*Schedule, error) {
 	if lastRunID != nil {
 		sch.LastRunID = lastRunID.String()
 	}
+	if lastError != nil {
+		sch.LastError = *lastError
+	}
+	sch.FireFailures = int(failures)
 	return &sch, nil
 }
 
@@ -346,6 +430,37 @@ func (sch *Schedule) validate() (*Expression, error) {
 	// Store the canonical forms.
 	sch.Expression, sch.TimeZone = e.String(), e.TimeZone()
 	return e, nil
+}
+
+// checkArgs enforces Config.MaxArgsBytes on a schedule's encoded args.
+func (s *Scheduler) checkArgs(sch *Schedule) error {
+	if len(sch.Args) > s.cfg.MaxArgsBytes {
+		return &ArgsTooLargeError{Schedule: sch.Name, Size: len(sch.Args), Limit: s.cfg.MaxArgsBytes}
+	}
+	return nil
+}
+
+// checkTarget rejects a target the scheduler knows does not exist. Without
+// a way to know (no WorkflowRegistry, no Queue, or an insert-only one) it
+// accepts any target.
+func (s *Scheduler) checkTarget(sch *Schedule) error {
+	known := true
+	switch sch.TargetType {
+	case TargetWorkflow:
+		if r, ok := s.cfg.Workflows.(WorkflowRegistry); ok && r != nil {
+			known = r.KnowsWorkflow(sch.Target)
+		}
+	case TargetJob:
+		if s.cfg.Queue != nil {
+			known = s.cfg.Queue.KnowsKind(sch.Target)
+		}
+	default:
+		return fmt.Errorf("scheduler: schedule %q: target type %q is invalid; use %q or %q", sch.Name, sch.TargetType, TargetJob, TargetWorkflow)
+	}
+	if !known {
+		return &UnknownTargetError{Schedule: sch.Name, TargetType: sch.TargetType, Target: sch.Target}
+	}
+	return nil
 }
 
 // dbNow reads the database clock.
@@ -464,8 +579,14 @@ func (s *Scheduler) CreateTx(ctx context.Context, tx pgx.Tx, params *SchedulePar
 		CatchUpPolicy: orDefault(params.CatchUpPolicy, CatchUpOnce),
 		CreatedBy:     params.CreatedBy,
 	}
+	if err := s.checkArgs(sch); err != nil {
+		return nil, err
+	}
 	e, err := sch.validate()
 	if err != nil {
+		return nil, err
+	}
+	if err := s.checkTarget(sch); err != nil {
 		return nil, err
 	}
 	now, err := dbNow(ctx, tx)
@@ -572,6 +693,7 @@ func (s *Scheduler) UpdateTx(ctx context.Context, tx pgx.Tx, name string, update
 		return nil, err
 	}
 	oldExpr, oldZone, wasEnabled := sch.Expression, sch.TimeZone, sch.Enabled
+	oldType, oldTarget := sch.TargetType, sch.Target
 	set := func(dst *string, src *string) {
 		if src != nil {
 			*dst = *src
@@ -605,9 +727,19 @@ func (s *Scheduler) UpdateTx(ctx context.Context, tx pgx.Tx, name string, update
 	if update.CatchUpPolicy != nil {
 		sch.CatchUpPolicy = *update.CatchUpPolicy
 	}
+	if update.Args != nil {
+		if err := s.checkArgs(sch); err != nil {
+			return nil, err
+		}
+	}
 	e, err := sch.validate()
 	if err != nil {
 		return nil, err
+	}
+	if sch.TargetType != oldType || sch.Target != oldTarget {
+		if err := s.checkTarget(sch); err != nil {
+			return nil, err
+		}
 	}
 	now, err := dbNow(ctx, tx)
 	if err != nil {
@@ -626,7 +758,7 @@ func writeSchedule(ctx context.Context, tx pgx.Tx, sch *Schedule) (*Schedule, er
 	updated, err := scanSchedule(tx.QueryRow(ctx, `
 UPDATE braid_schedules SET description = $2, expression = $3, time_zone = $4, target_type = $5, target = $6,
     args = $7, queue = $8, priority = $9, max_attempts = $10, enabled = $11, overlap_policy = $12,
-    catch_up_policy = $13, next_run_at = $14, updated_at = now()
+    catch_up_policy = $13, next_run_at = $14, retry_at = NULL, updated_at = now()
 WHERE id = $1
 RETURNING `+scheduleColumns,
 		sch.ID, sch.Description, sch.Expression, sch.TimeZone, sch.TargetType, sch.Target, sch.Args, sch.Queue,
@@ -688,7 +820,7 @@ func (s *Scheduler) fireNext(ctx context.Context, lease *leases.Lease) (bool, er
 	}
 	var now time.Time
 	sch, err := scanSchedule(tx.QueryRow(ctx, `SELECT `+scheduleColumns+`, now() FROM braid_schedules
-WHERE enabled AND next_run_at <= now()
+WHERE enabled AND next_run_at <= now() AND (retry_at IS NULL OR retry_at <= now())
 ORDER BY next_run_at LIMIT 1
 FOR UPDATE SKIP LOCKED`), &now)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -704,7 +836,9 @@ FOR UPDATE SKIP LOCKED`), &now)
 		// Only a row written around this package gets here; firing it again
 		// and again would spin, so it is disabled.
 		log.ErrorContext(ctx, "scheduler: disabling schedule with an invalid expression", slog.String("error", err.Error()))
-		if _, err := tx.Exec(ctx, `UPDATE braid_schedules SET enabled = false, updated_at = now() WHERE id = $1`, sch.ID); err != nil {
+		if _, err := tx.Exec(ctx, `UPDATE braid_schedules SET enabled = false, last_error = $2, last_error_at = now(),
+    retry_at = NULL, updated_at = now() WHERE id = $1`,
+			sch.ID, queue.SanitizeErrorText("disabled: "+err.Error(), 0)); err != nil {
 			return false, fmt.Errorf("scheduler: disabling schedule %q: %w", sch.Name, err)
 		}
 		return true, commit(ctx, tx)
@@ -742,21 +876,39 @@ FOR UPDATE SKIP LOCKED`), &now)
 		runID *uuid.UUID
 	)
 	if fire {
-		jobID, runID, err = s.fireTarget(ctx, tx, sch, e, first, slot)
+		jobID, runID, err = s.fireTarget(ctx, tx, sch, first, slot)
 		if err != nil {
+			// The slot is not advanced: it stays due and is tried again
+			// after a backoff, with the same slot time.
+			delay := s.cfg.FireRetryBackoff.Delay(sch.FireFailures + 1)
+			log.ErrorContext(ctx, "scheduler: firing schedule failed; retrying the slot later", slog.Time("slot", slot),
+				slog.Int("failures", sch.FireFailures+1), slog.Duration("retry_in", delay), slog.String("error", err.Error()))
 			if errors.Is(err, errTxBroken) {
+				// Nothing more can be written in tx: record the failure in
+				// a transaction of its own.
+				_ = tx.Rollback(context.WithoutCancel(ctx))
+				wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
+				defer cancel()
+				if rerr := recordFireFailure(wctx, s.pool, sch, first, err, delay); rerr != nil {
+					return false, fmt.Errorf("%w (recording it: %w)", err, rerr)
+				}
+				return true, nil
+			}
+			if err := recordFireFailure(ctx, tx, sch, first, err, delay); err != nil {
 				return false, err
 			}
-			fire = false
-			log.ErrorContext(ctx, "scheduler: firing schedule failed; slot skipped", slog.Time("slot", slot), slog.String("error", err.Error()))
+			return true, commit(ctx, tx)
 		}
 	}
 
 	tag, err := tx.Exec(ctx, `
-UPDATE braid_schedules SET next_run_at = $2,
+UPDATE braid_schedules SET next_run_at = $2, retry_at = NULL,
     last_run_at = CASE WHEN $3 THEN now() ELSE last_run_at END,
     last_job_id = CASE WHEN $3 THEN $4 ELSE last_job_id END,
-    last_run_id = CASE WHEN $3 THEN $5 ELSE last_run_id END
+    last_run_id = CASE WHEN $3 THEN $5 ELSE last_run_id END,
+    last_error = CASE WHEN $3 THEN NULL ELSE last_error END,
+    last_error_at = CASE WHEN $3 THEN NULL ELSE last_error_at END,
+    fire_failures = CASE WHEN $3 THEN 0 ELSE fire_failures END
 WHERE id = $1 AND next_run_at = $6`, sch.ID, next, fire, jobID, runID, first)
 	if err != nil {
 		return false, fmt.Errorf("scheduler: advancing schedule %q: %w", sch.Name, err)
@@ -773,6 +925,20 @@ WHERE id = $1 AND next_run_at = $6`, sch.ID, next, fire, jobID, runID, first)
 	return true, nil
 }
 
+// recordFireFailure stores why the slot first of sch failed to fire and
+// holds it back for delay, fenced on the slot so that a schedule changed
+// meanwhile is left alone.
+func recordFireFailure(ctx context.Context, db dbtx, sch *Schedule, first time.Time, fireErr error, delay time.Duration) error {
+	_, err := db.Exec(ctx, `
+UPDATE braid_schedules SET last_error = $3, last_error_at = now(), fire_failures = fire_failures + 1,
+    retry_at = now() + $4::bigint * interval '1 microsecond'
+WHERE id = $1 AND next_run_at = $2`, sch.ID, first, queue.SanitizeErrorText(fireErr.Error(), 0), delay.Microseconds())
+	if err != nil {
+		return fmt.Errorf("scheduler: recording the failed fire of schedule %q: %w", sch.Name, err)
+	}
+	return nil
+}
+
 func commit(ctx context.Context, tx pgx.Tx) error {
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("scheduler: committing: %w", err)
@@ -785,7 +951,7 @@ var errTxBroken = errors.New("transaction aborted")
 
 // fireTarget inserts the job or starts the run of one slot inside a
 // savepoint of tx. An error not matching errTxBroken left tx usable.
-func (s *Scheduler) fireTarget(ctx context.Context, tx pgx.Tx, sch *Schedule, e *Expression, first, slot time.Time) (*int64, *uuid.UUID, error) {
+func (s *Scheduler) fireTarget(ctx context.Context, tx pgx.Tx, sch *Schedule, first, slot time.Time) (*int64, *uuid.UUID, error) {
 	sp, err := tx.Begin(ctx)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %w", errTxBroken, err)

@@ -557,7 +557,8 @@ func TestFireWorkflow(t *testing.T) {
 		t.Errorf("%d runs after the first completed, want 2", n)
 	}
 
-	// A failing start skips the slot without a run and moves on.
+	// A failing start keeps the slot due, records the error and holds the
+	// slot back; it does not start a run.
 	engine.fail = errors.New("engine down")
 	exec(t, pool, `UPDATE braid_runs SET status = 'completed'`)
 	failed := due()
@@ -565,16 +566,37 @@ func TestFireWorkflow(t *testing.T) {
 	if n := len(runs()); n != 2 {
 		t.Errorf("%d runs after a failed start, want 2", n)
 	}
-	if sch, _ := s.Get(ctx, "digest"); !sch.NextRunAt.Equal(failed.Add(time.Hour)) {
-		t.Errorf("NextRunAt after a failed start = %s, want %s", sch.NextRunAt, failed.Add(time.Hour))
+	sch, _ = s.Get(ctx, "digest")
+	if !sch.NextRunAt.Equal(failed) || !strings.Contains(sch.LastError, "engine down") || sch.LastErrorAt == nil ||
+		sch.FireFailures != 1 || sch.RetryAt == nil || !sch.RetryAt.After(*sch.LastErrorAt) {
+		t.Errorf("after a failed start: next %s (want %s), error %q at %v, failures %d, retry at %v",
+			sch.NextRunAt, failed, sch.LastError, sch.LastErrorAt, sch.FireFailures, sch.RetryAt)
 	}
 
-	// Without a WorkflowStarter the slot is skipped the same way.
+	// Without a WorkflowStarter the slot is held back the same way.
 	s2 := newScheduler(t, pool, &Config{Queue: insertOnlyQueue(t, pool)})
-	due()
+	exec(t, pool, `UPDATE braid_schedules SET retry_at = NULL`)
 	tick(t, s2)
 	if n := len(runs()); n != 2 {
 		t.Errorf("%d runs without a WorkflowStarter, want 2", n)
+	}
+	sch, _ = s.Get(ctx, "digest")
+	if !sch.NextRunAt.Equal(failed) || !strings.Contains(sch.LastError, "Config.Workflows is nil") || sch.FireFailures != 2 {
+		t.Errorf("without a WorkflowStarter: next %s (want %s), error %q, failures %d", sch.NextRunAt, failed, sch.LastError, sch.FireFailures)
+	}
+
+	// Once the engine is back, the held slot fires with its own time and
+	// the error is cleared.
+	engine.fail = nil
+	exec(t, pool, `UPDATE braid_schedules SET retry_at = NULL`)
+	tick(t, s)
+	got = runs()
+	if len(got) != 3 || got[2].Key != IdempotencyKey("digest", failed) {
+		t.Fatalf("runs after recovery: %+v; want a third with the key of slot %s", got, failed)
+	}
+	sch, _ = s.Get(ctx, "digest")
+	if sch.LastError != "" || sch.LastErrorAt != nil || sch.FireFailures != 0 || sch.RetryAt != nil || !sch.NextRunAt.Equal(failed.Add(time.Hour)) {
+		t.Errorf("after recovery: %+v", sch)
 	}
 }
 
@@ -589,13 +611,16 @@ func TestFireFailuresDoNotBlockOthers(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := newScheduler(t, pool, &Config{Queue: q})
+	// A scheduler without a queue cannot tell which kinds exist, so it
+	// accepts the unknown kind that s would refuse.
+	blind := newScheduler(t, pool, nil)
 
 	for _, p := range []ScheduleParams{
 		{Name: "a-unknown", Expression: "@every 1h", Target: "no_such_kind"},
 		{Name: "b-broken", Expression: "@every 1h", Target: "ping"},
 		{Name: "c-ok", Expression: "@every 1h", Target: "ping"},
 	} {
-		if _, err := s.Create(ctx, &p); err != nil {
+		if _, err := blind.Create(ctx, &p); err != nil {
 			t.Fatal(err)
 		}
 		setDue(t, s, p.Name, "date_trunc('second', now()) - interval '1 second'")
@@ -608,11 +633,11 @@ func TestFireFailuresDoNotBlockOthers(t *testing.T) {
 	if n := len(firedJobs(t, pool, "a-unknown")); n != 0 {
 		t.Errorf("unknown kind fired %d jobs", n)
 	}
-	if sch, _ := s.Get(ctx, "a-unknown"); !sch.NextRunAt.After(time.Now()) {
-		t.Errorf("unknown kind did not advance: %s", sch.NextRunAt)
+	if sch, _ := s.Get(ctx, "a-unknown"); sch.NextRunAt.After(time.Now()) || sch.RetryAt == nil || !strings.Contains(sch.LastError, "no_such_kind") {
+		t.Errorf("unknown kind: next %s, retry at %v, error %q; want the slot held back with the error", sch.NextRunAt, sch.RetryAt, sch.LastError)
 	}
-	if sch, _ := s.Get(ctx, "b-broken"); sch.Enabled {
-		t.Error("schedule with an invalid stored expression still enabled")
+	if sch, _ := s.Get(ctx, "b-broken"); sch.Enabled || !strings.Contains(sch.LastError, "bogus") {
+		t.Errorf("schedule with an invalid stored expression: enabled %t, error %q", sch.Enabled, sch.LastError)
 	}
 	if n := len(firedJobs(t, pool, "c-ok")); n != 1 {
 		t.Errorf("healthy schedule fired %d jobs, want 1", n)

@@ -40,6 +40,10 @@ const (
 	// transaction claims.
 	RecurringBatchSizeDefault = 100
 
+	// MaxArgsBytesDefault caps the JSON args of a schedule (its job's args or
+	// its workflow's input) and of a recurring job: 64 KiB.
+	MaxArgsBytesDefault = 64 << 10
+
 	// QueueDefault is the River queue of jobs that name no queue.
 	QueueDefault = "default"
 
@@ -65,6 +69,10 @@ const (
 	writeTimeout = 10 * time.Second
 )
 
+// FireRetryBackoffDefault is the default Config.FireRetryBackoff: 1s·2^(n-1)
+// after the n-th failed fire in a row, capped at 1m, ±20%.
+var FireRetryBackoffDefault = queue.Backoff{Strategy: queue.Exponential, Base: time.Second, Max: time.Minute, Jitter: 0.2}
+
 // WorkflowStarter starts a workflow run inside a transaction. The workflow
 // engine implements it; the scheduler calls it for schedules whose target is
 // a workflow. It must return the existing run, not start a second one, when
@@ -73,17 +81,36 @@ type WorkflowStarter interface {
 	StartWorkflowTx(ctx context.Context, tx pgx.Tx, workflow string, input json.RawMessage, idempotencyKey string) (runID string, err error)
 }
 
+// WorkflowRegistry is implemented by a WorkflowStarter that knows which
+// workflows exist; the workflow engine does. When Config.Workflows
+// implements it, Create and Update reject a schedule whose target is a
+// workflow it does not know.
+type WorkflowRegistry interface {
+	KnowsWorkflow(name string) bool
+}
+
 // Config configures a Scheduler. The zero value is valid for managing
 // schedules and recurring jobs; Start also needs Queue.
 type Config struct {
 	// Queue inserts the jobs of schedules and recurring jobs, in the same
-	// transaction that advances them. It is required by Start, and not used
-	// otherwise. It need not be started in this process, but its River
+	// transaction that advances them. It is required by Start; otherwise
+	// it only checks kinds (below). It need not be started in this
+	// process, but its River
 	// client must know the kinds of the jobs (or skip that check).
+	//
+	// When set, Create and Update also check the kind of a job target with
+	// queue.Queue.KnowsKind, and reject a kind that the queue's workers do
+	// not work (an error matching ErrUnknownTarget). An insert-only queue
+	// knows no kinds, so with it, or without a Queue, any kind is accepted.
 	Queue *queue.Queue
 
 	// Workflows starts the runs of schedules whose target is a workflow.
-	// When nil, such schedules log an error at each slot instead of firing.
+	// When nil, such schedules record an error at each slot instead of
+	// firing, and retry it (see FireRetryBackoff).
+	//
+	// When it implements WorkflowRegistry (the workflow engine does),
+	// Create and Update reject a workflow it does not know (an error
+	// matching ErrUnknownTarget); otherwise any workflow name is accepted.
 	Workflows WorkflowStarter
 
 	// Leases elects the one process that fires schedules.
@@ -126,6 +153,23 @@ type Config struct {
 	//
 	// Defaults to RecurringBatchSizeDefault (100).
 	RecurringBatchSize int
+
+	// MaxArgsBytes caps the encoded JSON args of a schedule (Create,
+	// Update) and of a recurring job (Ensure): larger args are rejected
+	// with an *ArgsTooLargeError that names the schedule or the recurring
+	// job and the limit.
+	//
+	// Defaults to MaxArgsBytesDefault (64 KiB).
+	MaxArgsBytes int
+
+	// FireRetryBackoff is how long a schedule's slot waits before it is
+	// tried again after its job could not be inserted or its run could not
+	// be started: FireRetryBackoff.Delay(n) after the n-th failure in a
+	// row. The slot stays due, keeps its time (and so its idempotency
+	// key), and is never dropped for the failure.
+	//
+	// Defaults to FireRetryBackoffDefault: 1s·2^(n-1), capped at 1m, ±20%.
+	FireRetryBackoff queue.Backoff
 
 	// Logger receives fires, skips and errors.
 	//
@@ -191,6 +235,18 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Scheduler, error) {
 	}
 	if c.RecurringBatchSize == 0 {
 		c.RecurringBatchSize = RecurringBatchSizeDefault
+	}
+	if c.MaxArgsBytes < 0 {
+		return nil, fmt.Errorf("scheduler: Config.MaxArgsBytes is %d; it must be positive (or zero for the default %d)", c.MaxArgsBytes, MaxArgsBytesDefault)
+	}
+	if c.MaxArgsBytes == 0 {
+		c.MaxArgsBytes = MaxArgsBytesDefault
+	}
+	if c.FireRetryBackoff == (queue.Backoff{}) {
+		c.FireRetryBackoff = FireRetryBackoffDefault
+	}
+	if err := c.FireRetryBackoff.Validate(); err != nil {
+		return nil, fmt.Errorf("scheduler: Config.FireRetryBackoff: %w", err)
 	}
 	if c.Leases == nil {
 		m, err := leases.New(pool, &leases.Config{Logger: c.Logger})
@@ -356,7 +412,7 @@ func (s *Scheduler) tick(ctx context.Context, lease *leases.Lease) error {
 
 const untilNextSQL = `
 SELECT extract(epoch FROM least(
-    (SELECT min(next_run_at) FROM braid_schedules WHERE enabled),
+    (SELECT min(greatest(next_run_at, retry_at)) FROM braid_schedules WHERE enabled),
     (SELECT min(next_run_at) FROM braid_recurring WHERE enabled AND dead_at IS NULL AND running_since IS NULL)
 ) - now())::float8`
 

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"text/tabwriter"
 
@@ -61,9 +62,15 @@ func scheduleError(name string, err error) error {
 		return fmt.Errorf("schedule %q already exists; change it with `braid schedules update`", name)
 	case errors.Is(err, scheduler.ErrInvalidExpression):
 		return &usageError{strings.TrimPrefix(err.Error(), "scheduler: ")}
+	case errors.Is(err, scheduler.ErrUnknownTarget), errors.Is(err, scheduler.ErrArgsTooLarge):
+		return errors.New(strings.TrimPrefix(err.Error(), "scheduler: "))
 	}
 	return err
 }
+
+// scheduleErrorClip is how many characters of a schedule's last error
+// schedules list shows; schedules get and --json show all of it.
+const scheduleErrorClip = 60
 
 // scheduleTarget formats a schedule's target for tables.
 func scheduleTarget(s *scheduler.Schedule) string { return string(s.TargetType) + " " + s.Target }
@@ -73,9 +80,10 @@ func scheduleTable(w io.Writer, list []*scheduler.Schedule) {
 		row(w, "no schedules")
 		return
 	}
-	row(w, "NAME", "ENABLED", "EXPRESSION", "TIME ZONE", "TARGET", "NEXT RUN", "LAST RUN")
+	row(w, "NAME", "ENABLED", "EXPRESSION", "TIME ZONE", "TARGET", "NEXT RUN", "LAST RUN", "LAST ERROR")
 	for _, s := range list {
-		row(w, s.Name, yesNo(s.Enabled), s.Expression, s.TimeZone, scheduleTarget(s), at(s.NextRunAt), ts(s.LastRunAt))
+		row(w, s.Name, yesNo(s.Enabled), s.Expression, s.TimeZone, scheduleTarget(s), at(s.NextRunAt), ts(s.LastRunAt),
+			orDash(clip(s.LastError, scheduleErrorClip)))
 	}
 }
 
@@ -101,6 +109,14 @@ func printSchedule(w io.Writer, s *scheduler.Schedule) {
 		row(w, "last job:", *s.LastJobID)
 	case s.LastRunID != "":
 		row(w, "last run id:", s.LastRunID)
+	}
+	if s.LastError != "" {
+		row(w, "last error:", clip(s.LastError, math.MaxInt)) // in full, on one line
+		row(w, "last error at:", ts(s.LastErrorAt))
+		row(w, "fire failures:", s.FireFailures)
+		if s.RetryAt != nil {
+			row(w, "retry at:", ts(s.RetryAt))
+		}
 	}
 	row(w, "created by:", orDash(s.CreatedBy))
 	row(w, "created:", at(s.CreatedAt))

@@ -140,3 +140,51 @@ func TestSchedulesErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestSchedulesLastError shows a schedule whose fire failed: cut short in
+// the list (TestGolden), in full by get, and in the JSON of both.
+func TestSchedulesLastError(t *testing.T) {
+	t.Parallel()
+	url := seeded(t)
+	const full = `inserting job of kind "renew_websub": ERROR: deadlock detected (SQLSTATE 40P01): ` +
+		`Process 4121 waits for ShareLock on transaction 7712; blocked by process 977.`
+
+	code, out, errOut := braid(t, "schedules", "get", "renew_websub", "--database-url", url)
+	if code != 0 {
+		t.Fatalf("schedules get: code %d: %s", code, errOut)
+	}
+	golden(t, "schedules-get-last-error", out)
+	if !strings.Contains(out, full) {
+		t.Errorf("schedules get does not show the whole error:\n%s", out)
+	}
+
+	code, out, errOut = braid(t, "schedules", "get", "renew_websub", "--json", "--database-url", url)
+	if code != 0 {
+		t.Fatalf("schedules get --json: code %d: %s", code, errOut)
+	}
+	var one map[string]any
+	if err := json.Unmarshal([]byte(out), &one); err != nil {
+		t.Fatal(err)
+	}
+	if one["last_error"] != full || one["last_error_at"] != "2026-03-02T08:59:30Z" || one["fire_failures"] != float64(6) ||
+		one["retry_at"] != "2026-03-02T09:00:30Z" {
+		t.Errorf("schedules get --json: last_error %v at %v, failures %v, retry at %v", one["last_error"], one["last_error_at"],
+			one["fire_failures"], one["retry_at"])
+	}
+
+	code, out, errOut = braid(t, "schedules", "list", "--json", "--database-url", url)
+	if code != 0 {
+		t.Fatalf("schedules list --json: code %d: %s", code, errOut)
+	}
+	var list []map[string]any
+	if err := json.Unmarshal([]byte(out), &list); err != nil {
+		t.Fatal(err)
+	}
+	errs := map[string]any{}
+	for _, s := range list {
+		errs[s["name"].(string)] = s["last_error"]
+	}
+	if want := (map[string]any{"cleanup": "", "nightly-report": "", "renew_websub": full}); !cmp.Equal(want, errs) {
+		t.Errorf("schedules list --json: last errors %v, want %v", errs, want)
+	}
+}

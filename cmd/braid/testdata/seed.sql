@@ -93,6 +93,14 @@ INSERT INTO braid_schedules (name, description, expression, time_zone, target_ty
 ('renew_websub', 'Renew WebSub subscriptions that expire within a day', '@daily', 'UTC', 'job', 'renew_websub', '{}', 'default', 3, 5, true,
  'skip', 'once', '2026-03-03 00:00:00+00', '2026-03-02 00:00:00.1+00', 1, NULL, 'feedfetcher', '2026-02-01 10:00:00+00', '2026-02-01 10:00:00+00');
 
+-- Today's slot of renew_websub has failed six times in a row: it stays due
+-- (next_run_at is the slot) and is held back until retry_at.
+UPDATE braid_schedules SET next_run_at = '2026-03-02 00:00:00+00', last_run_at = '2026-03-01 00:00:00.1+00',
+    last_error = 'inserting job of kind "renew_websub": ERROR: deadlock detected (SQLSTATE 40P01): '
+        || 'Process 4121 waits for ShareLock on transaction 7712; blocked by process 977.',
+    last_error_at = '2026-03-02 08:59:30+00', fire_failures = 6, retry_at = '2026-03-02 09:00:30+00'
+WHERE name = 'renew_websub';
+
 INSERT INTO braid_recurring (kind, key, args, queue, priority, enabled, next_run_at, running_since, job_id, last_run_at, last_error, consecutive_failures, dead_at, created_at, updated_at) VALUES
 ('fetch_feed', 'feed:1', '{"feed_id": 1}', 'feeds', 3, true, '2026-03-02 09:30:00+00', NULL, NULL, '2026-03-02 09:00:05+00', NULL, 0, NULL,
  '2026-02-01 10:00:00+00', '2026-03-02 09:00:05+00'),
