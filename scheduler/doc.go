@@ -42,6 +42,26 @@
 // Toggle, Delete, Get and List manage them; each write has a …Tx twin that
 // works inside the caller's transaction.
 //
+// Create and Update check the target when the scheduler can tell what
+// exists: a workflow against Config.Workflows when it implements
+// WorkflowRegistry (the workflow engine does), a job kind against the
+// workers of Config.Queue (queue.Queue.KnowsKind). An unknown target is an
+// *UnknownTargetError that names it, such as
+//
+//	scheduler: schedule "nightly": workflow "send_digestt" is not registered
+//
+// and matches ErrUnknownTarget. A scheduler without that knowledge (no
+// Config.Workflows registry, no Config.Queue or an insert-only one, as in
+// the braid CLI) accepts any target; a target that turns out not to exist
+// then fails at each slot as described under "Failed fires". A target
+// type other than TargetJob or TargetWorkflow is always an error.
+//
+// Args (a job's args or a workflow's input) are capped at
+// Config.MaxArgsBytes (MaxArgsBytesDefault, 64 KiB) for schedules and for
+// recurring jobs alike; larger args are an *ArgsTooLargeError that names
+// the schedule, or the recurring job's kind and key, and the limit, and
+// matches ErrArgsTooLarge.
+//
 // next_run_at is the slot to fire next. For @every, slots form a grid
 // anchored at the schedule's creation (truncated to the second): the slot
 // after a slot is that slot plus the interval, never "now plus the
@@ -65,10 +85,31 @@
 // Config.PollInterval, and wakes early on a notification on NotifyChannel,
 // which every write of this package sends.
 //
+// # Failed fires
+//
+// When the job of a slot cannot be inserted or its run cannot be started
+// (a deadlock, a dropped connection, a kind without a worker, a workflow
+// the engine does not know), the slot is retried, never dropped. The
+// insert runs in a savepoint; on failure next_run_at stays at the slot,
+// the error is stored on the schedule (Schedule.LastError, LastErrorAt,
+// FireFailures) and the slot is held back until Schedule.RetryAt, after
+// Config.FireRetryBackoff (FireRetryBackoffDefault: 1s·2^(n-1), capped at
+// 1m, ±20%), so a schedule that keeps failing neither spins nor holds up
+// the others. The retry fires the same slot, with the same slot time and
+// idempotency key; under CatchUpAll every missed slot still fires, in
+// order. (Under CatchUpOnce a slot that passed while the first was held
+// back is covered by the same fire, labelled with the latest slot, as for
+// any catch-up.) The next successful fire clears the error; any Update of
+// the schedule ends the backoff. If the failure left the transaction
+// unusable, the error is recorded in a transaction of its own. A row
+// written around this package whose expression no longer parses is
+// disabled, with the reason in LastError.
+//
 // # Overlap and catch-up
 //
 // OverlapSkip (the default) skips a slot while the job or run of the
-// previous fire is unfinished; OverlapAllow fires regardless.
+// previous fire is unfinished (a skip is not a failure: the slot is
+// advanced, not retried); OverlapAllow fires regardless.
 //
 // When several slots are due at once (the scheduler was down, or the
 // leader changed), the catch-up policy decides: CatchUpOnce (the default)
@@ -87,10 +128,17 @@
 // row in the same transaction. A disabled row keeps next_run_at; enabled
 // again it runs at that time, or at once if it has passed.
 //
-// The leader claims due rows (setting running_since) and inserts their
-// River jobs in the same transaction, with MaxAttempts 1. A row running
-// longer than Config.RecurringStaleAfter is assumed crashed and claimed
-// again.
+// The leader claims due rows (setting running_since and job_id) and
+// inserts their River jobs in the same transaction, with MaxAttempts 1. A
+// recurring job runs at most once at a time, even under a backlog: a
+// claimed row is claimed again only when its River job has finished
+// (completed, cancelled or discarded) or is gone from river_job, so at
+// most one job per row is ever live, however long it waits in its queue.
+// Normally the middleware (below) releases the row when the job ends.
+// Config.RecurringStaleAfter only guards a run that ended without its
+// outcome being recorded, say because the process died after the job
+// finished: such a row is claimed again once it has been claimed for
+// longer than that.
 //
 // # Outcomes and dead letters
 //
@@ -103,7 +151,15 @@
 // consecutive_failures; after
 // RecurringConfig.MaxFailures in a row it is parked as a dead letter until
 // Revive. River itself never retries these jobs: the row's backoff is the
-// retry.
+// retry. The stored error text goes through queue.SanitizeErrorText (no
+// NUL bytes, valid UTF-8, at most queue.MaxErrorBytesDefault).
+//
+// # Starting and stopping
+//
+// Start's context bounds start-up only; the Scheduler runs until Stop.
+// Stop lets the transaction in flight finish (or, once its context ends,
+// cancels it, and it rolls back as a whole), releases the lease, and
+// returns only after every goroutine that Start started has returned.
 //
 // # Setup
 //
@@ -115,5 +171,5 @@
 //	s, err := scheduler.New(pool, &scheduler.Config{Queue: q, Workflows: engine})
 //	err = q.Start(ctx)
 //	err = s.Start(ctx)
-//	defer s.Stop(ctx)
+//	defer s.Stop(ctx) // returns once the scheduler's goroutines have returned
 package scheduler

@@ -187,7 +187,7 @@ func TestConcurrentTicksFireOnce(t *testing.T) {
 		s := newScheduler(t, testutil.Pool(t, url), &Config{Queue: insertOnlyQueue(t, admin)})
 		go func() {
 			for time.Now().Before(stopAt) {
-				if err := s.tick(ctx, nil); err != nil {
+				if err := s.tick(ctx, ctx, nil); err != nil {
 					done <- err
 					return
 				}

@@ -83,7 +83,7 @@ func newScheduler(t *testing.T, pool *pgxpool.Pool, cfg *Config) *Scheduler {
 // tick runs one leader tick without a lease.
 func tick(t *testing.T, s *Scheduler) {
 	t.Helper()
-	if err := s.tick(context.Background(), nil); err != nil {
+	if err := s.tick(context.Background(), context.Background(), nil); err != nil {
 		t.Fatalf("tick: %v", err)
 	}
 }

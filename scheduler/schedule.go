@@ -878,6 +878,12 @@ FOR UPDATE SKIP LOCKED`), &now)
 	if fire {
 		jobID, runID, err = s.fireTarget(ctx, tx, sch, first, slot)
 		if err != nil {
+			if ctx.Err() != nil {
+				// Stopping or losing the lease is not the schedule's
+				// failure: the transaction rolls back and the slot stays
+				// due.
+				return false, err
+			}
 			// The slot is not advanced: it stays due and is tried again
 			// after a backoff, with the same slot time.
 			delay := s.cfg.FireRetryBackoff.Delay(sch.FireFailures + 1)

@@ -188,9 +188,10 @@ type Scheduler struct {
 	exprMu    sync.Mutex
 	exprCache map[[2]string]*Expression
 
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
+	mu         sync.Mutex
+	cancel     context.CancelFunc // stops the leader loop
+	hardCancel context.CancelFunc // cancels the transaction in flight
+	done       chan struct{}      // closed once every goroutine of Start returned
 }
 
 // New returns a Scheduler on pool. A nil cfg means all defaults. It returns
@@ -265,65 +266,108 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Scheduler, error) {
 
 // Start begins competing for the scheduler lease in the background. While
 // this process holds it, it fires due schedules and claims due recurring
-// jobs. Cancelling ctx stops it too; call Stop before starting it again.
-// Start returns an error when Config.Queue is nil or the Scheduler is
-// already started.
+// jobs, until Stop.
+//
+// ctx bounds start-up only: Start returns its error if it has already
+// ended, and cancelling it later does not stop the Scheduler (its values,
+// such as a logger's or a tracer's, are kept). Start returns an error when
+// Config.Queue is nil or the Scheduler is already started.
 func (s *Scheduler) Start(ctx context.Context) error {
 	if s.cfg.Queue == nil {
 		return errors.New("scheduler: Start needs Config.Queue to insert jobs")
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("scheduler: starting: %w", err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.done != nil {
 		return errors.New("scheduler: already started")
 	}
-	runCtx, cancel := context.WithCancel(ctx)
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	hard, hardCancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	s.cancel, s.done = cancel, done
+	s.cancel, s.hardCancel, s.done = cancel, hardCancel, done
 	go func() {
 		defer close(done)
-		if err := s.cfg.Leases.Lead(runCtx, s.cfg.LeaseName, s.lead); err != nil {
+		lead := func(ctx context.Context, lease *leases.Lease) error { return s.lead(ctx, hard, lease) }
+		if err := s.cfg.Leases.Lead(runCtx, s.cfg.LeaseName, lead); err != nil {
 			s.logger.ErrorContext(runCtx, "scheduler: leader loop ended", slog.String("error", err.Error()))
 		}
 	}()
 	return nil
 }
 
-// Stop stops firing and releases the lease, waiting until the leader loop
-// has returned or ctx ends. A transaction in flight finishes or rolls back
-// as a whole. Stop on a Scheduler that is not started does nothing; a
-// stopped Scheduler can be started again.
+// Stop stops firing and returns only after every goroutine that Start
+// started has returned, and the lease has been released (or, if that
+// failed, left to expire).
+//
+// The transaction in flight, if any, is allowed to finish; no other is
+// begun. If ctx ends first, the transaction in flight is cancelled (it
+// rolls back as a whole, so its slot or claim stays due), Stop still waits
+// for the goroutines to return, and then returns an error wrapping ctx's.
+// Stop on a Scheduler that is not started does nothing; a stopped
+// Scheduler can be started again.
 func (s *Scheduler) Stop(ctx context.Context) error {
 	s.mu.Lock()
-	cancel, done := s.cancel, s.done
-	s.cancel, s.done = nil, nil
+	cancel, hardCancel, done := s.cancel, s.hardCancel, s.done
+	s.cancel, s.hardCancel, s.done = nil, nil, nil
 	s.mu.Unlock()
 	if done == nil {
 		return nil
 	}
+	defer hardCancel()
 	cancel()
 	select {
 	case <-done:
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("scheduler: stopping: %w", ctx.Err())
 	}
+	hardCancel()
+	<-done
+	return fmt.Errorf("scheduler: stopping: the transaction in flight was cancelled: %w", ctx.Err())
 }
 
 // lead runs while this process holds the lease: tick, then sleep until the
-// earliest next_run_at, the poll interval, or a notification.
-func (s *Scheduler) lead(ctx context.Context, lease *leases.Lease) error {
+// earliest next_run_at, the poll interval, or a notification. ctx ends when
+// the Scheduler stops or the lease is lost; hard ends when Stop's context
+// does.
+func (s *Scheduler) lead(ctx, hard context.Context, lease *leases.Lease) error {
 	s.logger.InfoContext(ctx, "scheduler: leading", slog.String("lease", lease.Name), slog.Int64("generation", lease.Generation))
 	ctx, cancel := context.WithCancel(ctx)
 	wake, listening := s.listen(ctx)
+
+	// Ticks run on work, which outlives ctx while Stop lets the
+	// transaction in flight finish; a lost lease or a hard stop cancels it
+	// at once.
+	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	watching := make(chan struct{})
+	go func() {
+		defer close(watching)
+		defer cancelWork()
+		select {
+		case <-ctx.Done():
+			if !errors.Is(context.Cause(ctx), context.Canceled) {
+				return // the lease was lost
+			}
+			select {
+			case <-hard.Done():
+			case <-work.Done():
+			}
+		case <-hard.Done():
+		}
+	}()
 	defer func() {
 		cancel()
+		cancelWork()
+		<-watching
 		<-listening
 	}()
+
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		if err := s.tick(ctx, lease); err != nil {
+		if err := s.tick(work, ctx, lease); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -331,6 +375,9 @@ func (s *Scheduler) lead(ctx context.Context, lease *leases.Lease) error {
 				return err
 			}
 			s.logger.ErrorContext(ctx, "scheduler: tick failed", slog.String("error", err.Error()))
+		}
+		if ctx.Err() != nil {
+			return nil
 		}
 		wait := s.untilNext(ctx)
 		timer.Reset(wait)
@@ -387,9 +434,14 @@ func closeConn(conn *pgx.Conn) {
 	_ = conn.Close(ctx)
 }
 
-// tick fires every due schedule and claims due recurring jobs.
-func (s *Scheduler) tick(ctx context.Context, lease *leases.Lease) error {
+// tick fires every due schedule and claims due recurring jobs, each in a
+// transaction of its own on ctx. It begins no further transaction once
+// stop ends.
+func (s *Scheduler) tick(ctx, stop context.Context, lease *leases.Lease) error {
 	for range maxFiresPerTick {
+		if stop.Err() != nil {
+			return nil
+		}
 		found, err := s.fireNext(ctx, lease)
 		if err != nil {
 			return err
@@ -399,6 +451,9 @@ func (s *Scheduler) tick(ctx context.Context, lease *leases.Lease) error {
 		}
 	}
 	for range 10 {
+		if stop.Err() != nil {
+			return nil
+		}
 		n, err := s.claimRecurring(ctx, lease)
 		if err != nil {
 			return err
