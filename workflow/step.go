@@ -87,6 +87,11 @@ func Step[T any](t *Task, name string, fn func(ctx context.Context) (T, error), 
 		}
 	}
 
+	// A turn whose context ended (cancelled run, timeout, lost job, Stop)
+	// starts no more step bodies.
+	if err := t.ctx.Err(); err != nil {
+		return zero, fmt.Errorf("workflow: step %q not started: %w", name, context.Cause(t.ctx))
+	}
 	out, runErr := runStep(t, name, attempt, fn)
 	if runErr == nil {
 		raw, err := t.eng.encode(fmt.Sprintf("output of step %q", name), out)
@@ -166,8 +171,16 @@ func runStep[T any](t *Task, name string, attempt int, fn func(ctx context.Conte
 	return fn(ctx)
 }
 
+// errTaskNotRunning is returned when a step's outcome is not recorded
+// because its task is no longer running (it was cancelled, or failed).
+var errTaskNotRunning = errors.New("workflow: the task is no longer running; the step's outcome is not recorded")
+
 // recordStep writes a step's outcome. The first final outcome wins: a
-// write that loses returns the winner's record.
+// write that loses returns the winner's record. The write is fenced on the
+// task still running, under a share lock of the task row taken in the
+// same statement, so that no step is recorded after Cancel commits, and a
+// turn whose task was cancelled stops at its next step rather than
+// running on.
 func (t *Task) recordStep(name, status string, output json.RawMessage, se *storedError, attempts int) (*stepRecord, error) {
 	var errJSON []byte
 	if se != nil {
@@ -177,7 +190,8 @@ func (t *Task) recordStep(name, status string, output json.RawMessage, se *store
 	var outRaw, errRaw []byte
 	err := t.eng.pool.QueryRow(t.ctx, `
 		INSERT INTO braid_steps (task_id, name, kind, status, output, error, attempts, started_at, finished_at)
-		VALUES ($1, $2, 'step', $3, $4, $5, $6, now(), CASE WHEN $3 = 'retrying' THEN NULL ELSE now() END)
+		SELECT $1, $2, 'step', $3, $4, $5, $6, now(), CASE WHEN $3 = 'retrying' THEN NULL ELSE now() END
+		  FROM braid_tasks WHERE id = $1 AND status = 'running' FOR SHARE
 		ON CONFLICT (task_id, name) DO UPDATE
 		   SET status = EXCLUDED.status, output = EXCLUDED.output, error = EXCLUDED.error,
 		       attempts = EXCLUDED.attempts, finished_at = EXCLUDED.finished_at
@@ -185,9 +199,13 @@ func (t *Task) recordStep(name, status string, output json.RawMessage, se *store
 		RETURNING status, output, error, attempts`,
 		t.id, name, status, nullJSON(output), errJSON, attempts).Scan(&rec.status, &outRaw, &errRaw, &rec.attempts)
 	if errors.Is(err, pgx.ErrNoRows) {
-		// Another turn recorded this step first: its result wins.
+		// Another turn recorded this step first: its result wins. Or the
+		// task is no longer running, and nothing was recorded.
 		err = t.eng.pool.QueryRow(t.ctx, `SELECT kind, status, output, error, attempts FROM braid_steps WHERE task_id = $1 AND name = $2`,
 			t.id, name).Scan(&rec.kind, &rec.status, &outRaw, &errRaw, &rec.attempts)
+		if errors.Is(err, pgx.ErrNoRows) {
+			err = errTaskNotRunning
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("workflow: recording step %q: %w", name, err)
