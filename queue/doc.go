@@ -136,8 +136,9 @@
 //
 // An attempt is judged only by what was written during its own
 // execution: its last heartbeat or progress report, the end of its
-// heartbeat once the worker returned, or else its start (River's
-// attempted_at). River reuses an attempt number after a snooze, so a
+// heartbeat once the worker returned (plus 5 s, for River to record the
+// outcome; should the process die in between, the job is still rescued),
+// or else its start (River's attempted_at). River reuses an attempt number after a snooze, so a
 // progress row written before the job's current start is ignored.
 //
 // While an attempt of a heartbeat kind runs, the middleware also watches

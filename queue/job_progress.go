@@ -357,6 +357,7 @@ func (jc *jobContext) watch(ctx context.Context) func() {
 			if jc.beating.Load() > 0 || time.Since(jc.start)-time.Duration(jc.lastBeat.Load()) < period {
 				continue
 			}
+			jc.q.watchPolls.Add(1)
 			o, err := jc.ownership(ctx)
 			if err != nil {
 				continue // transient; the next tick tries again

@@ -94,8 +94,8 @@ type staleAttempt struct {
 //
 // An execution's last sign of life is its last heartbeat; or, once its
 // heartbeat was ended (the worker returned and River has yet to record the
-// outcome), the time it ended; or, with no row of its own, its start
-// (attempted_at). Its interval is the one stored with its heartbeats, else
+// outcome), the time it ended plus a grace of 5 s; or, with no row of its own,
+// its start (attempted_at). Its interval is the one stored with its heartbeats, else
 // the one this process declares for its kind. $1 and $2 are the declared
 // kinds and intervals (microseconds), $3 the misses.
 const silentSQL = `
@@ -107,8 +107,13 @@ const silentSQL = `
 	  AND ` + lastSignSQL + `
 	      < now() - COALESCE(p.heartbeat_interval, d.micros * interval '1 microsecond') * $3::integer`
 
-// lastSignSQL is an execution's last sign of life; see silentSQL.
-const lastSignSQL = `COALESCE(p.heartbeat_at, p.updated_at, j.attempted_at)`
+// lastSignSQL is an execution's last sign of life; see silentSQL. An
+// ended execution (its worker returned) gets 5 s more than a running one
+// for River to record its outcome before the rescuer takes the job back:
+// River's completer writes outcomes in batches, every 250 ms when idle,
+// and retries a batch that failed. Were the process to die in between,
+// the job is still rescued.
+const lastSignSQL = `COALESCE(p.heartbeat_at, p.updated_at + interval '5 seconds', j.attempted_at)`
 
 // findStale lists running attempts that have been silent for longer than
 // HeartbeatMisses of their heartbeat intervals, on the database clock.

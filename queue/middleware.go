@@ -262,7 +262,8 @@ func (m *middleware) Work(ctx context.Context, job *rivertype.JobRow, doInner fu
 // worker says so by returning an error wrapping ErrJobNotRunning (then
 // checked, so that a wrong claim cannot leave the job running with no
 // attempt). A superseded attempt's outcome is tagged in River's metadata
-// updates for the pilot, which drops it. workCtx is the context River gave
+// updates for the pilot, which drops it. Either way it tells the pilot
+// that an outcome is on its way (see pilot.beforeReport). workCtx is the context River gave
 // the middleware, which holds those updates.
 func (jc *jobContext) supersededOnReturn(workCtx context.Context, panicking bool, err error) bool {
 	superseded := jc.superseded.Load()
@@ -274,10 +275,10 @@ func (jc *jobContext) supersededOnReturn(workCtx context.Context, panicking bool
 		// attempt's outcome could overwrite a live attempt's.
 		superseded = oerr != nil || o == lost
 	}
+	jc.q.pilot.beforeReport(jc.job.ID, jc.job.Attempt, superseded)
 	if !superseded {
 		return false
 	}
-	jc.q.pilot.supersede(jc.job.ID, jc.job.Attempt)
 	if err := river.MetadataSet(workCtx, metadataSuperseded, jc.job.Attempt); err != nil {
 		jc.q.logger.WarnContext(workCtx, "queue: cannot tag a superseded attempt's outcome",
 			"job_id", jc.job.ID, "attempt", jc.job.Attempt, "error", err)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -66,20 +67,73 @@ type pilot struct {
 
 	mu sync.Mutex
 	// superseded maps a job ID to its attempt that lost the job while it
-	// ran. An entry is forgotten when its attempt's outcome is dropped.
+	// ran and has returned. An entry is forgotten when its attempt's
+	// outcome is dropped.
 	superseded map[int64]int
+	// reporting counts, by job ID, live attempts' outcomes handed to
+	// River and not yet seen here.
+	reporting map[int64]int
+	// changed is closed, and replaced, when either map loses an entry.
+	changed chan struct{}
+	dropped atomic.Int64 // outcomes dropped, for tests
 }
+
+// reportWait bounds how long an attempt's return waits for another
+// attempt's outcome of the same job to be written; see beforeReport.
+const reportWait = 5 * time.Second
 
 func newPilot(maxErrorBytes int) *pilot {
-	return &pilot{maxErrorBytes: maxErrorBytes, superseded: make(map[int64]int)}
+	return &pilot{
+		maxErrorBytes: maxErrorBytes,
+		superseded:    make(map[int64]int),
+		reporting:     make(map[int64]int),
+		changed:       make(chan struct{}),
+	}
 }
 
-// supersede records that attempt of job id no longer owns its job: its
-// outcome, tagged by the middleware, is to be dropped.
-func (p *pilot) supersede(id int64, attempt int) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.superseded[id] = attempt
+// beforeReport runs as an attempt of job id returns, just before River
+// hands its outcome to the completer. River's completer keeps one pending
+// outcome per job ID, the last one handed to it, so a superseded
+// attempt's outcome arriving just after a live attempt's would replace
+// it, and the live outcome would be lost with the dropped one. To keep
+// them apart, a superseded attempt waits until no live outcome of its job
+// is pending, and a live attempt waits until no superseded outcome of its
+// job is pending; both checks and registrations are made under one lock,
+// so one of the two always goes first. Each wait is bounded by reportWait.
+func (p *pilot) beforeReport(id int64, attempt int, superseded bool) {
+	deadline := time.Now().Add(reportWait)
+	for {
+		p.mu.Lock()
+		var busy bool
+		if superseded {
+			p.superseded[id] = attempt
+			busy = p.reporting[id] > 0
+		} else {
+			a, ok := p.superseded[id]
+			busy = ok && a != attempt && time.Now().Before(deadline)
+			if !busy {
+				p.reporting[id]++
+			}
+		}
+		ch := p.changed
+		p.mu.Unlock()
+		remaining := time.Until(deadline)
+		if !busy || remaining <= 0 {
+			return
+		}
+		t := time.NewTimer(remaining)
+		select {
+		case <-ch:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// signalLocked wakes beforeReport's waiters. p.mu must be held.
+func (p *pilot) signalLocked() {
+	close(p.changed)
+	p.changed = make(chan struct{})
 }
 
 // isSuperseded reports whether attempt of job id is recorded as
@@ -96,12 +150,20 @@ func (p *pilot) isSuperseded(id int64, attempt int) bool {
 func (p *pilot) JobSetStateIfRunningMany(ctx context.Context, exec riverdriver.Executor, params *riverdriver.JobSetStateIfRunningManyParams) ([]*rivertype.JobRow, error) {
 	n := len(params.ID)
 	keep := make([]int, 0, n)
+	p.mu.Lock()
+	changed := false
 	for i := range n {
-		if p.drop(params, i) {
+		drop, seen := p.dropLocked(params, i)
+		changed = changed || seen
+		if drop {
 			continue
 		}
 		keep = append(keep, i)
 	}
+	if changed {
+		p.signalLocked()
+	}
+	p.mu.Unlock()
 	if len(keep) == 0 {
 		return nil, nil
 	}
@@ -136,38 +198,45 @@ func (p *pilot) JobSetStateIfRunningMany(ctx context.Context, exec riverdriver.E
 	return p.StandardPilot.JobSetStateIfRunningMany(ctx, exec, out)
 }
 
-// drop reports whether update i is the outcome of a superseded attempt,
-// and forgets that attempt when it is. An update carrying the tag without
-// a matching record (the tag set by hand) is kept, without the tag.
-func (p *pilot) drop(params *riverdriver.JobSetStateIfRunningManyParams, i int) bool {
+// dropLocked reports whether update i is the outcome of a superseded
+// attempt, and forgets that attempt when it is. An update carrying the tag
+// without a matching record (the tag set by hand) is kept, without the
+// tag. seen reports that a pending outcome was accounted for. p.mu must be
+// held.
+func (p *pilot) dropLocked(params *riverdriver.JobSetStateIfRunningManyParams, i int) (drop, seen bool) {
+	id := params.ID[i]
 	if i >= len(params.MetadataUpdates) || !bytes.Contains(params.MetadataUpdates[i], []byte(`"`+metadataSuperseded+`"`)) {
-		return false
+		if c := p.reporting[id]; c > 0 {
+			if c == 1 {
+				delete(p.reporting, id)
+			} else {
+				p.reporting[id] = c - 1
+			}
+			return false, true
+		}
+		return false, false
 	}
 	var md map[string]json.RawMessage
 	if err := json.Unmarshal(params.MetadataUpdates[i], &md); err != nil {
-		return false
+		return false, false
 	}
 	var attempt int
 	if err := json.Unmarshal(md[metadataSuperseded], &attempt); err == nil {
-		p.mu.Lock()
-		a, ok := p.superseded[params.ID[i]]
-		if ok && a == attempt {
-			delete(p.superseded, params.ID[i])
-		}
-		p.mu.Unlock()
-		if ok && a == attempt {
-			return true
+		if a, ok := p.superseded[id]; ok && a == attempt {
+			delete(p.superseded, id)
+			p.dropped.Add(1)
+			return true, true
 		}
 	}
 	delete(md, metadataSuperseded)
 	if len(md) == 0 {
 		params.MetadataUpdates[i], params.MetadataDoMerge[i] = nil, false
-		return false
+		return false, false
 	}
 	if b, err := json.Marshal(md); err == nil {
 		params.MetadataUpdates[i] = b
 	}
-	return false
+	return false, false
 }
 
 // sanitizeErrData passes the text and the stack of an encoded

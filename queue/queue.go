@@ -9,6 +9,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -260,6 +261,7 @@ type Queue struct {
 	ageEvery       time.Duration
 	tasks          []MaintenanceTask
 	pilot          *pilot
+	watchPolls     atomic.Int64 // ownership polls by attempt watches
 
 	mu        sync.Mutex
 	started   bool
