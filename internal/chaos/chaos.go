@@ -108,7 +108,7 @@ func (e *env) scenario(ctx context.Context, name string) ScenarioReport {
 	s := &scene{env: e, name: name, phase: e.cfg.phase()}
 	e.fleet.takeExits()
 	s.deadlocks.rebase(ctx, e.pool)
-	e.say("%s: fault phase of %s", name, s.phase)
+	e.say("%s: fault phase of %s", name, s.phase.Round(100*time.Millisecond))
 	began := time.Now()
 	sr := ScenarioReport{Name: name}
 	if err := drivers[name](ctx, s); err != nil {

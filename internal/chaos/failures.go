@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/braidflow/braid/workflow"
 )
@@ -29,11 +30,16 @@ func driveErrors(ctx context.Context, s *scene) error {
 }
 
 // failBeside starts, for each mode, runs of wf made to fail (alternately
-// in the root and in a child), counted as faults of the mode's kind, while
-// a load of chaos_flow runs goes on.
+// in the root and in a child), counted as faults of the mode's kind, near
+// the end of a load of chaos_flow runs, so that runs of the load are in
+// flight before, while and after they fail.
 func failBeside(ctx context.Context, s *scene, wf *workflow.Workflow[FailIn, Out], kinds map[string]string) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { s.load(ctx, s.phase, 0) })
+	defer wg.Wait()
+	if err := sleep(ctx, max(s.phase-2*time.Second, 0)); err != nil {
+		return err
+	}
 	for mode, kind := range kinds {
 		for i := range max(2, s.size.failing) {
 			if _, err := s.startFail(ctx, wf, FailIn{Mode: mode, Child: i%2 == 1}); err == nil {
@@ -41,6 +47,5 @@ func failBeside(ctx context.Context, s *scene, wf *workflow.Workflow[FailIn, Out
 			}
 		}
 	}
-	wg.Wait()
 	return ctx.Err()
 }

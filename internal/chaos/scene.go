@@ -182,16 +182,17 @@ func (s *scene) load(ctx context.Context, d time.Duration, minDelay time.Duratio
 	}
 }
 
-// every calls fn n times, spread evenly over d, starting after d/(n+1).
+// every calls fn n times, spread evenly over d, the last time at its end,
+// so that the last fault falls where the load ends and settle_seconds
+// measures recovery rather than the tail of the load.
 func every(ctx context.Context, d time.Duration, n int, fn func()) {
-	gap := d / time.Duration(n+1)
+	gap := d / time.Duration(n)
 	for range n {
 		if sleep(ctx, gap) != nil {
 			return
 		}
 		fn()
 	}
-	_ = sleep(ctx, gap)
 }
 
 // deadlockMeter measures the growth of pg_stat_database.deadlocks. An
