@@ -32,11 +32,17 @@ func driveKill(ctx context.Context, s *scene) error {
 
 // killEveryAttempt waits for each attempt of the run's hanging step to
 // start, and kills the worker running it, until the last attempt's worker
-// has been killed.
+// has been killed or the run has ended (a random kill may have taken an
+// attempt before its step began).
 func (s *scene) killEveryAttempt(ctx context.Context, runID string, bound time.Duration) {
 	deadline := time.Now().Add(bound)
 	killed := map[int]bool{} // attempts handled
 	for time.Now().Before(deadline) && ctx.Err() == nil {
+		var status string
+		if s.pool.QueryRow(ctx, `SELECT status FROM braid_runs WHERE id = $1`, runID).Scan(&status) == nil &&
+			(status == "completed" || status == "failed" || status == "cancelled") {
+			return
+		}
 		var pid, attempt int
 		err := s.pool.QueryRow(ctx, `
 			SELECT pid, attempt FROM chaos_ledger WHERE run_id = $1 AND step = 'trouble' ORDER BY id DESC LIMIT 1`, runID).Scan(&pid, &attempt)
