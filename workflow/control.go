@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/braidflow/braid/queue"
 )
@@ -24,10 +25,29 @@ import (
 // documentation): the run's tasks (children before parents), their steps,
 // the run; its turn jobs last, with SKIP LOCKED, so it never waits for one.
 func (e *Engine) Cancel(ctx context.Context, runID string) error {
-	return e.withTx(ctx, func(tx pgx.Tx) error { return e.CancelTx(ctx, tx, runID) })
+	for try := 1; ; try++ {
+		err := e.withTx(ctx, func(tx pgx.Tx) error { return e.CancelTx(ctx, tx, runID) })
+		var pgErr *pgconn.PgError
+		if try < cancelTries && errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(time.Duration(try) * 10 * time.Millisecond):
+			}
+			continue
+		}
+		return err
+	}
 }
 
+// cancelTries bounds how often Cancel starts over when a task it must
+// lock is held by a turn that waits for a lock Cancel holds.
+const cancelTries = 20
+
 // CancelTx is Cancel inside tx: the run is cancelled only if tx commits.
+// It may fail with PostgreSQL's lock_not_available (55P03) when a turn
+// holds a task it must lock; roll tx back and call it again, as Cancel
+// does.
 func (e *Engine) CancelTx(ctx context.Context, tx pgx.Tx, runID string) error {
 	id, err := uuid.Parse(runID)
 	if err != nil {
@@ -41,17 +61,38 @@ func (e *Engine) CancelTx(ctx context.Context, tx pgx.Tx, runID string) error {
 	}); err != nil {
 		return err
 	}
-	// The tasks, children before parents.
-	if _, err := tx.Exec(ctx, `
-		SELECT id FROM braid_tasks WHERE run_id = $1 AND status NOT IN `+finalStatuses+`
-		 ORDER BY created_at DESC, id DESC FOR UPDATE`, id); err != nil {
-		return fmt.Errorf("workflow: locking the tasks of run %s: %w", runID, err)
+	// The tasks, children before parents. Only the tasks locked here are
+	// changed, so that no row is locked out of order. A parent whose turn
+	// was recording its outcome while the first pass waited for it may
+	// have created children meanwhile; later passes lock those, without
+	// waiting: a child whose own outcome holds it waits for its parent,
+	// which this transaction holds, so Cancel starts over instead.
+	locked := []uuid.UUID{}
+	for pass := 0; ; pass++ {
+		lock := `
+			SELECT id FROM braid_tasks WHERE run_id = $1 AND status NOT IN ` + finalStatuses + ` AND id <> ALL($2)
+			 ORDER BY created_at DESC, id DESC FOR UPDATE`
+		if pass > 0 {
+			lock += ` NOWAIT`
+		}
+		rows, err := tx.Query(ctx, lock, id, locked)
+		if err != nil {
+			return fmt.Errorf("workflow: locking the tasks of run %s: %w", runID, err)
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+		if err != nil {
+			return fmt.Errorf("workflow: locking the tasks of run %s: %w", runID, err)
+		}
+		if len(ids) == 0 {
+			break
+		}
+		locked = append(locked, ids...)
 	}
 	errJSON, _ := json.Marshal(storedError{Message: "cancelled"})
 	rows, err := tx.Query(ctx, `
 		UPDATE braid_tasks SET status = 'cancelled', error = $2, remaining = 0, finished_at = now(), updated_at = now()
-		 WHERE run_id = $1 AND status NOT IN `+finalStatuses+`
-		RETURNING id`, id, errJSON)
+		 WHERE id = ANY($1) AND status NOT IN `+finalStatuses+`
+		RETURNING id`, locked, errJSON)
 	if err != nil {
 		return err
 	}
@@ -204,7 +245,7 @@ func (e *Engine) retryTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID str
 	if tag.RowsAffected() == 0 {
 		return fmt.Errorf("%w: run %s changed state meanwhile", ErrRunNotRetryable, runID)
 	}
-	return e.insertTurns(ctx, tx, turns)
+	return e.wakeTurns(ctx, tx, turns)
 }
 
 // RetryWaitDefault bounds how long Retry waits for the turns of a run's

@@ -135,7 +135,7 @@ func (e *Engine) fireDueDelays(ctx context.Context, only *delayKey) (int, error)
 			return err
 		}
 		n = len(turns)
-		if err := e.insertTurns(ctx, tx, turns); err != nil {
+		if err := e.wakeTurns(ctx, tx, turns); err != nil {
 			return err
 		}
 		for _, l := range lateness {

@@ -104,7 +104,7 @@ func (e *Engine) reconcileTask(ctx context.Context, taskID uuid.UUID) error {
 			e.logger.WarnContext(ctx, "workflow: reconciler: task's last turn completed without settling it; giving it a new turn",
 				"task.id", taskID, "job.id", *jobID)
 			settled = true
-			return e.insertTurns(ctx, tx, []turn{tr})
+			return e.wakeTurns(ctx, tx, []turn{tr})
 		case state == nil:
 			msg = "the task has no turn job (it was deleted); no turn will run it"
 		default:

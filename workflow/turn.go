@@ -47,7 +47,51 @@ type turn struct {
 	maxAttempts int
 }
 
-// insertTurns inserts turns in tx, at most one live turn per task.
+// wakeTurns gives existing tasks, which tx holds locked, their next turn,
+// except those that have a live turn job already (a turn left over from a
+// rescue or a cancel that skipped it): that turn runs the task. Checking
+// first, with a plain read, keeps River's unique insert from meeting the
+// live job, which would lock the job row after the task row, against the
+// lock order. No live turn can appear meanwhile: giving a task a turn
+// takes its row lock, which tx holds.
+func (e *Engine) wakeTurns(ctx context.Context, tx pgx.Tx, turns []turn) error {
+	if len(turns) == 0 {
+		return nil
+	}
+	ids := make([]string, len(turns))
+	for i, tr := range turns {
+		ids[i] = tr.taskID.String()
+	}
+	rows, err := tx.Query(ctx, `
+		SELECT args->>'task_id' FROM river_job
+		 WHERE kind = $1 AND args->>'task_id' = ANY($2) AND state IN `+liveJobStates, TaskKind, ids)
+	if err != nil {
+		return fmt.Errorf("workflow: looking for live turns: %w", err)
+	}
+	live, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("workflow: looking for live turns: %w", err)
+	}
+	if len(live) > 0 {
+		has := make(map[string]bool, len(live))
+		for _, id := range live {
+			has[id] = true
+		}
+		kept := turns[:0:0]
+		for _, tr := range turns {
+			if has[tr.taskID.String()] {
+				e.logger.DebugContext(ctx, "workflow: task has a live turn already; it runs the task", "task.id", tr.taskID)
+				continue
+			}
+			kept = append(kept, tr)
+		}
+		turns = kept
+	}
+	return e.insertTurns(ctx, tx, turns)
+}
+
+// insertTurns inserts turns in tx, at most one live turn per task. Use it
+// for new tasks, and wakeTurns for existing ones.
 func (e *Engine) insertTurns(ctx context.Context, tx pgx.Tx, turns []turn) error {
 	if len(turns) == 0 {
 		return nil
@@ -571,7 +615,7 @@ func (e *Engine) releaseParent(ctx context.Context, tx pgx.Tx, parentID uuid.UUI
 	if remaining > 0 {
 		return nil
 	}
-	return e.insertTurns(ctx, tx, []turn{{taskID: parentID, workflow: workflow, queue: q, priority: queue.Priority(prio), maxAttempts: maxAttempts}})
+	return e.wakeTurns(ctx, tx, []turn{{taskID: parentID, workflow: workflow, queue: q, priority: queue.Priority(prio), maxAttempts: maxAttempts}})
 }
 
 // suspendTurn ends a turn that must wait, on a delay or on children.
@@ -642,7 +686,7 @@ func (e *Engine) suspendTurn(job *river.Job[taskArgs], t *Task, parentID *uuid.U
 			if _, err := tx.Exec(ctx, `UPDATE braid_tasks SET status = 'pending' WHERE id = $1`, t.id); err != nil {
 				return err
 			}
-			return e.insertTurns(ctx, tx, []turn{{taskID: t.id, workflow: t.workflow, queue: q, priority: queue.Priority(prio), maxAttempts: maxAttempts}})
+			return e.wakeTurns(ctx, tx, []turn{{taskID: t.id, workflow: t.workflow, queue: q, priority: queue.Priority(prio), maxAttempts: maxAttempts}})
 		}
 		return nil
 	})
