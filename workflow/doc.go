@@ -130,8 +130,12 @@
 // follow it. A path that needs a lock earlier in the order than one it
 // holds takes it with SKIP LOCKED or NOWAIT, never waiting: Cancel takes
 // the run's turn jobs last with SKIP LOCKED (a turn it skips finds its task
-// cancelled and does nothing), the delay processor claims delays and their
-// tasks with SKIP LOCKED, retention skips a batch whose tasks are locked.
+// cancelled and does nothing), and locks children created while it waited
+// for their parent with NOWAIT, starting over when one is held; the delay
+// processor claims delays and their tasks with SKIP LOCKED; retention skips
+// a batch whose tasks are locked; waking an existing task first checks, with
+// a plain read, that it has no live turn, so River's unique insert never
+// waits on a job row.
 // The run row is only ever updated, never locked FOR UPDATE, so the key
 // share locks that inserting children takes on it block nothing; and no
 // child's turn touches its run: only the root task settles the run.
