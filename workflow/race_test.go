@@ -195,7 +195,7 @@ func TestCancelRetryStormNoDeadlockNothingRunsAfterCancel(t *testing.T) {
 		}
 		// A run of steps in one turn, so that cancels land between them.
 		c := 0
-		for i := range 4 {
+		for i := range 10 {
 			v, err := workflow.Step(t, "c", body(t, fmt.Sprint("c", i), 1))
 			if err != nil {
 				return 0, err
@@ -308,7 +308,7 @@ func TestCancelRetryStormNoDeadlockNothingRunsAfterCancel(t *testing.T) {
 		}
 	}()
 
-	cancelPoints := []string{"root/a", "left/work", "few/1/work", "root/b", "root/c0", "root/c1", "root/c2"}
+	cancelPoints := []string{"root/a", "left/work", "few/1/work", "root/b", "root/c0", "root/c4"}
 	// The storm: small runs cancelled at random points, retried, cancelled
 	// again; some are left cancelled, the others complete.
 	for g := range stormers {
@@ -364,9 +364,14 @@ func TestCancelRetryStormNoDeadlockNothingRunsAfterCancel(t *testing.T) {
 
 	// Every run settles: the retried ones complete, the cancelled ones
 	// stay cancelled.
-	waitFor(t, "every run to settle", 60*time.Second, func() bool {
-		return count(t, admin, `SELECT count(*) FROM braid_runs WHERE status NOT IN ('completed', 'cancelled')`) == 0
-	})
+	settleBy := time.Now().Add(60 * time.Second)
+	for count(t, admin, `SELECT count(*) FROM braid_runs WHERE status NOT IN ('completed', 'cancelled')`) > 0 {
+		if time.Now().After(settleBy) {
+			dumpUnsettled(t, admin)
+			t.Fatal("timed out after 60s waiting for every run to settle")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	// Give whatever might still run after a cancel the time to show.
 	time.Sleep(time.Second)
 	if n := count(t, admin, `SELECT count(*) FROM braid_runs WHERE status NOT IN ('completed', 'cancelled')`); n != 0 {
@@ -421,7 +426,7 @@ func TestCancelRetryStormNoDeadlockNothingRunsAfterCancel(t *testing.T) {
 		}
 		want := "499500" // the sum of 0…999 for the big run
 		if id != bigRun {
-			want = fmt.Sprint(mixedN[id] + 1 + 2 + 3 + 4 + 5 + 1 + 4)
+			want = fmt.Sprint(mixedN[id] + 1 + 2 + 3 + 4 + 5 + 1 + 10)
 		}
 		if string(out) != want {
 			t.Fatalf("run %s output %s, want %s", id, out, want)
@@ -441,5 +446,32 @@ func TestCancelRetryStormNoDeadlockNothingRunsAfterCancel(t *testing.T) {
 	execSQL(t, admin, `SELECT pg_stat_clear_snapshot()`)
 	if d := deadlocks(t, admin) - deadlocksBefore; d != 0 {
 		t.Fatalf("%d deadlocks during the storm", d)
+	}
+}
+
+// dumpUnsettled logs the runs that are neither completed nor cancelled,
+// with their unfinished tasks and those tasks' turn jobs.
+func dumpUnsettled(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `
+		SELECT r.id, r.status, t.key, t.status, t.remaining, coalesce(t.error::text, ''),
+		       coalesce((SELECT string_agg(j.id || ':' || j.state || '@' || j.attempt || coalesce(' ' || (j.errors[array_length(j.errors, 1)]->>'error'), ''), ', ' ORDER BY j.id)
+		                   FROM river_job j WHERE j.kind = 'braid_task' AND j.args->>'task_id' = t.id::text), '')
+		  FROM braid_runs r JOIN braid_tasks t ON t.run_id = r.id
+		 WHERE r.status NOT IN ('completed', 'cancelled') AND t.status NOT IN ('completed')
+		 ORDER BY r.id, t.created_at LIMIT 40`)
+	if err != nil {
+		t.Logf("listing unsettled runs: %v", err)
+		return
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var run, runStatus, key, status, taskErr, jobs string
+		var remaining int
+		if err := rows.Scan(&run, &runStatus, &key, &status, &remaining, &taskErr, &jobs); err != nil {
+			t.Logf("listing unsettled runs: %v", err)
+			return
+		}
+		t.Logf("run %s (%s): task %s %s remaining=%d error=%s jobs=[%s]", run, runStatus, key, status, remaining, taskErr, jobs)
 	}
 }
