@@ -46,7 +46,7 @@ func TestFailedFireRetriesTheSameSlot(t *testing.T) {
 			const backoff = 2 * time.Second
 			s := newScheduler(t, pool, &Config{Queue: insertOnlyQueue(t, pool),
 				FireRetryBackoff: queue.Backoff{Strategy: queue.Fixed, Base: backoff}})
-			if _, err := s.Create(ctx, &ScheduleParams{Name: "nightly", Expression: "@every 1h", Target: "ping",
+			if _, err := s.Create(ctx, &ScheduleParams{TargetType: TargetJob, Name: "nightly", Expression: "@every 1h", Target: "ping",
 				CatchUpPolicy: catchUp}); err != nil {
 				t.Fatal(err)
 			}
@@ -98,7 +98,7 @@ func TestFailedFireCatchUpAllLosesNoSlot(t *testing.T) {
 	pool := testutil.DB(t)
 	s := newScheduler(t, pool, &Config{Queue: insertOnlyQueue(t, pool),
 		FireRetryBackoff: queue.Backoff{Strategy: queue.Fixed, Base: time.Millisecond}})
-	if _, err := s.Create(ctx, &ScheduleParams{Name: "every", Expression: "@every 1h", Target: "ping",
+	if _, err := s.Create(ctx, &ScheduleParams{TargetType: TargetJob, Name: "every", Expression: "@every 1h", Target: "ping",
 		OverlapPolicy: OverlapAllow, CatchUpPolicy: CatchUpAll}); err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +151,7 @@ func TestUnknownTarget(t *testing.T) {
 	}{
 		{ScheduleParams{Name: "nightly", Expression: "@daily", TargetType: TargetWorkflow, Target: "send_digestt"},
 			`scheduler: schedule "nightly": workflow "send_digestt" is not registered`},
-		{ScheduleParams{Name: "pinger", Expression: "@daily", Target: "pingg"},
+		{ScheduleParams{TargetType: TargetJob, Name: "pinger", Expression: "@daily", Target: "pingg"},
 			`scheduler: schedule "pinger": job kind "pingg" has no worker in the scheduler's queue`},
 	} {
 		_, err := s.Create(ctx, &tc.params)
@@ -170,7 +170,7 @@ func TestUnknownTarget(t *testing.T) {
 	if _, err := s.Create(ctx, &ScheduleParams{Name: "nightly", Expression: "@daily", TargetType: TargetWorkflow, Target: "send_digest"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Create(ctx, &ScheduleParams{Name: "pinger", Expression: "@daily", Target: "ping"}); err != nil {
+	if _, err := s.Create(ctx, &ScheduleParams{TargetType: TargetJob, Name: "pinger", Expression: "@daily", Target: "ping"}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -206,7 +206,7 @@ func TestUnknownTarget(t *testing.T) {
 	// Without a way to know (an insert-only queue, a starter that is no
 	// registry, or none at all) any target is accepted.
 	blind := newScheduler(t, pool, &Config{Queue: insertOnlyQueue(t, pool), Workflows: &fakeEngine{}})
-	if _, err := blind.Create(ctx, &ScheduleParams{Name: "anything", Expression: "@daily", Target: "pingg"}); err != nil {
+	if _, err := blind.Create(ctx, &ScheduleParams{TargetType: TargetJob, Name: "anything", Expression: "@daily", Target: "pingg"}); err != nil {
 		t.Errorf("insert-only queue refused a kind: %v", err)
 	}
 	if _, err := blind.Create(ctx, &ScheduleParams{Name: "anywf", Expression: "@daily", TargetType: TargetWorkflow, Target: "ghost"}); err != nil {
@@ -243,13 +243,13 @@ func TestArgsCaps(t *testing.T) {
 	big := map[string]string{"pad": strings.Repeat("x", limit)}
 	size := len(mustJSON(t, big))
 
-	_, err := s.Create(ctx, &ScheduleParams{Name: "big", Expression: "@daily", Target: "ping", Args: big})
+	_, err := s.Create(ctx, &ScheduleParams{TargetType: TargetJob, Name: "big", Expression: "@daily", Target: "ping", Args: big})
 	var tooLarge *ArgsTooLargeError
 	want := `scheduler: schedule "big": args are 110 bytes of JSON; the limit is 100 bytes (Config.MaxArgsBytes)`
 	if !errors.Is(err, ErrArgsTooLarge) || !errors.As(err, &tooLarge) || err.Error() != want || tooLarge.Size != size || tooLarge.Limit != limit {
 		t.Errorf("Create with big args: %v; want %q", err, want)
 	}
-	if _, err := s.Create(ctx, &ScheduleParams{Name: "small", Expression: "@daily", Target: "ping", Args: json.RawMessage(`{"n": 1}`)}); err != nil {
+	if _, err := s.Create(ctx, &ScheduleParams{TargetType: TargetJob, Name: "small", Expression: "@daily", Target: "ping", Args: json.RawMessage(`{"n": 1}`)}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Update(ctx, "small", &ScheduleUpdate{Args: big}); !errors.Is(err, ErrArgsTooLarge) || !strings.Contains(err.Error(), `schedule "small"`) {

@@ -100,7 +100,7 @@ func testExactlyOncePerSlot(t *testing.T, mode string) {
 	// CatchUpAll, so slots that pass while no leader is up still fire one
 	// by one and every slot can be counted.
 	for i := range schedules {
-		if _, err := setup.Create(ctx, &ScheduleParams{Name: fmt.Sprintf("s%d", i), Expression: "@every 1s", Target: "tick",
+		if _, err := setup.Create(ctx, &ScheduleParams{TargetType: TargetJob, Name: fmt.Sprintf("s%d", i), Expression: "@every 1s", Target: "tick",
 			OverlapPolicy: OverlapAllow, CatchUpPolicy: CatchUpAll}); err != nil {
 			t.Fatal(err)
 		}
@@ -172,7 +172,7 @@ func TestConcurrentTicksFireOnce(t *testing.T) {
 	admin := testutil.Pool(t, url)
 	setup := newScheduler(t, admin, nil)
 	for i := range 4 {
-		if _, err := setup.Create(ctx, &ScheduleParams{Name: fmt.Sprintf("s%d", i), Expression: "@every 1s", Target: "tick",
+		if _, err := setup.Create(ctx, &ScheduleParams{TargetType: TargetJob, Name: fmt.Sprintf("s%d", i), Expression: "@every 1s", Target: "tick",
 			OverlapPolicy: OverlapAllow, CatchUpPolicy: CatchUpAll}); err != nil {
 			t.Fatal(err)
 		}

@@ -48,7 +48,7 @@ func TestStopWaitsForItsGoroutines(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := newScheduler(t, pool, &Config{Queue: insertOnlyQueue(t, pool), Leases: lm, PollInterval: 50 * time.Millisecond})
-	if _, err := s.Create(ctx, &ScheduleParams{Name: "often", Expression: "@every 1s", Target: "ping",
+	if _, err := s.Create(ctx, &ScheduleParams{TargetType: TargetJob, Name: "often", Expression: "@every 1s", Target: "ping",
 		OverlapPolicy: OverlapAllow, CatchUpPolicy: CatchUpAll}); err != nil {
 		t.Fatal(err)
 	}

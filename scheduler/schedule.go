@@ -207,9 +207,7 @@ type ScheduleParams struct {
 	TimeZone string
 
 	// TargetType says whether the schedule inserts a job or starts a
-	// workflow. Any other value is an error.
-	//
-	// Defaults to TargetJob.
+	// workflow. It is required: an empty or any other value is an error.
 	TargetType TargetType
 
 	// Target is the River job kind or the workflow name; 1 to
@@ -568,7 +566,7 @@ func (s *Scheduler) CreateTx(ctx context.Context, tx pgx.Tx, params *SchedulePar
 		Description:   params.Description,
 		Expression:    params.Expression,
 		TimeZone:      params.TimeZone,
-		TargetType:    orDefault(params.TargetType, TargetJob),
+		TargetType:    params.TargetType,
 		Target:        params.Target,
 		Args:          args,
 		Queue:         orDefault(params.Queue, QueueDefault),

@@ -80,6 +80,7 @@ func TestScheduleCRUD(t *testing.T) {
 
 	before := queryValue[time.Time](t, pool, "SELECT now()")
 	sch, err := s.Create(ctx, &ScheduleParams{
+		TargetType:  TargetJob,
 		Name:        "nightly",
 		Description: "nightly report",
 		Expression:  "@every 90m",
@@ -104,7 +105,7 @@ func TestScheduleCRUD(t *testing.T) {
 		t.Errorf("NextRunAt = %s, want about %s on a whole second", sch.NextRunAt, wantNext)
 	}
 
-	if _, err := s.Create(ctx, &ScheduleParams{Name: "nightly", Expression: "@daily", Target: "x"}); !errors.Is(err, ErrScheduleExists) {
+	if _, err := s.Create(ctx, &ScheduleParams{TargetType: TargetJob, Name: "nightly", Expression: "@daily", Target: "x"}); !errors.Is(err, ErrScheduleExists) {
 		t.Errorf("duplicate Create error = %v, want ErrScheduleExists", err)
 	}
 
@@ -181,7 +182,7 @@ func TestScheduleCRUD(t *testing.T) {
 	}
 
 	// Enabling again resumes at the first slot after now on the same grid.
-	if _, err := s.Create(ctx, &ScheduleParams{Name: "tick", Expression: "@every 10s", Target: "x"}); err != nil {
+	if _, err := s.Create(ctx, &ScheduleParams{TargetType: TargetJob, Name: "tick", Expression: "@every 10s", Target: "x"}); err != nil {
 		t.Fatal(err)
 	}
 	if off, err := s.Toggle(ctx, "tick", false); err != nil || off.Enabled {
@@ -210,7 +211,7 @@ func TestScheduleCRUD(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.CreateTx(ctx, tx, &ScheduleParams{Name: "ghost", Expression: "@hourly", Target: "x"}); err != nil {
+	if _, err := s.CreateTx(ctx, tx, &ScheduleParams{TargetType: TargetJob, Name: "ghost", Expression: "@hourly", Target: "x"}); err != nil {
 		t.Fatalf("CreateTx: %v", err)
 	}
 	if _, err := s.ToggleTx(ctx, tx, "nightly", false); err != nil {
@@ -234,7 +235,7 @@ func TestScheduleValidation(t *testing.T) {
 	s := newScheduler(t, pool, nil)
 
 	valid := func() ScheduleParams {
-		return ScheduleParams{Name: "n", Expression: "@daily", Target: "kind"}
+		return ScheduleParams{TargetType: TargetJob, Name: "n", Expression: "@daily", Target: "kind"}
 	}
 	tests := []struct {
 		name   string
@@ -285,7 +286,8 @@ func TestFireJob(t *testing.T) {
 	s := newScheduler(t, pool, &Config{Queue: insertOnlyQueue(t, pool)})
 
 	if _, err := s.Create(ctx, &ScheduleParams{
-		Name: "report", Expression: "@every 1h", Target: "report", Args: map[string]string{"to": "ops"},
+		TargetType: TargetJob,
+		Name:       "report", Expression: "@every 1h", Target: "report", Args: map[string]string{"to": "ops"},
 		Queue: "reports", Priority: 3, MaxAttempts: 5,
 	}); err != nil {
 		t.Fatal(err)
@@ -347,7 +349,7 @@ func TestCronSlotsInZone(t *testing.T) {
 	// 01:30 on November 1-3 in New York, fired from 2025-10-31 on: across
 	// the 2025-11-02 fall-back, 01:30 fires once (EDT) and the day after
 	// in EST.
-	if _, err := s.Create(ctx, &ScheduleParams{Name: "ny", Expression: "30 1 1-3 11 *", TimeZone: "America/New_York",
+	if _, err := s.Create(ctx, &ScheduleParams{TargetType: TargetJob, Name: "ny", Expression: "30 1 1-3 11 *", TimeZone: "America/New_York",
 		Target: "k", CatchUpPolicy: CatchUpAll, OverlapPolicy: OverlapAllow}); err != nil {
 		t.Fatal(err)
 	}
@@ -394,7 +396,7 @@ func TestCatchUp(t *testing.T) {
 			ctx := context.Background()
 			pool := testutil.DB(t)
 			s := newScheduler(t, pool, &Config{Queue: insertOnlyQueue(t, pool)})
-			if _, err := s.Create(ctx, &ScheduleParams{Name: "c", Expression: "@every 1h", Target: "k", CatchUpPolicy: tt.policy, OverlapPolicy: OverlapAllow}); err != nil {
+			if _, err := s.Create(ctx, &ScheduleParams{TargetType: TargetJob, Name: "c", Expression: "@every 1h", Target: "k", CatchUpPolicy: tt.policy, OverlapPolicy: OverlapAllow}); err != nil {
 				t.Fatal(err)
 			}
 			first := setDue(t, s, "c", "date_trunc('second', now()) - interval '"+tt.behind+"'")
@@ -433,7 +435,7 @@ func TestOverlap(t *testing.T) {
 	s := newScheduler(t, pool, &Config{Queue: insertOnlyQueue(t, pool)})
 
 	for _, p := range []OverlapPolicy{OverlapSkip, OverlapAllow} {
-		if _, err := s.Create(ctx, &ScheduleParams{Name: string(p), Expression: "@every 1h", Target: "k", OverlapPolicy: p}); err != nil {
+		if _, err := s.Create(ctx, &ScheduleParams{TargetType: TargetJob, Name: string(p), Expression: "@every 1h", Target: "k", OverlapPolicy: p}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -616,9 +618,9 @@ func TestFireFailuresDoNotBlockOthers(t *testing.T) {
 	blind := newScheduler(t, pool, nil)
 
 	for _, p := range []ScheduleParams{
-		{Name: "a-unknown", Expression: "@every 1h", Target: "no_such_kind"},
-		{Name: "b-broken", Expression: "@every 1h", Target: "ping"},
-		{Name: "c-ok", Expression: "@every 1h", Target: "ping"},
+		{TargetType: TargetJob, Name: "a-unknown", Expression: "@every 1h", Target: "no_such_kind"},
+		{TargetType: TargetJob, Name: "b-broken", Expression: "@every 1h", Target: "ping"},
+		{TargetType: TargetJob, Name: "c-ok", Expression: "@every 1h", Target: "ping"},
 	} {
 		if _, err := blind.Create(ctx, &p); err != nil {
 			t.Fatal(err)
@@ -641,5 +643,18 @@ func TestFireFailuresDoNotBlockOthers(t *testing.T) {
 	}
 	if n := len(firedJobs(t, pool, "c-ok")); n != 1 {
 		t.Errorf("healthy schedule fired %d jobs, want 1", n)
+	}
+}
+
+func TestCreateWithoutTargetTypeIsAnError(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	s := newScheduler(t, pool, nil)
+	_, err := s.Create(context.Background(), &ScheduleParams{Name: "untyped", Expression: "@daily", Target: "ping"})
+	if err == nil || !strings.Contains(err.Error(), `target type "" is invalid; use "job" or "workflow"`) {
+		t.Fatalf("Create without a target type: %v, want an error naming the target types", err)
+	}
+	if _, err := s.Get(context.Background(), "untyped"); !errors.Is(err, ErrScheduleNotFound) {
+		t.Fatalf("the invalid schedule was stored: %v", err)
 	}
 }

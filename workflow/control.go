@@ -21,6 +21,12 @@ import (
 // cancelled and does nothing, and a running turn's outcome finds it
 // cancelled and records nothing.
 //
+// Cancel returns once the run's turns that were running have ended, so
+// that nothing of the run runs afterwards. A turn whose code ignores its
+// context may keep it waiting: after TurnEndWaitDefault, or when ctx ends,
+// Cancel returns a *TurnsRunningError (or ctx's error); the run is
+// cancelled all the same.
+//
 // Cancel takes its locks in the engine's lock order (see the package
 // documentation): the run's tasks (children before parents), their steps,
 // the run; its turn jobs last, with SKIP LOCKED, so it never waits for one.
@@ -36,7 +42,14 @@ func (e *Engine) Cancel(ctx context.Context, runID string) error {
 			}
 			continue
 		}
-		return err
+		if err != nil {
+			return err
+		}
+		// The run is cancelled. Its running turns learn of it through
+		// their context; wait for them to end, so that nothing of the run
+		// runs once Cancel returns.
+		id, _ := uuid.Parse(runID)
+		return e.waitForTurnsToEnd(ctx, id)
 	}
 }
 
@@ -45,6 +58,8 @@ func (e *Engine) Cancel(ctx context.Context, runID string) error {
 const cancelTries = 20
 
 // CancelTx is Cancel inside tx: the run is cancelled only if tx commits.
+// Unlike Cancel, it cannot wait for the run's running turns to end, since
+// they learn of the cancel only once tx commits.
 // It may fail with PostgreSQL's lock_not_available (55P03) when a turn
 // holds a task it must lock; roll tx back and call it again, as Cancel
 // does.
@@ -166,8 +181,9 @@ func runStatusIs(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID string, che
 // again.
 //
 // A cancelled turn may still be running its code. Retry first waits, up to
-// RetryWaitDefault or until ctx ends, for the turns of the tasks it resets
-// to end, so that no task ever has two turns running. Its locks follow the
+// TurnEndWaitDefault or until ctx ends, for the turns of the tasks it
+// resets to end, so that no task ever has two turns running; when they do
+// not end in time it returns a *TurnsRunningError and changes nothing. Its locks follow the
 // engine's lock order: tasks (children before parents), steps, the run.
 func (e *Engine) Retry(ctx context.Context, runID string) error {
 	id, err := uuid.Parse(runID)
@@ -248,12 +264,14 @@ func (e *Engine) retryTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID str
 	return e.wakeTurns(ctx, tx, turns)
 }
 
-// RetryWaitDefault bounds how long Retry waits for the turns of a run's
-// failed or cancelled tasks to end.
-const RetryWaitDefault = 30 * time.Second
+// TurnEndWaitDefault bounds how long Cancel and Retry wait for the turns of
+// a run's failed or cancelled tasks to end.
+const TurnEndWaitDefault = 30 * time.Second
 
+// waitForTurnsToEnd waits until no turn of the run's failed or cancelled
+// tasks runs, for at most TurnEndWaitDefault.
 func (e *Engine) waitForTurnsToEnd(ctx context.Context, runID uuid.UUID) error {
-	deadline := time.Now().Add(RetryWaitDefault)
+	deadline := time.Now().Add(TurnEndWaitDefault)
 	for {
 		var running int
 		err := e.pool.QueryRow(ctx, `
@@ -268,7 +286,7 @@ func (e *Engine) waitForTurnsToEnd(ctx context.Context, runID uuid.UUID) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("workflow: run %s: %d turns of its failed or cancelled tasks are still running after %s; retry once they end", runID, running, RetryWaitDefault)
+			return &TurnsRunningError{RunID: runID.String(), Running: running, Waited: TurnEndWaitDefault}
 		}
 		select {
 		case <-ctx.Done():

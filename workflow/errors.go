@@ -3,6 +3,7 @@ package workflow
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // ErrSuspended is returned by durable calls (Task.Delay, Future.Get, Map, a
@@ -140,4 +141,18 @@ type storedError struct {
 	Kind    string `json:"kind,omitempty"`
 	Child   string `json:"child,omitempty"`
 	Attempt int    `json:"attempt,omitempty"`
+}
+
+// TurnsRunningError is returned by Cancel and Retry when turns of the run
+// are still running after they waited TurnEndWaitDefault for them to end:
+// their code does not return when its context is cancelled. After Cancel,
+// the run is cancelled all the same; Retry changed nothing.
+type TurnsRunningError struct {
+	RunID   string
+	Running int
+	Waited  time.Duration
+}
+
+func (e *TurnsRunningError) Error() string {
+	return fmt.Sprintf("workflow: run %s: %d turns of its failed or cancelled tasks are still running after %s; their code does not return when its context is cancelled", e.RunID, e.Running, e.Waited)
 }

@@ -327,6 +327,7 @@ func (a *App) Stop(ctx context.Context) error {
 // expression on the one that exists.
 func (a *App) ensureSchedule(ctx context.Context) error {
 	_, err := a.sched.Create(ctx, &scheduler.ScheduleParams{
+		TargetType:  scheduler.TargetJob,
 		Name:        RenewWebSubSchedule,
 		Description: "Renew WebSub subscriptions that expire soon.",
 		Expression:  a.cfg.WebSubSchedule,

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/braidflow/braid/examples/feedfetcher/feedserver"
+	"github.com/braidflow/braid/workflow"
 )
 
 // digestsOf returns the digests sent to a user for a feed.
@@ -97,10 +98,16 @@ func TestEndToEnd(t *testing.T) {
 		!strings.Contains(first.Body, "Hello alice") || !strings.Contains(first.Body, "/articles/cycling-dispatch/") {
 		t.Errorf("alice's first digest: %+v", first)
 	}
-	run, err := app.engine.Run(ctx, first.RunID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The digest is written by the run's last step; the run completes in
+	// the turn's outcome, a moment later.
+	var run *workflow.RunInfo
+	eventually(t, 10*time.Second, "the digest run to complete", func() bool {
+		var err error
+		if run, err = app.engine.Run(ctx, first.RunID); err != nil {
+			t.Fatal(err)
+		}
+		return run.Status == "completed"
+	})
 	if run.Status != "completed" || run.Workflow != DigestWorkflow {
 		t.Errorf("the digest run is %s %s, want a completed %s", run.Workflow, run.Status, DigestWorkflow)
 	}
