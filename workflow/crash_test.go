@@ -67,8 +67,9 @@ var crashSleepy = workflow.Define("crash_sleepy", func(t *workflow.Task, d time.
 	})
 }, workflow.WithRetry(fast))
 
-// crashLast hangs in its only attempt when envHang is set.
-var crashLast = workflow.Define("crash_last", func(t *workflow.Task, _ struct{}) (int, error) {
+// hangInStep is a workflow body whose one step hangs when envHang is set,
+// and otherwise returns the pid of the process that ran it.
+func hangInStep(t *workflow.Task, _ struct{}) (int, error) {
 	return workflow.Step(t, "hang", func(ctx context.Context) (int, error) {
 		if err := ledgerStep(ctx, t, "hang"); err != nil {
 			return 0, err
@@ -78,7 +79,14 @@ var crashLast = workflow.Define("crash_last", func(t *workflow.Task, _ struct{})
 		}
 		return os.Getpid(), nil
 	})
-}, workflow.WithMaxAttempts(1))
+}
+
+// crashLast hangs in its only attempt; crashLast2 has attempts to spare,
+// so that a kill is retried rather than failed.
+var (
+	crashLast  = workflow.Define("crash_last", hangInStep, workflow.WithMaxAttempts(1))
+	crashLast2 = workflow.Define("crash_hang", hangInStep)
+)
 
 // crashSnoozed fails its step once, which snoozes the turn without
 // spending the attempt, then hangs in the step's second run when envHang
@@ -393,17 +401,3 @@ func TestKilledTurnRunsAgainAfterASnooze(t *testing.T) {
 	t.Parallel()
 	testRecoveryAfterKill(t, crashSnoozed, "flaky", 2)
 }
-
-// crashLast2 is crashLast with attempts to spare, so that a kill is
-// retried rather than failed.
-var crashLast2 = workflow.Define("crash_hang", func(t *workflow.Task, _ struct{}) (int, error) {
-	return workflow.Step(t, "hang", func(ctx context.Context) (int, error) {
-		if err := ledgerStep(ctx, t, "hang"); err != nil {
-			return 0, err
-		}
-		if os.Getenv(envHang) == "1" {
-			time.Sleep(time.Hour) // killed here
-		}
-		return os.Getpid(), nil
-	})
-})
