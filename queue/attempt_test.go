@@ -3,6 +3,7 @@ package queue
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -57,6 +58,8 @@ func (w *modeWorker) Work(ctx context.Context, job *river.Job[modeArgs]) error {
 		if !bytes.Contains(job.Metadata, []byte(`"snoozes"`)) {
 			return river.JobSnooze(time.Millisecond)
 		}
+	case "output_nul":
+		return river.RecordOutput(ctx, map[string]string{"key\x00": "value\x00 \\u0000 kept"})
 	}
 	return nil
 }
@@ -73,7 +76,7 @@ func TestAttemptErrorsSanitized(t *testing.T) {
 	river.AddWorker(workers, &modeWorker{maxBytes: maxBytes})
 	q := startQueue(t, testutil.DB(t), &Config{Workers: workers, MaxErrorBytes: maxBytes})
 
-	modes := []string{"nul", "big", "panic", "ok", "retry_once", "snooze_once", "ok", "big", "nul"}
+	modes := []string{"nul", "big", "panic", "ok", "retry_once", "snooze_once", "ok", "big", "nul", "output_nul"}
 	var params []InsertManyParams
 	for _, m := range modes {
 		params = append(params, InsertManyParams{Args: modeArgs{Mode: m}, InsertOpts: &InsertOpts{InsertOpts: river.InsertOpts{MaxAttempts: 2}}})
@@ -126,6 +129,15 @@ func TestAttemptErrorsSanitized(t *testing.T) {
 		case "snooze_once":
 			if job.Attempt != 1 || len(job.Errors) != 0 {
 				t.Errorf("snooze_once job: attempt %d, %d errors; want completed at attempt 1 without errors", job.Attempt, len(job.Errors))
+			}
+		case "output_nul":
+			// Recorded output with NUL characters is kept without them
+			// (an escaped backslash followed by "u0000" is text, and stays).
+			var md struct {
+				Output map[string]string `json:"output"`
+			}
+			if err := json.Unmarshal(job.Metadata, &md); err != nil || md.Output["key"] != `value \u0000 kept` {
+				t.Errorf("output_nul job: metadata %s (%v), want its output without NUL characters", job.Metadata, err)
 			}
 		}
 	}

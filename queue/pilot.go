@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -195,6 +196,9 @@ func (p *pilot) JobSetStateIfRunningMany(ctx context.Context, exec riverdriver.E
 	for i := range out.ErrData {
 		out.ErrData[i] = p.sanitizeErrData(out.ErrData[i])
 	}
+	for i := range out.MetadataUpdates {
+		out.MetadataUpdates[i] = withoutNUL(out.MetadataUpdates[i])
+	}
 	return p.StandardPilot.JobSetStateIfRunningMany(ctx, exec, out)
 }
 
@@ -249,7 +253,7 @@ func (p *pilot) sanitizeErrData(data []byte) []byte {
 	if err := json.Unmarshal(data, &ae); err != nil {
 		// Not an AttemptError: River never writes one; strip what
 		// PostgreSQL's jsonb would reject at least.
-		return bytes.ReplaceAll(data, []byte(`\u0000`), nil)
+		return withoutNUL(data)
 	}
 	msg, trace := SanitizeErrorText(ae.Error, p.maxErrorBytes), SanitizeErrorText(ae.Trace, p.maxErrorBytes)
 	if msg == ae.Error && trace == ae.Trace {
@@ -258,7 +262,49 @@ func (p *pilot) sanitizeErrData(data []byte) []byte {
 	ae.Error, ae.Trace = msg, trace
 	b, err := json.Marshal(ae)
 	if err != nil {
-		return bytes.ReplaceAll(data, []byte(`\u0000`), nil)
+		return withoutNUL(data)
 	}
 	return b
+}
+
+// withoutNUL removes NUL characters from the strings and keys of a JSON
+// document, which jsonb rejects: metadata a worker recorded (River's
+// RecordOutput, MetadataSet) would otherwise fail the completer's whole
+// batch, which River retries for ever. A document without one is returned
+// as it is; one that cannot be decoded is returned as it is too, for
+// PostgreSQL to judge.
+func withoutNUL(data []byte) []byte {
+	if !bytes.Contains(data, []byte(`\u0000`)) {
+		return data
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return data
+	}
+	b, err := json.Marshal(stripNUL(v))
+	if err != nil {
+		return data
+	}
+	return b
+}
+
+func stripNUL(v any) any {
+	switch x := v.(type) {
+	case string:
+		return strings.ReplaceAll(x, "\x00", "")
+	case []any:
+		for i := range x {
+			x[i] = stripNUL(x[i])
+		}
+		return x
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[strings.ReplaceAll(k, "\x00", "")] = stripNUL(e)
+		}
+		return out
+	}
+	return v
 }
