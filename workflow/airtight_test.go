@@ -397,3 +397,38 @@ func TestMapOverItsTotalInputLimitIsAClearError(t *testing.T) {
 		t.Fatalf("a Map at its limit: %d, %v", n, err)
 	}
 }
+
+func TestReconcilerSweepSettlesTasksWhoseTurnIsGoneOrCompleted(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	wf := workflow.Define("swept", func(t *workflow.Task, in int) (int, error) { return in + 1, nil })
+	cfg := testConfig(wf)
+	starter := newEngine(t, pool, cfg)
+	ctx := ctxTimeout(t, 30*time.Second)
+	gone, err := wf.Start(ctx, starter, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	owed, err := wf.Start(ctx, starter, 2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One task's turn job is deleted; the other's is completed without
+	// the task having run, as a turn that found it in another state would.
+	execSQL(t, pool, `DELETE FROM river_job WHERE args->>'task_id' = (SELECT id::text FROM braid_tasks WHERE run_id = $1)`, gone.ID)
+	execSQL(t, pool, `UPDATE river_job SET state = 'completed', finalized_at = now() WHERE args->>'task_id' = (SELECT id::text FROM braid_tasks WHERE run_id = $1)`, owed.ID)
+	execSQL(t, pool, `UPDATE braid_tasks SET updated_at = now() - interval '1 minute'`)
+
+	cfg.ReconcileSweepInterval = 200 * time.Millisecond
+	eng := startEngine(t, pool, cfg)
+	msg := requireFailed(t, pool, eng, gone.ID)
+	if !strings.Contains(msg, "no turn job") {
+		t.Errorf("task error %q does not say its turn job is gone", msg)
+	}
+	if out, err := owed.Result(ctx); err != nil || out != 3 {
+		t.Fatalf("the task owed a turn: %d, %v; want it run by a new turn", out, err)
+	}
+	if out := retryAndComplete(t, eng, gone); out != 2 {
+		t.Fatalf("output %d", out)
+	}
+}

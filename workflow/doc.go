@@ -91,9 +91,13 @@
 // killed (the heartbeat rescuer then discards the job), the outcome
 // transaction failed (a deadlock victim, a full disk), or an operator
 // cancelled the job. The reconciler, which runs every
-// Config.ReconcileInterval (1 s) in the queue's maintenance loop, finds
-// tasks that are pending or running with no live turn job, and fails each
-// with a stored error that says why and quotes the last attempt's error.
+// Config.ReconcileInterval (1 s) in the queue's maintenance loop, reads
+// the turn jobs that ended discarded or cancelled lately, finds their tasks
+// still pending or running with no live turn job, and fails each with a
+// stored error that says why and quotes the last attempt's error. Every
+// Config.ReconcileSweepInterval (5 min) it also looks at every pending or
+// running task, for a turn job that was deleted (the task fails) or that
+// completed without settling its task (the task gets a new turn).
 // The failure settles like any other: the parent sees it from Get or Map,
 // or the run fails and Retry accepts it. It works under the task's row
 // lock, which everything that gives a task a turn also holds, so a task

@@ -53,8 +53,11 @@ const (
 	// before its task fails.
 	UnknownWorkflowTimeoutDefault = 10 * time.Minute
 	// ReconcileIntervalDefault is how often the reconciler looks for tasks
-	// that have no live turn.
+	// whose turn job ended discarded or cancelled.
 	ReconcileIntervalDefault = time.Second
+	// ReconcileSweepIntervalDefault is how often the reconciler looks at
+	// every pending or running task for a live turn.
+	ReconcileSweepIntervalDefault = 5 * time.Minute
 	// RetentionDefault is how long a finished run, with its tasks and
 	// steps, is kept.
 	RetentionDefault = 7 * 24 * time.Hour
@@ -158,11 +161,17 @@ type Config struct {
 	UnknownWorkflowTimeout time.Duration
 
 	// ReconcileInterval is how often the reconciler looks for tasks that
-	// are pending or running with no live turn (their last turn job was
-	// discarded, cancelled or deleted) and fails them, so that no run is
-	// ever stranded. It runs in the queue's maintenance loop. Default
-	// ReconcileIntervalDefault.
+	// are pending or running with no live turn because their last turn job
+	// was discarded or cancelled, and fails them, so that no run is ever
+	// stranded. It runs in the queue's maintenance loop and reads only the
+	// turn jobs that ended lately. Default ReconcileIntervalDefault (1 s).
 	ReconcileInterval time.Duration
+
+	// ReconcileSweepInterval is how often the reconciler looks at every
+	// pending or running task, for the rarer cases: a turn job deleted, or
+	// that ended while no process ran the maintenance loop for a long time.
+	// Default ReconcileSweepIntervalDefault (5 min).
+	ReconcileSweepInterval time.Duration
 
 	// Retention is how long a finished run (completed, failed or
 	// cancelled), with its tasks and steps, is kept before it is deleted.
@@ -242,6 +251,7 @@ func NewEngine(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 	c.UnknownWorkflowSnooze = cmp.Or(c.UnknownWorkflowSnooze, UnknownWorkflowSnoozeDefault)
 	c.UnknownWorkflowTimeout = cmp.Or(c.UnknownWorkflowTimeout, UnknownWorkflowTimeoutDefault)
 	c.ReconcileInterval = cmp.Or(c.ReconcileInterval, ReconcileIntervalDefault)
+	c.ReconcileSweepInterval = cmp.Or(c.ReconcileSweepInterval, ReconcileSweepIntervalDefault)
 	c.Retention = cmp.Or(c.Retention, RetentionDefault)
 	c.RetentionInterval = cmp.Or(c.RetentionInterval, RetentionIntervalDefault)
 	c.RetentionBatch = cmp.Or(c.RetentionBatch, RetentionBatchDefault)
@@ -263,8 +273,8 @@ func NewEngine(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 		return nil, fmt.Errorf("workflow: MaxErrorBytes %d is negative", c.MaxErrorBytes)
 	case c.UnknownWorkflowSnooze < 0 || c.UnknownWorkflowTimeout < 0:
 		return nil, fmt.Errorf("workflow: UnknownWorkflowSnooze %s and UnknownWorkflowTimeout %s must not be negative", c.UnknownWorkflowSnooze, c.UnknownWorkflowTimeout)
-	case c.ReconcileInterval < 0:
-		return nil, fmt.Errorf("workflow: ReconcileInterval %s is negative", c.ReconcileInterval)
+	case c.ReconcileInterval < 0 || c.ReconcileSweepInterval < 0:
+		return nil, fmt.Errorf("workflow: ReconcileInterval %s and ReconcileSweepInterval %s must not be negative", c.ReconcileInterval, c.ReconcileSweepInterval)
 	case c.RetentionInterval < 0 || c.RetentionBatch < 0:
 		return nil, fmt.Errorf("workflow: RetentionInterval %s and RetentionBatch %d must not be negative", c.RetentionInterval, c.RetentionBatch)
 	case c.OutcomeTimeout < 0:
@@ -337,7 +347,8 @@ func NewEngine(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 	// The reconciler and retention run in the queue's one maintenance
 	// loop, under its lease.
 	qc.Maintenance = append(append([]queue.MaintenanceTask(nil), qc.Maintenance...),
-		queue.MaintenanceTask{Name: "workflow reconciler", Interval: c.ReconcileInterval, Run: e.reconcile})
+		queue.MaintenanceTask{Name: "workflow reconciler", Interval: c.ReconcileInterval, Run: e.reconcile},
+		queue.MaintenanceTask{Name: "workflow reconciler sweep", Interval: c.ReconcileSweepInterval, Run: e.reconcileSweep})
 	if c.Retention > 0 {
 		qc.Maintenance = append(qc.Maintenance,
 			queue.MaintenanceTask{Name: "workflow retention", Interval: c.RetentionInterval, Run: e.deleteOldRuns})

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -18,23 +19,51 @@ const reconcileBatch = 100
 // liveJobStates are the River states of a turn that will still run.
 const liveJobStates = `('available', 'pending', 'running', 'retryable', 'scheduled')`
 
+// reconcileLookback is how far back the reconciler's frequent look reads
+// turn jobs that ended discarded or cancelled. The sweep covers anything
+// older (a maintenance leader that was down for longer, a deleted job).
+const reconcileLookback = 10 * time.Minute
+
 // reconcile is the reconciler (invariant 10). It finds tasks that are
 // pending or running but have no live turn, because their newest turn job
 // was discarded (its last attempt ended without the engine's failure path
-// committing: a timeout, a crash, a failed transaction), cancelled, or
-// deleted, and fails each with a stored error that says why. The failure
-// then settles like any other: the parent learns of it, or the run fails
-// and Retry accepts it. It runs in the queue's maintenance loop every
-// ReconcileInterval, so a stranded run is settled within seconds.
+// committing: a timeout, a crash, a failed transaction) or cancelled, and
+// fails each with a stored error that says why. The failure then settles
+// like any other: the parent learns of it, or the run fails and Retry
+// accepts it. It runs in the queue's maintenance loop every
+// ReconcileInterval, so a stranded run is settled within seconds. It
+// starts from the turn jobs that ended so recently, which are few, so it
+// costs next to nothing while every task has its turn; reconcileSweep
+// looks at every task, less often.
 func (e *Engine) reconcile(ctx context.Context) error {
+	return e.reconcileFrom(ctx, `
+		SELECT DISTINCT t.id FROM river_job j
+		  JOIN braid_tasks t ON t.id = CASE WHEN j.args->>'task_id' ~ '^[0-9a-fA-F-]{36}$' THEN (j.args->>'task_id')::uuid END
+		 WHERE j.state IN ('discarded', 'cancelled') AND j.finalized_at > now() - $2::bigint * interval '1 microsecond'
+		   AND j.kind = $1 AND t.status IN ('pending', 'running')
+		 LIMIT $3`, reconcileLookback.Microseconds())
+}
+
+// reconcileSweep is the reconciler's look at every task that is pending
+// or running, for the cases the frequent look cannot see: a turn job that
+// ended longer ago than its lookback, or that was deleted, or that
+// completed without settling its task. It runs every
+// ReconcileSweepInterval.
+func (e *Engine) reconcileSweep(ctx context.Context) error {
+	return e.reconcileFrom(ctx, `
+		SELECT t.id FROM braid_tasks t
+		 WHERE t.status IN ('pending', 'running') AND t.updated_at < now() - $2::bigint * interval '1 microsecond'
+		   AND NOT EXISTS (SELECT 1 FROM river_job j
+		                    WHERE j.kind = $1 AND j.args->>'task_id' = t.id::text AND j.state IN `+liveJobStates+`)
+		 ORDER BY t.updated_at
+		 LIMIT $3`, time.Second.Microseconds())
+}
+
+// reconcileFrom settles the tasks that query ($1 the turn kind, $2 its
+// argument, $3 the batch size) names, batch by batch.
+func (e *Engine) reconcileFrom(ctx context.Context, query string, arg int64) error {
 	for range 10 {
-		rows, err := e.pool.Query(ctx, `
-			SELECT t.id FROM braid_tasks t
-			 WHERE t.status IN ('pending', 'running') AND t.updated_at < now() - interval '1 second'
-			   AND NOT EXISTS (SELECT 1 FROM river_job j
-			                    WHERE j.kind = $1 AND j.args->>'task_id' = t.id::text AND j.state IN `+liveJobStates+`)
-			 ORDER BY t.updated_at
-			 LIMIT $2`, TaskKind, reconcileBatch)
+		rows, err := e.pool.Query(ctx, query, TaskKind, arg, reconcileBatch)
 		if err != nil {
 			return fmt.Errorf("workflow: reconciler: finding tasks without a live turn: %w", err)
 		}
@@ -43,12 +72,17 @@ func (e *Engine) reconcile(ctx context.Context) error {
 			return fmt.Errorf("workflow: reconciler: finding tasks without a live turn: %w", err)
 		}
 		var errs []error
+		settled := 0
 		for _, id := range ids {
-			if err := e.reconcileTask(ctx, id); err != nil {
+			ok, err := e.reconcileTask(ctx, id)
+			if err != nil {
 				errs = append(errs, err)
 			}
+			if ok {
+				settled++
+			}
 		}
-		if len(ids) < reconcileBatch || len(errs) > 0 {
+		if len(ids) < reconcileBatch || settled == 0 || len(errs) > 0 {
 			return errors.Join(errs...)
 		}
 	}
@@ -58,7 +92,7 @@ func (e *Engine) reconcile(ctx context.Context) error {
 // reconcileTask settles one task found without a live turn. Under the
 // task's row lock, which everything that gives a task a turn holds, it
 // looks again: a task that got a turn meanwhile is left alone.
-func (e *Engine) reconcileTask(ctx context.Context, taskID uuid.UUID) error {
+func (e *Engine) reconcileTask(ctx context.Context, taskID uuid.UUID) (bool, error) {
 	var (
 		settled bool
 		msg     string
@@ -124,13 +158,13 @@ func (e *Engine) reconcileTask(ctx context.Context, taskID uuid.UUID) error {
 		return e.settle(ctx, tx, runID, parentID, "failed", nil, errJSON)
 	})
 	if err != nil {
-		return fmt.Errorf("workflow: reconciler: task %s: %w", taskID, err)
+		return false, fmt.Errorf("workflow: reconciler: task %s: %w", taskID, err)
 	}
 	if settled && msg != "" {
 		e.metrics.reconciled.Add(ctx, 1)
 		e.logger.WarnContext(ctx, "workflow: reconciler failed a task that had no live turn", "task.id", taskID, "reason", msg)
 	}
-	return nil
+	return settled, nil
 }
 
 func isLive(state string) bool {
