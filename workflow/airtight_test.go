@@ -432,3 +432,105 @@ func TestReconcilerSweepSettlesTasksWhoseTurnIsGoneOrCompleted(t *testing.T) {
 		t.Fatalf("output %d", out)
 	}
 }
+
+func TestLateAttemptThatFailsRecordsNothing(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	release := make(chan struct{})
+	var runs atomic.Int64
+	wf := workflow.Define("late_failure", func(t *workflow.Task, _ struct{}) (int64, error) {
+		if runs.Add(1) == 1 {
+			<-release
+			return 0, errors.New("the late attempt fails")
+		}
+		return 1, nil
+	})
+	cfg := testConfig(wf)
+	cfg.TurnHeartbeat = 20 * time.Second // the watch does not notice in time
+	eng := startEngine(t, pool, cfg)
+	ctx := ctxTimeout(t, 30*time.Second)
+	if _, err := wf.Start(ctx, eng, struct{}{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the first attempt to be held", 10*time.Second, func() bool { return runs.Load() == 1 })
+	execSQL(t, pool, `UPDATE river_job SET attempt = attempt + 1, attempted_at = now() WHERE kind = 'braid_task'`)
+	close(release)
+	time.Sleep(time.Second)
+	if n := count(t, pool, `SELECT count(*) FROM river_job WHERE kind = 'braid_task' AND state = 'running' AND attempt = 2`); n != 1 {
+		t.Fatalf("the late attempt's failure changed the job of the attempt that superseded it")
+	}
+	if n := count(t, pool, `SELECT count(*) FROM river_job j, unnest(j.errors) e WHERE j.kind = 'braid_task'`); n != 0 {
+		t.Fatalf("the late attempt recorded its error on the job")
+	}
+	if n := count(t, pool, `SELECT count(*) FROM braid_tasks WHERE error IS NOT NULL`); n != 0 {
+		t.Fatalf("the late attempt recorded its error on the task")
+	}
+}
+
+func TestStopOnTheLastAttemptPutsTheTurnBack(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	started := make(chan struct{}, 1)
+	var stopped atomic.Bool
+	wf := workflow.Define("stopped_last", func(t *workflow.Task, _ struct{}) (string, error) {
+		return workflow.Step(t, "wait", func(ctx context.Context) (string, error) {
+			if stopped.Load() {
+				return "done", nil
+			}
+			started <- struct{}{}
+			<-ctx.Done()
+			return "", ctx.Err()
+		})
+	}, workflow.WithMaxAttempts(1))
+	eng, err := workflow.NewEngine(pool, testConfig(wf))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxTimeout(t, 30*time.Second)
+	run, err := wf.Start(ctx, eng, struct{}{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	stopCtx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_ = eng.Stop(stopCtx)
+	stopped.Store(true)
+	info, err := eng.Run(ctx, run.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Status == "failed" || info.Tasks[0].Status == "failed" {
+		t.Fatalf("Stop failed the run on its last attempt: %s, task %s (%s)", info.Status, info.Tasks[0].Status, info.Tasks[0].Error)
+	}
+	// Another process takes the turn and completes the run.
+	other := startEngine(t, pool, testConfig(wf))
+	if out, err := run.Result(ctx); err != nil || out != "done" {
+		t.Fatalf("run after the restart: %q, %v", out, err)
+	}
+	_ = other
+}
+
+func TestNULInAStepOutputIsAClearError(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	wf := workflow.Define("nul_output", func(t *workflow.Task, _ string) (string, error) {
+		return workflow.Step(t, "emit", func(ctx context.Context) (string, error) { return "a\x00b", nil })
+	}, workflow.WithMaxAttempts(1))
+	eng := startEngine(t, pool, testConfig(wf))
+	ctx := ctxTimeout(t, 30*time.Second)
+	if _, err := wf.Start(ctx, eng, "in\x00put", nil); err == nil || !strings.Contains(err.Error(), "NUL character") {
+		t.Fatalf("Start with a NUL in the input: %v, want an error naming the NUL character", err)
+	}
+	run, err := wf.Start(ctx, eng, "input", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = run.Result(ctx)
+	if err == nil || !strings.Contains(err.Error(), `output of step "emit" cannot be encoded as JSON: it holds a NUL character`) {
+		t.Fatalf("Result: %v, want the step's output refused, naming the step", err)
+	}
+}

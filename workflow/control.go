@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/braidflow/braid/queue"
 )
@@ -46,9 +47,28 @@ func (e *Engine) Cancel(ctx context.Context, runID string) error {
 			return err
 		}
 		// The run is cancelled. Its running turns learn of it through
-		// their context; wait for them to end, so that nothing of the run
-		// runs once Cancel returns.
+		// their context; a turn job that CancelTx skipped because another
+		// transaction held it (a heartbeat, River's completer) is
+		// cancelled now, holding no other lock. Then wait for the turns to
+		// end, so that nothing of the run runs once Cancel returns.
 		id, _ := uuid.Parse(runID)
+		rows, err := e.pool.Query(ctx, `
+			SELECT j.id FROM braid_tasks t
+			  JOIN river_job j ON j.kind = $1 AND j.args->>'task_id' = t.id::text
+			 WHERE t.run_id = $2 AND t.status = 'cancelled'
+			   AND j.state IN `+liveJobStates+` AND NOT j.metadata ? 'cancel_attempted_at'`, TaskKind, id)
+		if err != nil {
+			return err
+		}
+		skipped, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			return err
+		}
+		for _, jid := range skipped {
+			if _, err := e.queue.River().JobCancel(ctx, jid); err != nil && !errors.Is(err, rivertype.ErrNotFound) {
+				return fmt.Errorf("workflow: run %s is cancelled; cancelling its turn job %d: %w", runID, jid, err)
+			}
+		}
 		return e.waitForTurnsToEnd(ctx, id)
 	}
 }
@@ -134,9 +154,11 @@ func (e *Engine) CancelTx(ctx context.Context, tx pgx.Tx, runID string) error {
 		return fmt.Errorf("%w: run %s finished meanwhile", ErrRunFinished, runID)
 	}
 	// The turn jobs. River job rows come before tasks in the lock order,
-	// so Cancel never waits for one: a job that another transaction holds
-	// now (a turn recording its outcome, River fetching or completing it)
-	// is left alone. Its task is cancelled, so that turn does nothing.
+	// so CancelTx never waits for one: a job that another transaction
+	// holds now (a turn recording its outcome or heartbeating, River
+	// fetching or completing it) is skipped. Its task is cancelled, so a
+	// turn that starts finds nothing to do, and a running one stops at its
+	// next step; Cancel cancels the skipped jobs after the commit.
 	rows, err = tx.Query(ctx, `
 		SELECT j.id FROM river_job j JOIN braid_tasks t ON j.args->>'task_id' = t.id::text
 		 WHERE j.kind = $1 AND t.run_id = $2 AND j.state IN `+liveJobStates+`

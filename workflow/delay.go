@@ -59,7 +59,13 @@ func (e *Engine) processDelays(ctx context.Context, l *leases.Lease) error {
 			}
 		}
 		if wait <= 0 {
-			continue
+			if n > 0 {
+				continue
+			}
+			// Due delays that this tick skipped: their rows are locked
+			// (by Cancel, Retry or a turn). Pause briefly rather than
+			// spin until the lock is gone.
+			wait = delaySkippedPause
 		}
 		waitCtx, cancel := context.WithTimeout(ctx, wait)
 		_, err = conn.WaitForNotification(waitCtx)
@@ -72,6 +78,10 @@ func (e *Engine) processDelays(ctx context.Context, l *leases.Lease) error {
 		}
 	}
 }
+
+// delaySkippedPause is how long the delay processor pauses when due
+// delays are all locked by others.
+const delaySkippedPause = 10 * time.Millisecond
 
 // delayKey names one delay step.
 type delayKey struct {

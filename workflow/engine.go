@@ -1,6 +1,7 @@
 package workflow
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -8,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -211,6 +213,9 @@ type Engine struct {
 	notifier *notifier
 	// unknownLogged holds the names of unknown workflows already logged.
 	unknownLogged sync.Map
+	// stopping is set while Stop runs: a turn cancelled by it is put back
+	// rather than failed.
+	stopping atomic.Bool
 
 	mu      sync.Mutex
 	started bool
@@ -433,8 +438,9 @@ func (e *Engine) Start(ctx context.Context) error {
 // finish until ctx ends. When ctx ends first, it cancels the turns'
 // contexts and keeps waiting: Stop returns only when the user code of
 // every turn, and every goroutine the engine started, has returned. A
-// cancelled turn is retried later, by this or another process, like any
-// failed attempt. Stop also ends the connection that Run.Result waits on.
+// turn that Stop cancelled and that returns an error is put back without
+// spending its attempt, even its last, and runs again on this or another
+// process. Stop also ends the connection that Run.Result waits on.
 func (e *Engine) Stop(ctx context.Context) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -443,6 +449,8 @@ func (e *Engine) Stop(ctx context.Context) error {
 		return nil
 	}
 	e.started = false
+	e.stopping.Store(true)
+	defer e.stopping.Store(false)
 	e.cancel()
 	e.wg.Wait()
 	err := e.queue.Stop(ctx)
@@ -468,7 +476,33 @@ func (e *Engine) encode(what string, v any) (json.RawMessage, error) {
 	if len(b) > e.cfg.MaxPayloadBytes {
 		return nil, &PayloadTooLargeError{What: what, Size: len(b), Limit: e.cfg.MaxPayloadBytes}
 	}
+	if hasNUL(b) {
+		return nil, &EncodeError{What: what, Err: errNUL}
+	}
 	return b, nil
+}
+
+// errNUL is the reason a JSON payload holding a NUL character is refused.
+var errNUL = errors.New(`it holds a NUL character (\u0000), which PostgreSQL's jsonb cannot store`)
+
+// hasNUL reports whether the JSON text b holds an escaped NUL character,
+// \u0000, as opposed to the text "\\u0000".
+func hasNUL(b []byte) bool {
+	for i := 0; ; {
+		j := bytes.Index(b[i:], []byte(`\u0000`))
+		if j < 0 {
+			return false
+		}
+		j += i
+		k := j
+		for k > 0 && b[k-1] == '\\' {
+			k--
+		}
+		if (j-k)%2 == 0 {
+			return true
+		}
+		i = j + 1
+	}
 }
 
 // withTx runs fn in a transaction.

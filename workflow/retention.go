@@ -2,12 +2,10 @@ package workflow
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // deleteOldRuns deletes finished runs (completed, failed, cancelled) that
@@ -33,9 +31,9 @@ func (e *Engine) deleteOldRuns(ctx context.Context) error {
 }
 
 // deleteOldRunsBatch deletes one batch. It follows the lock order: the
-// runs' tasks first, then the runs. A task locked by someone else (a Retry
-// of an old failed run, say) makes it leave this batch to the next pass
-// rather than wait.
+// runs' tasks first, then the runs. A run with a task locked by someone
+// else (a Retry of an old failed run, say) is left to a later pass rather
+// than waited for.
 func (e *Engine) deleteOldRunsBatch(ctx context.Context) (int, error) {
 	cutoff := e.cfg.Retention.Microseconds()
 	var n int
@@ -51,23 +49,31 @@ func (e *Engine) deleteOldRunsBatch(ctx context.Context) (int, error) {
 		if err != nil || len(ids) == 0 {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `
-			SELECT 1 FROM braid_tasks WHERE run_id = ANY($1)
-			 ORDER BY created_at DESC, id DESC FOR UPDATE NOWAIT`, ids); err != nil {
+		// Tasks first, in the lock order, skipping those held by others
+		// (a Retry of an old failed run, a late turn); a run with a
+		// skipped task is left for a later pass, the others go.
+		rows, err = tx.Query(ctx, `
+			SELECT id FROM braid_tasks WHERE run_id = ANY($1)
+			 ORDER BY created_at DESC, id DESC FOR UPDATE SKIP LOCKED`, ids)
+		if err != nil {
 			return err
+		}
+		locked, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+		if err != nil {
+			return err
+		}
+		if locked == nil {
+			locked = []uuid.UUID{} // <> ALL(NULL) would match nothing
 		}
 		// Fenced again on the status: a run retried meanwhile is kept.
 		tag, err := tx.Exec(ctx, `
-			DELETE FROM braid_runs WHERE id = ANY($1)
-			   AND status IN ('completed', 'failed', 'cancelled') AND finished_at < now() - $2::bigint * interval '1 microsecond'`,
-			ids, cutoff)
+			DELETE FROM braid_runs r WHERE r.id = ANY($1)
+			   AND r.status IN ('completed', 'failed', 'cancelled') AND r.finished_at < now() - $2::bigint * interval '1 microsecond'
+			   AND NOT EXISTS (SELECT 1 FROM braid_tasks t WHERE t.run_id = r.id AND t.id <> ALL($3))`,
+			ids, cutoff, locked)
 		n = int(tag.RowsAffected())
 		return err
 	})
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available
-		return 0, nil
-	}
 	if err != nil {
 		return n, fmt.Errorf("workflow: retention: %w", err)
 	}

@@ -89,6 +89,9 @@ func (e *Engine) StartWorkflowTx(ctx context.Context, tx pgx.Tx, workflow string
 	if len(input) > e.cfg.MaxPayloadBytes {
 		return "", &PayloadTooLargeError{What: fmt.Sprintf("input of workflow %q", workflow), Size: len(input), Limit: e.cfg.MaxPayloadBytes}
 	}
+	if hasNUL(input) {
+		return "", &EncodeError{What: fmt.Sprintf("input of workflow %q", workflow), Err: errNUL}
+	}
 	id, _, err := e.startTx(ctx, tx, d, input, &StartOpts{IdempotencyKey: idempotencyKey})
 	return id, err
 }

@@ -125,6 +125,10 @@ func (e *Engine) insertTurns(ctx context.Context, tx pgx.Tx, turns []turn) error
 	return nil
 }
 
+// stoppedTurnSnooze is how long a turn that Engine.Stop cancelled waits
+// before it may run again, on another process or after a restart.
+const stoppedTurnSnooze = time.Second
+
 // taskWorker works turns.
 type taskWorker struct {
 	river.WorkerDefaults[taskArgs]
@@ -256,6 +260,12 @@ func (e *Engine) runTurn(ctx context.Context, job *river.Job[taskArgs]) error {
 		// another attempt owns the task now. Record nothing.
 		span.SetAttributes(attribute.String("turn.outcome", "superseded"))
 		return e.superseded(ctx, job, t.id)
+	}
+	if runErr != nil && ctx.Err() != nil && e.stopping.Load() {
+		// Stop cancelled the turn: it is not the task's failure. Put the
+		// turn back without spending the attempt.
+		span.SetAttributes(attribute.String("turn.outcome", "stopped"))
+		return river.JobSnooze(stoppedTurnSnooze)
 	}
 	switch {
 	case t.suspended && t.snoozing:
@@ -399,15 +409,27 @@ func (e *Engine) failTurn(turnCtx context.Context, job *river.Job[taskArgs], t *
 	ctx, cancel := e.outcomeContext(turnCtx)
 	defer cancel()
 	if job.Attempt < job.MaxAttempts {
-		// Only for operators: the error of the attempt, kept while the
-		// task is retried. Fenced on the attempt still owning its job.
-		_, err := e.pool.Exec(ctx, `
-			UPDATE braid_tasks SET error = $2, updated_at = now()
-			 WHERE id = $1 AND status = 'running'
-			   AND EXISTS (SELECT 1 FROM river_job WHERE id = $3 AND attempt = $4 AND state = 'running')`,
-			t.id, errJSON, job.ID, job.Attempt)
-		if err != nil {
+		// The error of the attempt, kept for operators while the task is
+		// retried, in one statement that also tells whether the attempt
+		// still owns its job: one that does not returns as superseded, so
+		// that River records nothing over the attempt that replaced it.
+		var owned, recorded bool
+		err := e.pool.QueryRow(ctx, `
+			WITH j AS (
+			    SELECT 1 FROM river_job
+			     WHERE id = $3 AND attempt = $4 AND attempted_at IS NOT DISTINCT FROM $5 AND state = 'running'
+			), up AS (
+			    UPDATE braid_tasks SET error = $2, updated_at = now()
+			     WHERE id = $1 AND status = 'running' AND EXISTS (SELECT 1 FROM j)
+			    RETURNING 1
+			)
+			SELECT EXISTS (SELECT 1 FROM j), EXISTS (SELECT 1 FROM up)`,
+			t.id, errJSON, job.ID, job.Attempt, job.AttemptedAt).Scan(&owned, &recorded)
+		switch {
+		case err != nil:
 			t.logger.WarnContext(ctx, "workflow: recording a failed attempt", "error", err)
+		case !owned:
+			return e.superseded(ctx, job, t.id)
 		}
 		return runErr
 	}
