@@ -334,14 +334,7 @@ func TestRescueRetryDelay(t *testing.T) {
 	for _, delay := range []time.Duration{time.Hour, 300 * time.Millisecond} {
 		t.Run(delay.String(), func(t *testing.T) {
 			t.Parallel()
-			workers := river.NewWorkers()
-			river.AddWorker(workers, river.WorkFunc(func(ctx context.Context, job *river.Job[stallArgs]) error {
-				if job.Attempt > 1 {
-					return nil
-				}
-				<-ctx.Done()
-				return ctx.Err()
-			}))
+			workers := stallOnFirstAttempt()
 			q := startQueue(t, testutil.DB(t), &Config{
 				Workers:                workers,
 				Heartbeats:             map[string]time.Duration{"hb_stall": 300 * time.Millisecond},

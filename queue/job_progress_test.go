@@ -19,6 +19,20 @@ type stallArgs struct{}
 
 func (stallArgs) Kind() string { return "hb_stall" }
 
+// stallOnFirstAttempt is a worker of stallArgs whose first attempt waits,
+// silent, until its context ends, and whose later attempts succeed.
+func stallOnFirstAttempt() *river.Workers {
+	workers := river.NewWorkers()
+	river.AddWorker(workers, river.WorkFunc(func(ctx context.Context, job *river.Job[stallArgs]) error {
+		if job.Attempt > 1 {
+			return nil
+		}
+		<-ctx.Done()
+		return ctx.Err()
+	}))
+	return workers
+}
+
 type liveArgs struct{}
 
 func (liveArgs) Kind() string { return "hb_live" }

@@ -129,14 +129,7 @@ func TestMaintenanceTasks(t *testing.T) {
 	var counts, fails atomic.Int64
 	slowStarted := make(chan struct{})
 	var slowReturned atomic.Bool
-	workers := river.NewWorkers()
-	river.AddWorker(workers, river.WorkFunc(func(ctx context.Context, job *river.Job[stallArgs]) error {
-		if job.Attempt > 1 {
-			return nil
-		}
-		<-ctx.Done()
-		return ctx.Err()
-	}))
+	workers := stallOnFirstAttempt()
 	q := newQueue(t, testutil.DB(t), &Config{
 		Workers:                workers,
 		Heartbeats:             map[string]time.Duration{"hb_stall": 300 * time.Millisecond},

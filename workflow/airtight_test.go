@@ -343,12 +343,7 @@ func TestLateAttemptRecordsNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the first attempt to be held", 10*time.Second, func() bool { return runs.Load() == 1 })
-	// The attempt is superseded, as when it was rescued and its retry
-	// fetched by another process: the job now runs at the next attempt.
-	execSQL(t, pool, `UPDATE river_job SET attempt = attempt + 1, attempted_at = now() WHERE kind = 'braid_task'`)
-	close(release)
-	time.Sleep(time.Second)
+	supersedeHeldAttempt(t, pool, &runs, release)
 	// The late attempt recorded nothing: neither the task's completion nor
 	// the job's.
 	if n := count(t, pool, `SELECT count(*) FROM braid_tasks WHERE status = 'completed'`); n != 0 {
@@ -452,10 +447,7 @@ func TestLateAttemptThatFailsRecordsNothing(t *testing.T) {
 	if _, err := wf.Start(ctx, eng, struct{}{}, nil); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the first attempt to be held", 10*time.Second, func() bool { return runs.Load() == 1 })
-	execSQL(t, pool, `UPDATE river_job SET attempt = attempt + 1, attempted_at = now() WHERE kind = 'braid_task'`)
-	close(release)
-	time.Sleep(time.Second)
+	supersedeHeldAttempt(t, pool, &runs, release)
 	if n := count(t, pool, `SELECT count(*) FROM river_job WHERE kind = 'braid_task' AND state = 'running' AND attempt = 2`); n != 1 {
 		t.Fatalf("the late attempt's failure changed the job of the attempt that superseded it")
 	}
@@ -533,4 +525,16 @@ func TestNULInAStepOutputIsAClearError(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `output of step "emit" cannot be encoded as JSON: it holds a NUL character`) {
 		t.Fatalf("Result: %v, want the step's output refused, naming the step", err)
 	}
+}
+
+// supersedeHeldAttempt waits for the first attempt of the only turn to be
+// held (runs reaches 1), supersedes it as a rescue and a retry fetched by
+// another process would (the job now runs at the next attempt), releases
+// it, and gives its outcome time to land.
+func supersedeHeldAttempt(t *testing.T, pool *pgxpool.Pool, runs *atomic.Int64, release chan struct{}) {
+	t.Helper()
+	waitFor(t, "the first attempt to be held", 10*time.Second, func() bool { return runs.Load() == 1 })
+	execSQL(t, pool, `UPDATE river_job SET attempt = attempt + 1, attempted_at = now() WHERE kind = 'braid_task'`)
+	close(release)
+	time.Sleep(time.Second)
 }

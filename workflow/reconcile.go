@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -16,8 +18,12 @@ import (
 // reconcileBatch bounds the tasks one look of the reconciler handles.
 const reconcileBatch = 100
 
-// liveJobStates are the River states of a turn that will still run.
-const liveJobStates = `('available', 'pending', 'running', 'retryable', 'scheduled')`
+// liveJobStateList are the River states of a turn that will still run;
+// liveJobStates is the same list as SQL.
+var (
+	liveJobStateList = []string{"available", "pending", "running", "retryable", "scheduled"}
+	liveJobStates    = "('" + strings.Join(liveJobStateList, "', '") + "')"
+)
 
 // reconcileLookback is how far back the reconciler's frequent look reads
 // turn jobs that ended discarded or cancelled. The sweep covers anything
@@ -167,10 +173,4 @@ func (e *Engine) reconcileTask(ctx context.Context, taskID uuid.UUID) (bool, err
 	return settled, nil
 }
 
-func isLive(state string) bool {
-	switch state {
-	case "available", "pending", "running", "retryable", "scheduled":
-		return true
-	}
-	return false
-}
+func isLive(state string) bool { return slices.Contains(liveJobStateList, state) }

@@ -88,23 +88,11 @@ func Step[T any](t *Task, name string, fn func(ctx context.Context) (T, error), 
 	}
 
 	// A turn whose context ended (cancelled run, timeout, lost job, Stop)
-	// starts no more step bodies. Nor does one whose task was cancelled
-	// since it last looked: the record of each step looks (see
-	// recordStep), and so does the turn's first step body, before it runs,
-	// which covers the time River's remote cancel takes to reach the
-	// turn's context.
+	// starts no more step bodies, and one whose task was cancelled since
+	// its last step stops at the record of the next (see recordStep).
+	// Cancel waits for the turns it cancelled to end.
 	if err := t.ctx.Err(); err != nil {
 		return zero, fmt.Errorf("workflow: step %q not started: %w", name, context.Cause(t.ctx))
-	}
-	if !t.running {
-		var running bool
-		if err := t.eng.pool.QueryRow(t.ctx, `SELECT status = 'running' FROM braid_tasks WHERE id = $1`, t.id).Scan(&running); err != nil {
-			return zero, fmt.Errorf("workflow: step %q: reading the task's status: %w", name, err)
-		}
-		if !running {
-			return zero, fmt.Errorf("workflow: step %q not started: %w", name, errTaskNotRunning)
-		}
-		t.running = true
 	}
 	out, runErr := runStep(t, name, attempt, fn)
 	if runErr == nil {
@@ -212,9 +200,6 @@ func (t *Task) recordStep(name, status string, output json.RawMessage, se *store
 		 WHERE braid_steps.status = 'retrying' AND braid_steps.kind = 'step'
 		RETURNING status, output, error, attempts`,
 		t.id, name, status, nullJSON(output), errJSON, attempts).Scan(&rec.status, &outRaw, &errRaw, &rec.attempts)
-	if err == nil {
-		t.running = true // the write was fenced on it
-	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		// Another turn recorded this step first: its result wins. Or the
 		// task is no longer running, and nothing was recorded.

@@ -32,10 +32,6 @@ type Task struct {
 	steps    map[string]*stepRecord
 	children map[string]*childRecord
 	names    map[string]int
-	// running is true once this turn has seen its task still running since
-	// its last step body: a recorded step, or the check before the turn's
-	// first step body.
-	running bool
 
 	// What the turn ends with.
 	suspended    bool
