@@ -84,6 +84,7 @@ type jobContext struct {
 	job      *rivertype.JobRow
 	cancel   context.CancelCauseFunc
 	interval time.Duration // declared heartbeat interval, or zero
+	claimed  bool          // claimed by this process (WorkClaimed), not fetched by River
 	touched  atomic.Bool   // Progress or Heartbeat wrote a row
 
 	start time.Time // when the middleware began the attempt (monotonic)

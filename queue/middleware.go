@@ -168,8 +168,18 @@ func TraceContext(ctx context.Context, job *rivertype.JobRow) context.Context {
 }
 
 // Work implements rivertype.WorkerMiddleware.
-func (m *middleware) Work(ctx context.Context, job *rivertype.JobRow, doInner func(context.Context) error) (err error) {
-	q := m.q
+func (m *middleware) Work(ctx context.Context, job *rivertype.JobRow, doInner func(context.Context) error) error {
+	_, err := m.q.attempt(ctx, job, doInner, false)
+	return err
+}
+
+// attempt runs one attempt of job around doInner: its span, its metrics,
+// the job context (heartbeats, progress, the ownership watch). claimed is
+// true for a job this process claimed itself (WorkClaimed), whose outcome
+// River's completer never sees. superseded reports that the attempt lost
+// its job. A panic in doInner is re-raised after the attempt is accounted
+// for.
+func (q *Queue) attempt(ctx context.Context, job *rivertype.JobRow, doInner func(context.Context) error, claimed bool) (superseded bool, err error) {
 	start := time.Now()
 	attrs := metric.WithAttributes(attribute.String("job.kind", job.Kind), attribute.String("queue", job.Queue))
 	q.metrics.attempts.Add(ctx, 1, attrs)
@@ -188,7 +198,7 @@ func (m *middleware) Work(ctx context.Context, job *rivertype.JobRow, doInner fu
 	}
 
 	ctx, cancel := context.WithCancelCause(ctx)
-	jc := &jobContext{q: q, job: job, cancel: cancel, interval: q.intervals[job.Kind], start: start}
+	jc := &jobContext{q: q, job: job, cancel: cancel, interval: q.intervals[job.Kind], start: start, claimed: claimed}
 	workCtx := ctx
 	ctx = context.WithValue(ctx, jobContextKey{}, jc)
 	stopWatch := func() {}
@@ -203,7 +213,7 @@ func (m *middleware) Work(ctx context.Context, job *rivertype.JobRow, doInner fu
 			pv = recover()
 		}
 		stopWatch()
-		superseded := jc.supersededOnReturn(workCtx, panicking, err)
+		superseded = jc.supersededOnReturn(workCtx, panicking, err)
 		cancel(nil)
 		if jc.touched.Load() {
 			jc.clear()
@@ -254,7 +264,7 @@ func (m *middleware) Work(ctx context.Context, job *rivertype.JobRow, doInner fu
 	}()
 	err = doInner(ctx)
 	panicking = false
-	return err
+	return false, err
 }
 
 // supersededOnReturn decides, as the worker returns, whether its attempt
@@ -274,6 +284,10 @@ func (jc *jobContext) supersededOnReturn(workCtx context.Context, panicking bool
 		// When the check fails, trust the worker: writing a superseded
 		// attempt's outcome could overwrite a live attempt's.
 		superseded = oerr != nil || o == lost
+	}
+	if jc.claimed {
+		// WorkClaimed records the outcome itself, fenced on the attempt.
+		return superseded
 	}
 	jc.q.pilot.beforeReport(jc.job.ID, jc.job.Attempt, superseded)
 	if !superseded {

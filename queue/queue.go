@@ -261,6 +261,7 @@ type Queue struct {
 	ageEvery       time.Duration
 	tasks          []MaintenanceTask
 	pilot          *pilot
+	driver         *driver
 	watchPolls     atomic.Int64 // ownership polls by attempt watches
 
 	mu        sync.Mutex
@@ -397,7 +398,8 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Queue, error) {
 		rc.ErrorHandler = c.ErrorHandler
 	}
 
-	if q.client, err = river.NewClient[pgx.Tx](newDriver(pool, q.pilot), &rc); err != nil {
+	q.driver = newDriver(pool, q.pilot)
+	if q.client, err = river.NewClient[pgx.Tx](q.driver, &rc); err != nil {
 		return nil, fmt.Errorf("queue: configuring River: %w", err)
 	}
 	return q, nil

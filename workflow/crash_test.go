@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/braidflow/braid/queue"
 	"github.com/braidflow/braid/testutil"
@@ -27,6 +28,10 @@ const (
 	envWorker   = "BRAID_TEST_WORKER_DATABASE_URL"
 	envHang     = "BRAID_TEST_HANG_AT_STEP3"
 	envDefaults = "BRAID_TEST_WORKER_DEFAULT_RECOVERY"
+	// envKillClaimed makes the worker kill itself (SIGKILL) right after
+	// the first batch that claimed a continuation commits, before the
+	// continuation's turn starts.
+	envKillClaimed = "BRAID_TEST_KILL_BEFORE_CONTINUATION"
 )
 
 // workerPool is the worker process's pool; step bodies record into its
@@ -110,8 +115,22 @@ var crashSnoozed = workflow.Define("crash_snoozed", func(t *workflow.Task, _ str
 	}, workflow.Retry{MaxAttempts: 5, Backoff: queue.Backoff{Strategy: queue.Fixed, Base: 100 * time.Millisecond}})
 })
 
+// crashChild and crashParent: the parent starts the child and waits for
+// it, so that the batch recording the parent's suspension inserts the
+// child's first turn and claims it for the same worker.
+var (
+	crashChild = workflow.Define("crash_child", func(t *workflow.Task, _ struct{}) (int, error) {
+		return workflow.Step(t, "child", func(ctx context.Context) (int, error) {
+			return os.Getpid(), ledgerStep(ctx, t, "child")
+		})
+	})
+	crashParent = workflow.Define("crash_parent", func(t *workflow.Task, _ struct{}) (int, error) {
+		return workflow.Go(t, "child", crashChild, struct{}{}).Get()
+	})
+)
+
 func crashConfig() *workflow.Config {
-	cfg := testConfig(crashFive, crashSleepy, crashLast, crashLast2, crashSnoozed)
+	cfg := testConfig(crashFive, crashSleepy, crashLast, crashLast2, crashSnoozed, crashChild, crashParent)
 	cfg.TurnHeartbeat = 200 * time.Millisecond
 	if os.Getenv(envDefaults) == "1" {
 		// Recovery as shipped: the turn heartbeat, the rescuer and its
@@ -132,6 +151,12 @@ func workerMain() int {
 	}
 	defer pool.Close()
 	workerPool = pool
+	if os.Getenv(envKillClaimed) == "1" {
+		workflow.SetHookBeforeContinuation(func(*rivertype.JobRow) {
+			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {} // the signal is on its way
+		})
+	}
 	eng, err := workflow.NewEngine(pool, crashConfig())
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
@@ -400,4 +425,70 @@ func TestKilledTurnRunsAgainWithinThreeHeartbeats(t *testing.T) {
 func TestKilledTurnRunsAgainAfterASnooze(t *testing.T) {
 	t.Parallel()
 	testRecoveryAfterKill(t, crashSnoozed, "flaky", 2)
+}
+
+// A worker dies right after the batch that claimed a continuation (the
+// child's first turn) committed, before that turn starts: the claimed turn
+// is running in the database with no process working it. The heartbeat
+// rescuer takes it back, and another process runs it.
+func TestCrashBeforeClaimedContinuationRunsOnAnotherProcess(t *testing.T) {
+	t.Parallel()
+	url := testutil.URL(t)
+	pool := testutil.Pool(t, url)
+	ledger(t, pool)
+	eng := newEngine(t, pool, crashConfig())
+	ctx := ctxTimeout(t, 90*time.Second)
+	run, err := crashParent.Start(ctx, eng, struct{}{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	a := startWorker(t, url, false, envKillClaimed+"=1")
+	done := make(chan error, 1)
+	go func() { done <- a.Wait() }()
+	select {
+	case err := <-done:
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+			t.Fatalf("worker ended with %v; want it killed by SIGKILL", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the worker never claimed a continuation")
+	}
+
+	// The batch committed: the parent waits on its child, whose first turn
+	// is claimed (running, attempt 1, by the dead worker) and never started.
+	var (
+		state       string
+		attempt     int
+		attemptedBy []string
+	)
+	err = pool.QueryRow(ctx, `
+		SELECT j.state::text, j.attempt, j.attempted_by FROM river_job j
+		  JOIN braid_tasks c ON j.args->>'task_id' = c.id::text AND c.key = 'child'
+		 WHERE j.kind = $1`, workflow.TaskKind).Scan(&state, &attempt, &attemptedBy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if state != "running" || attempt != 1 || len(attemptedBy) != 1 {
+		t.Fatalf("child's turn is %s at attempt %d by %v; want running at attempt 1, claimed by the dead worker", state, attempt, attemptedBy)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM braid_tasks WHERE key = 'root' AND status = 'waiting' AND remaining = 1`); n != 1 {
+		t.Fatal("the parent's suspension did not commit with the claim")
+	}
+	if n := count(t, pool, `SELECT count(*) FROM ledger WHERE step = 'child'`); n != 0 {
+		t.Fatalf("the child ran %d times before the kill; its turn must not have started", n)
+	}
+
+	b := startWorker(t, url, false)
+	pid, err := run.Result(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pid != b.Process.Pid {
+		t.Fatalf("the child ran in process %d, want the second worker %d", pid, b.Process.Pid)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM ledger WHERE step = 'child'`); n != 1 {
+		t.Fatalf("the child ran %d times, want once", n)
+	}
 }

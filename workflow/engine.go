@@ -72,6 +72,13 @@ const (
 	// outcome. It runs even when the turn's context has ended (a timeout,
 	// a shutdown), so it needs a bound of its own.
 	OutcomeTimeoutDefault = 30 * time.Second
+	// OutcomeBatchSizeDefault is the most turn outcomes one transaction
+	// commits.
+	OutcomeBatchSizeDefault = 200
+	// OutcomeLingerDefault is the longest a batch of turn outcomes waits
+	// for more before it commits. A batch does not wait when no other turn
+	// of the process is running, so a lone turn never waits.
+	OutcomeLingerDefault = 2 * time.Millisecond
 	// PoolMinConns is the smallest pool (pgxpool MaxConns) an engine that
 	// works turns accepts: a turn's queries, River's fetches and
 	// completions, and the leases' renewals each need a connection. Below
@@ -191,6 +198,19 @@ type Config struct {
 	// Default OutcomeTimeoutDefault.
 	OutcomeTimeout time.Duration
 
+	// OutcomeBatchSize is the most turn outcomes one transaction commits.
+	// The outcomes of turns that end at about the same time in this
+	// process (task updates, job completions, run finishes, parents'
+	// joins) commit together, paying one commit for all. Default
+	// OutcomeBatchSizeDefault (200); 1 commits each outcome alone.
+	OutcomeBatchSize int
+
+	// OutcomeLinger is the longest a batch waits for more outcomes after
+	// its first, while other turns of this process are still running. A
+	// batch commits at once when it is full or when no other turn is
+	// running. Default OutcomeLingerDefault (2 ms).
+	OutcomeLinger time.Duration
+
 	// TracerProvider and MeterProvider default to the OTel globals.
 	TracerProvider trace.TracerProvider
 	MeterProvider  metric.MeterProvider
@@ -214,8 +234,20 @@ type Engine struct {
 	// unknownLogged holds the names of unknown workflows already logged.
 	unknownLogged sync.Map
 	// stopping is set while Stop runs: a turn cancelled by it is put back
-	// rather than failed.
+	// rather than failed, and no outcome claims a continuation.
 	stopping atomic.Bool
+	// batcher commits turns' outcomes together; loader reads their tasks
+	// together.
+	batcher *batcher
+	loader  *loader
+	// jobTimeout is the queue's job timeout, which bounds a turn whose
+	// definition sets none.
+	jobTimeout time.Duration
+	// stopTurns is cancelled when Stop stops waiting for running turns:
+	// it ends the turns that run claimed, outside River's executor.
+	turnsMu   sync.Mutex
+	turnsCtx  context.Context
+	stopTurns context.CancelFunc
 
 	mu      sync.Mutex
 	started bool
@@ -261,6 +293,8 @@ func NewEngine(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 	c.RetentionInterval = cmp.Or(c.RetentionInterval, RetentionIntervalDefault)
 	c.RetentionBatch = cmp.Or(c.RetentionBatch, RetentionBatchDefault)
 	c.OutcomeTimeout = cmp.Or(c.OutcomeTimeout, OutcomeTimeoutDefault)
+	c.OutcomeBatchSize = cmp.Or(c.OutcomeBatchSize, OutcomeBatchSizeDefault)
+	c.OutcomeLinger = cmp.Or(c.OutcomeLinger, OutcomeLingerDefault)
 	switch {
 	case c.MaxPayloadBytes < 0:
 		return nil, fmt.Errorf("workflow: MaxPayloadBytes %d is negative", c.MaxPayloadBytes)
@@ -284,6 +318,8 @@ func NewEngine(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 		return nil, fmt.Errorf("workflow: RetentionInterval %s and RetentionBatch %d must not be negative", c.RetentionInterval, c.RetentionBatch)
 	case c.OutcomeTimeout < 0:
 		return nil, fmt.Errorf("workflow: OutcomeTimeout %s is negative", c.OutcomeTimeout)
+	case c.OutcomeBatchSize < 0 || c.OutcomeLinger < 0:
+		return nil, fmt.Errorf("workflow: OutcomeBatchSize %d and OutcomeLinger %s must not be negative", c.OutcomeBatchSize, c.OutcomeLinger)
 	}
 	if max := pool.Config().MaxConns; max < PoolMinConns {
 		return nil, fmt.Errorf("workflow: the pool allows %d connections; an engine needs at least %d (set pool_max_conns)", max, PoolMinConns)
@@ -397,6 +433,12 @@ func NewEngine(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 		return nil, err
 	}
 	e.notifier = newNotifier(pool, c.Logger)
+	e.batcher, e.loader = newBatcher(e), newLoader(e)
+	e.jobTimeout = cmp.Or(qc.JobTimeout, river.JobTimeoutDefault)
+	if qc.JobTimeout == 0 && qc.River != nil && qc.River.JobTimeout != 0 {
+		e.jobTimeout = qc.River.JobTimeout
+	}
+	e.turnsCtx, e.stopTurns = context.WithCancel(context.Background())
 	return e, nil
 }
 
@@ -416,7 +458,14 @@ func (e *Engine) Start(ctx context.Context) error {
 	if e.started {
 		return errors.New("workflow: engine already started")
 	}
+	e.turnsMu.Lock()
+	e.turnsCtx, e.stopTurns = context.WithCancel(context.Background())
+	e.turnsMu.Unlock()
+	e.loader.start()
+	e.batcher.start()
 	if err := e.queue.Start(ctx); err != nil {
+		e.batcher.halt()
+		e.loader.halt()
 		return err
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -453,9 +502,29 @@ func (e *Engine) Stop(ctx context.Context) error {
 	defer e.stopping.Store(false)
 	e.cancel()
 	e.wg.Wait()
+	// Once ctx ends, the turns this process claimed itself are cancelled
+	// too, as River cancels the ones it fetched.
+	stopAfter := context.AfterFunc(ctx, e.cancelTurns)
 	err := e.queue.Stop(ctx)
+	stopAfter()
+	e.cancelTurns()
+	e.batcher.halt()
+	e.loader.halt()
 	e.notifier.stop()
 	return err
+}
+
+// hardStop is done when Stop stops waiting for running turns.
+func (e *Engine) hardStop() context.Context {
+	e.turnsMu.Lock()
+	defer e.turnsMu.Unlock()
+	return e.turnsCtx
+}
+
+func (e *Engine) cancelTurns() {
+	e.turnsMu.Lock()
+	defer e.turnsMu.Unlock()
+	e.stopTurns()
 }
 
 // lookup returns the definition registered under name.

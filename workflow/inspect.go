@@ -94,7 +94,24 @@ func traceID(traceParent *string) string {
 	return ""
 }
 
-const runColumns = `id, workflow, status, input, output, error, idempotency_key, trace_parent, created_at, started_at, finished_at`
+// A turn writes nothing as it starts (River's fetch records its attempt),
+// so a task whose turn runs is stored as pending: what is shown as running
+// is read from its turn job. runStatusSQL and taskTurnSQL are those reads.
+//
+// runStatusSQL is a run's status as shown: running while its root task's
+// turn runs.
+const runStatusSQL = `CASE WHEN r.status IN ('pending', 'waiting') AND EXISTS (
+	    SELECT 1 FROM braid_tasks rt JOIN river_job j ON j.kind = '` + TaskKind + `' AND j.args->>'task_id' = rt.id::text
+	     WHERE rt.run_id = r.id AND rt.parent_task_id IS NULL AND rt.status IN ('pending', 'running') AND j.state = 'running')
+	THEN 'running' ELSE r.status END`
+
+// taskTurnSQL joins a task (t) to its running turn job (j), if any.
+const taskTurnSQL = `LEFT JOIN LATERAL (
+	    SELECT attempt, attempted_at FROM river_job
+	     WHERE kind = '` + TaskKind + `' AND args->>'task_id' = t.id::text AND state = 'running' AND t.status IN ('pending', 'running')
+	     ORDER BY id DESC LIMIT 1) j ON true`
+
+const runColumns = `r.id, r.workflow, ` + runStatusSQL + `, r.input, r.output, r.error, r.idempotency_key, r.trace_parent, r.created_at, r.started_at, r.finished_at`
 
 func scanRun(row pgx.Row) (*RunInfo, error) {
 	var (
@@ -135,7 +152,7 @@ func Inspect(ctx context.Context, db Querier, runID string) (*RunInfo, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %q is not a UUID", ErrRunNotFound, runID)
 	}
-	run, err := scanRun(db.QueryRow(ctx, `SELECT `+runColumns+` FROM braid_runs WHERE id = $1`, id))
+	run, err := scanRun(db.QueryRow(ctx, `SELECT `+runColumns+` FROM braid_runs r WHERE r.id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("%w: %s", ErrRunNotFound, runID)
 	}
@@ -143,8 +160,12 @@ func Inspect(ctx context.Context, db Querier, runID string) (*RunInfo, error) {
 		return nil, err
 	}
 	rows, err := db.Query(ctx, `
-		SELECT id, parent_task_id, key, workflow, status, attempt, turns, remaining, error, created_at, started_at, finished_at
-		  FROM braid_tasks WHERE run_id = $1 ORDER BY created_at, id`, id)
+		SELECT t.id, t.parent_task_id, t.key, t.workflow,
+		       CASE WHEN j.attempt IS NOT NULL OR t.status = 'running' THEN 'running' ELSE t.status END,
+		       coalesce(j.attempt, t.attempt), t.turns, t.remaining, t.error, t.created_at,
+		       coalesce(t.started_at, j.attempted_at), t.finished_at
+		  FROM braid_tasks t `+taskTurnSQL+`
+		 WHERE t.run_id = $1 ORDER BY t.created_at, t.id`, id)
 	if err != nil {
 		return nil, err
 	}
@@ -218,9 +239,9 @@ func ListRuns(ctx context.Context, db Querier, f RunFilter) ([]*RunInfo, error) 
 		before = f.Before
 	}
 	rows, err := db.Query(ctx, `
-		SELECT `+runColumns+` FROM braid_runs
-		 WHERE ($1 = '' OR status = $1) AND ($2 = '' OR workflow = $2) AND ($3::timestamptz IS NULL OR created_at < $3)
-		 ORDER BY created_at DESC, id DESC LIMIT $4`, f.Status, f.Workflow, before, f.Limit)
+		SELECT `+runColumns+` FROM braid_runs r
+		 WHERE ($1 = '' OR `+runStatusSQL+` = $1) AND ($2 = '' OR r.workflow = $2) AND ($3::timestamptz IS NULL OR r.created_at < $3)
+		 ORDER BY r.created_at DESC, r.id DESC LIMIT $4`, f.Status, f.Workflow, before, f.Limit)
 	if err != nil {
 		return nil, err
 	}

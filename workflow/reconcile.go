@@ -161,7 +161,11 @@ func (e *Engine) reconcileTask(ctx context.Context, taskID uuid.UUID) (bool, err
 			return err
 		}
 		settled = true
-		return e.settle(ctx, tx, runID, parentID, "failed", nil, errJSON)
+		wake, err := e.settleTx(ctx, tx, []settlement{{taskID: taskID, runID: runID, parentID: parentID, status: "failed", errJSON: errJSON}}, false)
+		if err != nil {
+			return err
+		}
+		return e.wakeTurns(ctx, tx, wake)
 	})
 	if err != nil {
 		return false, fmt.Errorf("workflow: reconciler: task %s: %w", taskID, err)

@@ -193,7 +193,7 @@ func (t *Task) recordStep(name, status string, output json.RawMessage, se *store
 	err := t.eng.pool.QueryRow(t.ctx, `
 		INSERT INTO braid_steps (task_id, name, kind, status, output, error, attempts, started_at, finished_at)
 		SELECT $1, $2, 'step', $3, $4, $5, $6, now(), CASE WHEN $3 = 'retrying' THEN NULL ELSE now() END
-		  FROM braid_tasks WHERE id = $1 AND status = 'running' FOR SHARE
+		  FROM braid_tasks WHERE id = $1 AND status IN ('pending', 'running') FOR SHARE
 		ON CONFLICT (task_id, name) DO UPDATE
 		   SET status = EXCLUDED.status, output = EXCLUDED.output, error = EXCLUDED.error,
 		       attempts = EXCLUDED.attempts, finished_at = EXCLUDED.finished_at

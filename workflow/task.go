@@ -23,6 +23,7 @@ type Task struct {
 	eng      *Engine
 	id       uuid.UUID
 	runID    uuid.UUID
+	parentID *uuid.UUID
 	workflow string
 	key      string
 	attempt  int

@@ -1,0 +1,253 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver"
+	"github.com/riverqueue/river/rivertype"
+)
+
+// SchedulerIntervalDefault is River's scheduler interval, which braid does
+// not change: a retry or a snooze due sooner than this is made available
+// at once rather than scheduled, as River does.
+const SchedulerIntervalDefault = 5 * time.Second
+
+// ClaimTx claims jobs for this process in tx, by ID, as River's fetch
+// claims a job: each job of the list that is available moves to
+// running, its attempt counted, its attempted_at set to now on the
+// database clock and this client added to attempted_by. Jobs that are not
+// available, or whose kind declares no heartbeat (Config.Heartbeats), are
+// left to River's fetch. It returns the claimed jobs.
+//
+// A claimed job belongs to this process once tx commits, and must then be
+// worked with WorkClaimed. Should the process die first, nothing is lost:
+// the job is running without heartbeats, so the heartbeat rescuer returns
+// it to the queue after HeartbeatMisses intervals, and another process
+// works it. That is why only kinds with a declared heartbeat are claimed.
+func (q *Queue) ClaimTx(ctx context.Context, tx pgx.Tx, ids []int64) ([]*rivertype.JobRow, error) {
+	if len(ids) == 0 || !q.working {
+		return nil, nil
+	}
+	rows, err := tx.Query(ctx, `
+		UPDATE river_job
+		   SET state = 'running', attempt = attempt + 1, attempted_at = now(),
+		       attempted_by = array_append(attempted_by, $2::text)
+		 WHERE id = ANY($1) AND state = 'available' AND kind = ANY($3)
+		RETURNING id, args, attempt, attempted_at, attempted_by, created_at, kind, max_attempts,
+		          metadata, priority, queue, scheduled_at, tags`,
+		ids, q.client.ID(), q.declaredKinds)
+	if err != nil {
+		return nil, fmt.Errorf("queue: claiming %d jobs: %w", len(ids), err)
+	}
+	jobs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*rivertype.JobRow, error) {
+		j := &rivertype.JobRow{State: rivertype.JobStateRunning}
+		var priority int16
+		err := row.Scan(&j.ID, &j.EncodedArgs, &j.Attempt, &j.AttemptedAt, &j.AttemptedBy, &j.CreatedAt, &j.Kind,
+			&j.MaxAttempts, &j.Metadata, &priority, &j.Queue, &j.ScheduledAt, &j.Tags)
+		j.Priority = int(priority)
+		return j, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("queue: claiming %d jobs: %w", len(ids), err)
+	}
+	return jobs, nil
+}
+
+// ClaimedWork is how WorkClaimed works a claimed job.
+type ClaimedWork struct {
+	// Work does the job's work, as a river.Worker's Work does: nil
+	// completes the job (unless the work finished it itself, as
+	// river.JobCompleteTx does), river.JobSnooze and river.JobCancel mean
+	// what they mean to River, an error wrapping ErrJobNotRunning records
+	// nothing, and any other error or a panic fails the attempt.
+	Work func(ctx context.Context) error
+
+	// Timeout bounds Work: River's job timeout. Zero or less means none.
+	Timeout time.Duration
+
+	// NextRetry is the worker's retry policy (river.Worker's NextRetry). A
+	// zero time, or a nil NextRetry, uses the Queue's retry policy.
+	NextRetry func(job *rivertype.JobRow) time.Time
+}
+
+// WorkClaimed works a job that ClaimTx claimed for this process, in the
+// calling goroutine, the way River's executor works a fetched one: in the
+// Queue's middleware (the attempt span for traced kinds, the metrics, the
+// job context that Heartbeat, Progress and the ownership watch use), with
+// the timeout and a panic caught, and then records the outcome with the
+// statement River's completer uses, through the same pilot (errors
+// sanitised), fenced on the attempt: an attempt that lost its job records
+// nothing. It returns the work's error, for logs.
+//
+// The job does not go through River's producer: it takes none of River's
+// worker slots (the caller works it in a slot it holds, or bounds the
+// claimed jobs it runs itself), emits no subscription events, and is not
+// cancelled by River's JobCancel while it runs; the ownership watch ends it
+// once its job is no longer running.
+func (q *Queue) WorkClaimed(ctx context.Context, job *rivertype.JobRow, w ClaimedWork) error {
+	start := time.Now()
+	var (
+		err        error
+		superseded bool
+		panicVal   any
+		stack      string
+	)
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				panicVal, stack = r, string(debug.Stack())
+			}
+		}()
+		superseded, err = q.attempt(ctx, job, func(ctx context.Context) error {
+			if w.Timeout > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, w.Timeout)
+				defer cancel()
+			}
+			return w.Work(ctx)
+		}, true)
+	}()
+	if superseded {
+		return err
+	}
+	params := q.claimedOutcome(job, start, err, panicVal, stack, w.NextRetry)
+	octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimedOutcomeTimeout)
+	defer cancel()
+	if rerr := q.recordClaimed(octx, job, params); rerr != nil {
+		// The job stays running without heartbeats: the heartbeat rescuer
+		// returns it to the queue.
+		q.logger.ErrorContext(octx, "queue: recording the outcome of a claimed job failed; the rescuer will take it back",
+			"job_id", job.ID, "kind", job.Kind, "attempt", job.Attempt, "error", rerr)
+	}
+	if panicVal != nil {
+		return fmt.Errorf("panic: %v", panicVal)
+	}
+	return err
+}
+
+// claimedOutcomeTimeout bounds the statement that records a claimed job's
+// outcome.
+const claimedOutcomeTimeout = 30 * time.Second
+
+// claimedOutcome is the state River's executor would give the job after an
+// attempt that returned err (or panicked with panicVal): see
+// river's JobExecutor.reportResult, whose rules it follows.
+func (q *Queue) claimedOutcome(job *rivertype.JobRow, start time.Time, err error, panicVal any, stack string, nextRetry func(*rivertype.JobRow) time.Time) *riverdriver.JobSetStateIfRunningParams {
+	now := time.Now()
+	var snooze *rivertype.JobSnoozeError
+	if errors.As(err, &snooze) {
+		md, _ := json.Marshal(map[string]any{"snoozes": snoozeCount(job.Metadata) + 1})
+		at := now.Add(snooze.Duration)
+		if snooze.Duration <= SchedulerIntervalDefault {
+			return riverdriver.JobSetStateSnoozedAvailable(job.ID, at, job.Attempt-1, md)
+		}
+		return riverdriver.JobSetStateSnoozed(job.ID, at, job.Attempt-1, md)
+	}
+	if err == nil && panicVal == nil {
+		return riverdriver.JobSetStateCompleted(job.ID, now, nil)
+	}
+	text := ""
+	if panicVal != nil {
+		text = fmt.Sprintf("%v", panicVal)
+	} else {
+		text = err.Error()
+	}
+	errData, _ := json.Marshal(rivertype.AttemptError{At: start, Attempt: job.Attempt, Error: text, Trace: stack})
+	var cancelled *rivertype.JobCancelError
+	switch {
+	case errors.As(err, &cancelled):
+		return riverdriver.JobSetStateCancelled(job.ID, now, errData, nil)
+	case job.Attempt >= job.MaxAttempts:
+		return riverdriver.JobSetStateDiscarded(job.ID, now, errData, nil)
+	}
+	var at time.Time
+	if nextRetry != nil {
+		at = nextRetry(job)
+	}
+	if at.IsZero() {
+		at = q.retry.NextRetry(job)
+	}
+	if at.Before(now) {
+		at = (&river.DefaultClientRetryPolicy{}).NextRetry(job)
+	}
+	if at.Sub(now) <= SchedulerIntervalDefault {
+		return riverdriver.JobSetStateErrorAvailable(job.ID, at, errData, nil)
+	}
+	return riverdriver.JobSetStateErrorRetryable(job.ID, at, errData, nil)
+}
+
+// snoozeCount reads River's snooze count from a job's metadata.
+func snoozeCount(metadata []byte) int64 {
+	var md struct {
+		Snoozes int64 `json:"snoozes"`
+	}
+	_ = json.Unmarshal(metadata, &md)
+	return md.Snoozes
+}
+
+// recordClaimed writes a claimed job's outcome in a transaction that first
+// locks the job row by ID, attempt and attempted_at: an attempt that lost
+// its job (rescued and taken by another attempt) writes nothing. A job the
+// work finished itself is left as it is.
+func (q *Queue) recordClaimed(ctx context.Context, job *rivertype.JobRow, p *riverdriver.JobSetStateIfRunningParams) error {
+	return pgx.BeginFunc(ctx, q.pool, func(tx pgx.Tx) error {
+		var owned bool
+		err := tx.QueryRow(ctx, `
+			SELECT true FROM river_job
+			 WHERE id = $1 AND attempt = $2 AND attempted_at IS NOT DISTINCT FROM $3 AND state = 'running'
+			   FOR UPDATE`, job.ID, job.Attempt, job.AttemptedAt).Scan(&owned)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		_, err = q.pilot.JobSetStateIfRunningMany(ctx, q.driver.UnwrapExecutor(tx), &riverdriver.JobSetStateIfRunningManyParams{
+			ID:              []int64{p.ID},
+			Attempt:         []*int{p.Attempt},
+			ErrData:         [][]byte{p.ErrData},
+			FinalizedAt:     []*time.Time{p.FinalizedAt},
+			MetadataDoMerge: []bool{len(p.MetadataUpdates) > 0},
+			MetadataUpdates: [][]byte{p.MetadataUpdates},
+			ScheduledAt:     []*time.Time{p.ScheduledAt},
+			State:           []rivertype.JobState{p.State},
+		})
+		return err
+	})
+}
+
+// CompleteTx completes running jobs in tx, as river.JobCompleteTx does for
+// one, in one statement: a worker that records its work's result in its
+// own transaction completes its job there, so that the result and the
+// completion commit together. Jobs no longer running are left alone. The
+// caller fences on the attempt (by locking the job rows) when it matters.
+func (q *Queue) CompleteTx(ctx context.Context, tx pgx.Tx, jobs []*rivertype.JobRow) error {
+	if len(jobs) == 0 {
+		return nil
+	}
+	now := time.Now()
+	p := &riverdriver.JobSetStateIfRunningManyParams{
+		ID:              make([]int64, len(jobs)),
+		Attempt:         make([]*int, len(jobs)),
+		ErrData:         make([][]byte, len(jobs)),
+		FinalizedAt:     make([]*time.Time, len(jobs)),
+		MetadataDoMerge: make([]bool, len(jobs)),
+		MetadataUpdates: make([][]byte, len(jobs)),
+		ScheduledAt:     make([]*time.Time, len(jobs)),
+		State:           make([]rivertype.JobState, len(jobs)),
+	}
+	for i, j := range jobs {
+		p.ID[i], p.FinalizedAt[i], p.State[i] = j.ID, &now, rivertype.JobStateCompleted
+	}
+	if _, err := q.pilot.JobSetStateIfRunningMany(ctx, q.driver.UnwrapExecutor(tx), p); err != nil {
+		return fmt.Errorf("queue: completing %d jobs: %w", len(jobs), err)
+	}
+	return nil
+}

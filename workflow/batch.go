@@ -1,0 +1,660 @@
+package workflow
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river/rivertype"
+	"go.opentelemetry.io/otel/propagation"
+
+	"github.com/braidflow/braid/queue"
+)
+
+// outcomeKind is what a turn ended with.
+type outcomeKind int
+
+const (
+	// outcomeComplete: the task completed with an output.
+	outcomeComplete outcomeKind = iota
+	// outcomeSuspend: the task waits on a delay or on its children.
+	outcomeSuspend
+	// outcomeFail: the task failed (its last attempt, or a turn that no
+	// process could run).
+	outcomeFail
+	// outcomeFailAttempt: an attempt failed and River retries it; the
+	// error is kept on the task for operators.
+	outcomeFailAttempt
+	// outcomeSnooze: a step is retried later; River snoozes the turn.
+	// Nothing is written: the batch only checks that the attempt still
+	// owns its job.
+	outcomeSnooze
+	// outcomeIdle: the turn found its task not runnable (cancelled,
+	// finished, waiting) and ran nothing. Its job completes; if the task
+	// has become runnable meanwhile (a Retry that left the task to this
+	// live turn), it gets a new turn.
+	outcomeIdle
+)
+
+// outcome is one turn's outcome, handed to the batcher.
+type outcome struct {
+	kind    outcomeKind
+	job     *rivertype.JobRow
+	taskID  uuid.UUID
+	t       *Task // nil for a turn that did not load its task
+	output  json.RawMessage
+	errJSON []byte
+
+	// Set by the flush.
+	owned bool
+	err   error
+	// next is a turn this outcome made runnable, claimed for this
+	// process: the turn's worker runs it next, in the same slot.
+	next *rivertype.JobRow
+	done chan struct{}
+}
+
+// batcher commits the outcomes of concurrent turns together: one
+// transaction carries many turns' task updates, their jobs' completions,
+// their runs' finishes and their parents' joins. A batch is flushed when
+// it holds OutcomeBatchSize outcomes, when OutcomeLinger has passed since
+// its first outcome, or as soon as no other turn of this process is
+// running (no outcome could join it). One batch is in flight at a time.
+type batcher struct {
+	e  *Engine
+	in chan *outcome
+	// active counts the turns of this process that have loaded their task
+	// and not yet handed in their outcome.
+	active atomic.Int64
+
+	mu   sync.Mutex
+	stop context.CancelFunc
+	done chan struct{}
+}
+
+func newBatcher(e *Engine) *batcher {
+	return &batcher{e: e, in: make(chan *outcome, e.cfg.OutcomeBatchSize)}
+}
+
+func (b *batcher) start() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ctx, cancel := context.WithCancel(context.Background())
+	b.stop, b.done = cancel, make(chan struct{})
+	go b.run(ctx, b.done)
+}
+
+// halt stops the batcher once the outcomes handed in are flushed. Call it
+// after every turn has returned.
+func (b *batcher) halt() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.stop != nil {
+		b.stop()
+		<-b.done
+		b.stop, b.done = nil, nil
+	}
+}
+
+// submit hands in an outcome and waits until its batch has committed, or
+// failed. It returns the outcome with its result set.
+func (b *batcher) submit(ctx context.Context, o *outcome) error {
+	o.done = make(chan struct{})
+	select {
+	case b.in <- o:
+	case <-ctx.Done():
+		return fmt.Errorf("workflow: handing in the outcome of task %s: %w", o.taskID, context.Cause(ctx))
+	}
+	select {
+	case <-o.done:
+		return nil
+	case <-ctx.Done():
+		// The batch may still commit: the job is then finished, or, when
+		// it is not, the attempt's error makes River retry the turn,
+		// which finds the task settled or runs it again.
+		return fmt.Errorf("workflow: waiting for the outcome of task %s: %w", o.taskID, context.Cause(ctx))
+	}
+}
+
+func (b *batcher) run(ctx context.Context, done chan struct{}) {
+	defer close(done)
+	size, linger := b.e.cfg.OutcomeBatchSize, b.e.cfg.OutcomeLinger
+	var pending []*outcome
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		if len(pending) == 0 {
+			select {
+			case o := <-b.in:
+				pending = append(pending, o)
+			case <-ctx.Done():
+				return
+			}
+		}
+		timer.Reset(linger)
+	collect:
+		for len(pending) < size {
+			select {
+			case o := <-b.in:
+				pending = append(pending, o)
+				continue
+			default:
+			}
+			if b.active.Load() == 0 {
+				break collect // no turn is left to join this batch
+			}
+			select {
+			case o := <-b.in:
+				pending = append(pending, o)
+			case <-timer.C:
+				break collect
+			case <-ctx.Done():
+				break collect
+			}
+		}
+		timer.Stop()
+		n := min(len(pending), size)
+		b.e.flush(pending[:n])
+		pending = append(pending[:0], pending[n:]...)
+	}
+}
+
+// flush commits a batch of outcomes in one transaction. When that fails,
+// each outcome is committed alone, so that one bad outcome fails only its
+// own turn.
+func (e *Engine) flush(batch []*outcome) {
+	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.OutcomeTimeout)
+	defer cancel()
+	err := e.flushTx(ctx, batch)
+	if err != nil && len(batch) > 1 {
+		e.logger.WarnContext(ctx, "workflow: a batch of turn outcomes failed; recording them one at a time", "outcomes", len(batch), "error", err)
+		for _, o := range batch {
+			e.flush([]*outcome{o})
+		}
+		return
+	}
+	for _, o := range batch {
+		o.err = err
+		if err != nil {
+			o.next = nil
+		}
+		close(o.done)
+	}
+}
+
+// batchState is what a flush learns as it goes.
+type batchState struct {
+	owned    []*outcome
+	status   map[uuid.UUID]string // locked tasks' statuses
+	turnOf   map[uuid.UUID]turn   // locked tasks' next turns, were they given one
+	wake     []turn               // existing tasks made runnable
+	fresh    []turn               // new tasks' first turns
+	byTask   map[uuid.UUID]*outcome
+	complete []*rivertype.JobRow // jobs this batch finishes
+	delays   bool
+}
+
+// flushTx is the transaction of one batch. Its locks follow the lock order
+// (invariant 9): the turns' job rows by ID, then the tasks it changes (the
+// turns' tasks and the parents they settle) children first, in one
+// statement, then the runs.
+func (e *Engine) flushTx(ctx context.Context, batch []*outcome) error {
+	return e.withTx(ctx, func(tx pgx.Tx) error {
+		for _, o := range batch {
+			o.owned, o.next = false, nil
+		}
+		st := &batchState{byTask: map[uuid.UUID]*outcome{}}
+		if err := e.lockJobs(ctx, tx, batch, st); err != nil {
+			return err
+		}
+		if err := e.lockTasks(ctx, tx, st); err != nil {
+			return err
+		}
+		var settled []settlement
+		var suspends []*outcome
+		for _, o := range st.owned {
+			live := isRunnable(st.status[o.taskID])
+			switch o.kind {
+			case outcomeIdle:
+				st.complete = append(st.complete, o.job)
+				if live {
+					tr := st.turnOf[o.taskID]
+					tr.by = o
+					st.wake = append(st.wake, tr)
+				}
+			case outcomeComplete, outcomeSuspend:
+				st.complete = append(st.complete, o.job)
+				if !live {
+					o.logf(ctx, "workflow: task changed state during its turn (cancelled?); its outcome is dropped", "status", st.status[o.taskID])
+					continue
+				}
+				if o.kind == outcomeSuspend {
+					suspends = append(suspends, o)
+				}
+			}
+		}
+		if err := e.insertSpawns(ctx, tx, st); err != nil {
+			return err
+		}
+		var err error
+		if settled, err = e.finishTasks(ctx, tx, st); err != nil {
+			return err
+		}
+		wake, err := e.settleTx(ctx, tx, settled, true)
+		if err != nil {
+			return err
+		}
+		for i := range wake {
+			// The parent continues in the worker of one of its children
+			// that finished in this batch.
+			for _, s := range settled {
+				if s.parentID != nil && *s.parentID == wake[i].taskID {
+					wake[i].by = st.byTask[s.taskID]
+					break
+				}
+			}
+		}
+		st.wake = append(st.wake, wake...)
+		if err := e.suspendTasks(ctx, tx, suspends, st); err != nil {
+			return err
+		}
+		if err := e.recordAttemptErrors(ctx, tx, st); err != nil {
+			return err
+		}
+		// The batch's own jobs complete first: a task woken here must not
+		// find its finished turn still live.
+		if err := e.queue.CompleteTx(ctx, tx, st.complete); err != nil {
+			return err
+		}
+		inserted, err := e.enqueueTurns(ctx, tx, st.wake, st.fresh)
+		if err != nil {
+			return err
+		}
+		if st.delays {
+			if _, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, channelDelay); err != nil {
+				return err
+			}
+		}
+		return e.claimContinuations(ctx, tx, inserted, st)
+	})
+}
+
+// logf logs at info level with the turn's task.
+func (o *outcome) logf(ctx context.Context, msg string, args ...any) {
+	if o.t != nil && o.t.logger != nil {
+		o.t.logger.InfoContext(ctx, msg, args...)
+	}
+}
+
+// lockJobs locks the batch's turn jobs, by ID, that still run the attempt
+// that handed in the outcome. The others lost their job (rescued,
+// cancelled, finished): their outcomes are dropped, and their turns return
+// as superseded.
+func (e *Engine) lockJobs(ctx context.Context, tx pgx.Tx, batch []*outcome, st *batchState) error {
+	ids := make([]int64, len(batch))
+	attempts := make([]int32, len(batch))
+	ats := make([]*time.Time, len(batch))
+	for i, o := range batch {
+		ids[i], attempts[i], ats[i] = o.job.ID, int32(o.job.Attempt), o.job.AttemptedAt
+	}
+	rows, err := tx.Query(ctx, `
+		SELECT j.id FROM river_job j
+		  JOIN unnest($1::bigint[], $2::int[], $3::timestamptz[]) AS u(id, attempt, at)
+		    ON j.id = u.id AND j.attempt = u.attempt AND j.attempted_at IS NOT DISTINCT FROM u.at
+		 WHERE j.state = 'running'
+		 ORDER BY j.id
+		   FOR UPDATE OF j`, ids, attempts, ats)
+	if err != nil {
+		return fmt.Errorf("workflow: locking %d turn jobs: %w", len(batch), err)
+	}
+	locked, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return fmt.Errorf("workflow: locking %d turn jobs: %w", len(batch), err)
+	}
+	for _, o := range batch {
+		if slices.Contains(locked, o.job.ID) {
+			o.owned = true
+			st.owned = append(st.owned, o)
+			st.byTask[o.taskID] = o
+		}
+	}
+	return nil
+}
+
+// lockTasks locks the owned turns' tasks and the parents that finishing
+// ones settle, in one statement, newest first: a child is always created
+// after its parent, so that is children first, the order every writer of
+// tasks follows.
+func (e *Engine) lockTasks(ctx context.Context, tx pgx.Tx, st *batchState) error {
+	var ids, finishing []uuid.UUID
+	for _, o := range st.owned {
+		if o.kind == outcomeSnooze {
+			continue
+		}
+		ids = append(ids, o.taskID)
+		if o.kind == outcomeComplete || o.kind == outcomeFail {
+			finishing = append(finishing, o.taskID)
+		}
+	}
+	st.status, st.turnOf = map[uuid.UUID]string{}, map[uuid.UUID]turn{}
+	if len(ids) == 0 {
+		return nil
+	}
+	rows, err := tx.Query(ctx, `
+		SELECT id, status, workflow, queue, priority, max_attempts FROM braid_tasks
+		 WHERE id = ANY($1) OR id IN (SELECT parent_task_id FROM braid_tasks WHERE id = ANY($2))
+		 ORDER BY created_at DESC, id DESC
+		   FOR UPDATE`, ids, finishing)
+	if err != nil {
+		return fmt.Errorf("workflow: locking %d tasks: %w", len(ids), err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var tr turn
+		var status string
+		var prio int16
+		if err := rows.Scan(&tr.taskID, &status, &tr.workflow, &tr.queue, &prio, &tr.maxAttempts); err != nil {
+			return fmt.Errorf("workflow: locking %d tasks: %w", len(ids), err)
+		}
+		tr.priority = queue.Priority(prio)
+		st.status[tr.taskID], st.turnOf[tr.taskID] = status, tr
+	}
+	return rows.Err()
+}
+
+// isRunnable reports whether a task of this status takes turns. A task
+// is pending from the moment it is given a turn until it finishes or
+// waits; "running" is what the inspection shows while its turn runs (older
+// versions wrote it).
+func isRunnable(status string) bool { return status == "pending" || status == "running" }
+
+// insertSpawns creates the children the batch's live turns started, and
+// their first turns. A child that exists already (a turn that ran twice)
+// is left alone.
+func (e *Engine) insertSpawns(ctx context.Context, tx pgx.Tx, st *batchState) error {
+	var (
+		ids, runIDs, parents                  []uuid.UUID
+		keys, workflows, inputs, queues       []string
+		maxAttempts                           []int32
+		prios                                 []int16
+		defs                                  = map[uuid.UUID]*definition{}
+		owners                                = map[uuid.UUID]*outcome{}
+	)
+	for _, o := range st.owned {
+		if o.t == nil || (o.kind != outcomeComplete && o.kind != outcomeSuspend) || !isRunnable(st.status[o.taskID]) {
+			continue
+		}
+		for i := range o.t.spawns {
+			s := &o.t.spawns[i]
+			id := mustID()
+			ids = append(ids, id)
+			runIDs = append(runIDs, o.t.runID)
+			parents = append(parents, o.taskID)
+			keys = append(keys, s.key)
+			workflows = append(workflows, s.def.name)
+			inputs = append(inputs, string(s.input))
+			maxAttempts = append(maxAttempts, int32(s.def.maxAttempts))
+			queues = append(queues, s.def.queue)
+			prios = append(prios, int16(s.def.priority))
+			defs[id] = s.def
+			owners[id] = o
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	rows, err := tx.Query(ctx, `
+		INSERT INTO braid_tasks (id, run_id, parent_task_id, key, workflow, status, input, max_attempts, queue, priority)
+		SELECT unnest($1::uuid[]), unnest($2::uuid[]), unnest($3::uuid[]), unnest($4::text[]), unnest($5::text[]), 'pending',
+		       unnest($6::text[])::jsonb, unnest($7::int[]), unnest($8::text[]), unnest($9::smallint[])
+		ON CONFLICT (parent_task_id, key) WHERE parent_task_id IS NOT NULL DO NOTHING
+		RETURNING id`, ids, runIDs, parents, keys, workflows, inputs, maxAttempts, queues, prios)
+	if err != nil {
+		return fmt.Errorf("workflow: creating %d children: %w", len(ids), err)
+	}
+	created, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return fmt.Errorf("workflow: creating %d children: %w", len(ids), err)
+	}
+	for _, id := range created {
+		d := defs[id]
+		st.fresh = append(st.fresh, turn{taskID: id, workflow: d.name, queue: d.queue, priority: d.priority, maxAttempts: d.maxAttempts, by: owners[id]})
+	}
+	return nil
+}
+
+// finishTasks records the batch's completed and failed tasks, with the
+// attempt that finished them, and returns them to settle.
+func (e *Engine) finishTasks(ctx context.Context, tx pgx.Tx, st *batchState) ([]settlement, error) {
+	var (
+		ids      []uuid.UUID
+		statuses []string
+		outputs  [][]byte
+		errs     [][]byte
+		attempts []int32
+		jobIDs   []int64
+		ats      []*time.Time
+	)
+	for _, o := range st.owned {
+		var status string
+		switch o.kind {
+		case outcomeComplete:
+			status = "completed"
+		case outcomeFail:
+			status = "failed"
+		default:
+			continue
+		}
+		if !isRunnable(st.status[o.taskID]) {
+			continue
+		}
+		ids = append(ids, o.taskID)
+		statuses = append(statuses, status)
+		outputs = append(outputs, nullBytes(o.output))
+		errs = append(errs, o.errJSON)
+		attempts = append(attempts, int32(o.job.Attempt))
+		jobIDs = append(jobIDs, o.job.ID)
+		ats = append(ats, o.job.AttemptedAt)
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	rows, err := tx.Query(ctx, `
+		UPDATE braid_tasks t
+		   SET status = u.status, output = u.output, error = u.error, remaining = 0,
+		       attempt = u.attempt, job_id = u.job_id, turns = t.turns + 1,
+		       started_at = coalesce(t.started_at, u.at, now()), finished_at = now(), updated_at = now()
+		  FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::jsonb[], $5::int[], $6::bigint[], $7::timestamptz[])
+		       AS u(id, status, output, error, attempt, job_id, at)
+		 WHERE t.id = u.id AND t.status IN ('pending', 'running')
+		RETURNING t.id, t.run_id, t.parent_task_id, u.status, u.output, u.error, u.at`,
+		ids, statuses, outputs, errs, attempts, jobIDs, ats)
+	if err != nil {
+		return nil, fmt.Errorf("workflow: finishing %d tasks: %w", len(ids), err)
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (settlement, error) {
+		var s settlement
+		err := row.Scan(&s.taskID, &s.runID, &s.parentID, &s.status, &s.output, &s.errJSON, &s.startedAt)
+		return s, err
+	})
+}
+
+func nullBytes(b json.RawMessage) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
+}
+
+// suspendTasks records the batch's suspended tasks: their new delays, then
+// each task waiting with the count of its children not yet finished,
+// counted after the batch's own finished children were settled. A task
+// whose awaited children have all finished continues at once: it gets its
+// next turn in this transaction.
+func (e *Engine) suspendTasks(ctx context.Context, tx pgx.Tx, suspends []*outcome, st *batchState) error {
+	if len(suspends) == 0 {
+		return nil
+	}
+	var (
+		dTasks   []uuid.UUID
+		dNames   []string
+		dAfter   []int64
+		dUntil   []*time.Time
+		ids      []uuid.UUID
+		waits    []bool
+		spans    []*string
+		attempts []int32
+		jobIDs   []int64
+		ats      []*time.Time
+		roots    []uuid.UUID
+	)
+	for _, o := range suspends {
+		t := o.t
+		if d := t.delay; d != nil && !d.existing {
+			dTasks = append(dTasks, o.taskID)
+			dNames = append(dNames, d.name)
+			dAfter = append(dAfter, d.after.Microseconds())
+			var until *time.Time
+			if !d.until.IsZero() {
+				u := d.until
+				until = &u
+			}
+			dUntil = append(dUntil, until)
+		}
+		carrier := propagation.MapCarrier{}
+		propagation.TraceContext{}.Inject(t.ctx, carrier)
+		var span *string
+		if tp := carrier.Get("traceparent"); tp != "" {
+			span = &tp
+		}
+		ids = append(ids, o.taskID)
+		waits = append(waits, t.waitChildren && t.delay == nil)
+		spans = append(spans, span)
+		attempts = append(attempts, int32(o.job.Attempt))
+		jobIDs = append(jobIDs, o.job.ID)
+		ats = append(ats, o.job.AttemptedAt)
+		if t.parentID == nil {
+			roots = append(roots, t.runID)
+		}
+	}
+	if len(dTasks) > 0 {
+		if _, err := tx.Exec(ctx, `
+			INSERT INTO braid_steps (task_id, name, kind, status, resume_at, attempts)
+			SELECT u.task_id, u.name, 'delay', 'waiting', coalesce(u.until, now() + u.after * interval '1 microsecond'), 1
+			  FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::timestamptz[]) AS u(task_id, name, after, until)
+			ON CONFLICT (task_id, name) DO NOTHING`, dTasks, dNames, dAfter, dUntil); err != nil {
+			return fmt.Errorf("workflow: recording %d delays: %w", len(dTasks), err)
+		}
+		st.delays = true
+	}
+	rows, err := tx.Query(ctx, `
+		UPDATE braid_tasks t
+		   SET status = CASE WHEN u.wait AND c.n = 0 THEN 'pending' ELSE 'waiting' END,
+		       remaining = CASE WHEN u.wait THEN c.n ELSE 0 END,
+		       suspended_span = u.span, attempt = u.attempt, job_id = u.job_id, turns = t.turns + 1,
+		       started_at = coalesce(t.started_at, u.at, now()), updated_at = now()
+		  FROM unnest($1::uuid[], $2::bool[], $3::text[], $4::int[], $5::bigint[], $6::timestamptz[])
+		       AS u(id, wait, span, attempt, job_id, at)
+		  CROSS JOIN LATERAL (SELECT count(*)::int AS n FROM braid_tasks k
+		                       WHERE k.parent_task_id = u.id AND k.status NOT IN `+finalStatuses+`) c
+		 WHERE t.id = u.id AND t.status IN ('pending', 'running')
+		RETURNING t.id, t.status, t.workflow, t.queue, t.priority, t.max_attempts`,
+		ids, waits, spans, attempts, jobIDs, ats)
+	if err != nil {
+		return fmt.Errorf("workflow: suspending %d tasks: %w", len(ids), err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var tr turn
+		var status string
+		var prio int16
+		if err := rows.Scan(&tr.taskID, &status, &tr.workflow, &tr.queue, &prio, &tr.maxAttempts); err != nil {
+			return fmt.Errorf("workflow: suspending %d tasks: %w", len(ids), err)
+		}
+		if status == "pending" {
+			// Every awaited child finished during the turn: continue now.
+			tr.priority, tr.by = queue.Priority(prio), st.byTask[tr.taskID]
+			st.wake = append(st.wake, tr)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("workflow: suspending %d tasks: %w", len(ids), err)
+	}
+	rows.Close()
+	if len(roots) > 0 {
+		if _, err := tx.Exec(ctx, `
+			UPDATE braid_runs SET status = 'waiting', started_at = coalesce(started_at, now()), updated_at = now()
+			 WHERE id = ANY($1) AND status IN ('pending', 'running')`, roots); err != nil {
+			return fmt.Errorf("workflow: marking %d runs waiting: %w", len(roots), err)
+		}
+	}
+	return nil
+}
+
+// recordAttemptErrors keeps the error of each failed attempt that River
+// retries on its task, for operators.
+func (e *Engine) recordAttemptErrors(ctx context.Context, tx pgx.Tx, st *batchState) error {
+	var ids []uuid.UUID
+	var errs [][]byte
+	for _, o := range st.owned {
+		if o.kind == outcomeFailAttempt && isRunnable(st.status[o.taskID]) {
+			ids = append(ids, o.taskID)
+			errs = append(errs, o.errJSON)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	_, err := tx.Exec(ctx, `
+		UPDATE braid_tasks t SET error = u.error, updated_at = now()
+		  FROM unnest($1::uuid[], $2::jsonb[]) AS u(id, error)
+		 WHERE t.id = u.id AND t.status IN ('pending', 'running')`, ids, errs)
+	if err != nil {
+		return fmt.Errorf("workflow: recording %d failed attempts: %w", len(ids), err)
+	}
+	return nil
+}
+
+// claimContinuations claims, for each owned turn of the batch, one of the
+// turns its outcome made runnable (a child it started, the parent it
+// woke, its own next turn), when this process runs that workflow and is
+// not stopping. The turn's worker runs the claimed turn as soon as the
+// batch commits, in the worker slot it holds, without a trip through
+// River's fetch loop.
+func (e *Engine) claimContinuations(ctx context.Context, tx pgx.Tx, inserted []insertedTurn, st *batchState) error {
+	if e.stopping.Load() {
+		return nil
+	}
+	var ids []int64
+	picked := map[int64]*outcome{}
+	taken := map[*outcome]bool{}
+	for _, it := range inserted {
+		o := it.by
+		if o == nil || taken[o] || !o.owned {
+			continue
+		}
+		if _, ok := e.registry[it.workflow]; !ok {
+			continue
+		}
+		taken[o] = true
+		ids = append(ids, it.jobID)
+		picked[it.jobID] = o
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	jobs, err := e.queue.ClaimTx(ctx, tx, ids)
+	if err != nil {
+		return err
+	}
+	for _, j := range jobs {
+		picked[j.ID].next = j
+	}
+	return nil
+}

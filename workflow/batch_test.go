@@ -1,0 +1,234 @@
+package workflow_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/braidflow/braid/testutil"
+	"github.com/braidflow/braid/workflow"
+)
+
+// barrier lets n callers through together, once all n have arrived, or
+// when it times out.
+type barrier struct {
+	mu      sync.Mutex
+	n       int
+	arrived int
+	all     chan struct{}
+}
+
+func newBarrier(n int) *barrier { return &barrier{n: n, all: make(chan struct{})} }
+
+func (b *barrier) wait(d time.Duration) {
+	b.mu.Lock()
+	b.arrived++
+	if b.arrived == b.n {
+		close(b.all)
+	}
+	b.mu.Unlock()
+	select {
+	case <-b.all:
+	case <-time.After(d):
+	}
+}
+
+// logRecorder keeps the messages logged at warn level and above.
+type logRecorder struct {
+	slog.Handler
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (r *logRecorder) Handle(ctx context.Context, rec slog.Record) error {
+	r.mu.Lock()
+	msg := rec.Message
+	rec.Attrs(func(a slog.Attr) bool {
+		msg += " " + a.Key + "=" + a.Value.String()
+		return true
+	})
+	r.msgs = append(r.msgs, msg)
+	r.mu.Unlock()
+	return r.Handler.Handle(ctx, rec)
+}
+
+func (r *logRecorder) has(prefix string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, m := range r.msgs {
+		if strings.HasPrefix(m, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// One turn's outcome fails inside a batch (a trigger rejects its output):
+// the batch is recorded again one outcome at a time, the other turns of
+// the batch complete on their first attempt, and only the bad turn fails.
+func TestBatchFailureFailsOnlyTheBadTurn(t *testing.T) {
+	t.Parallel()
+	pool := testutil.Pool(t, testutil.URL(t))
+	execSQL(t, pool, `
+		CREATE FUNCTION poison() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+		    IF NEW.output::text LIKE '%poison%' THEN
+		        RAISE EXCEPTION 'poisoned output of task %', NEW.id;
+		    END IF;
+		    RETURN NEW;
+		END $$;
+		CREATE TRIGGER poison BEFORE UPDATE ON braid_tasks FOR EACH ROW EXECUTE FUNCTION poison();`)
+
+	const n = 8
+	gate := newBarrier(n)
+	echo := workflow.Define("echo", func(t *workflow.Task, in string) (string, error) {
+		if t.Attempt() == 1 {
+			gate.wait(20 * time.Second) // every first turn ends at once
+		}
+		return in, nil
+	}, workflow.WithMaxAttempts(2))
+
+	rec := &logRecorder{Handler: slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})}
+	cfg := testConfig(echo)
+	cfg.Logger = slog.New(rec)
+	cfg.OutcomeLinger = 10 * time.Second // the batch waits for every turn
+	eng := startEngine(t, pool, cfg)
+	ctx := ctxTimeout(t, 60*time.Second)
+
+	runs := make([]*workflow.Run[string], n)
+	for i := range runs {
+		in := "good"
+		if i == 3 {
+			in = "poison"
+		}
+		r, err := echo.Start(ctx, eng, in, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		runs[i] = r
+	}
+	for i, r := range runs {
+		out, err := r.Result(ctx)
+		if i == 3 {
+			var re *workflow.RunError
+			if !errors.As(err, &re) || re.Status != "failed" || !strings.Contains(re.Message, "poisoned output") {
+				t.Fatalf("poisoned run: %v; want it failed with the trigger's error", err)
+			}
+			continue
+		}
+		if err != nil || out != "good" {
+			t.Fatalf("run %d: %q, %v; want it completed", i, out, err)
+		}
+	}
+	if !rec.has("workflow: a batch of turn outcomes failed; recording them one at a time outcomes=8") {
+		t.Fatal("the eight outcomes were not committed as one batch that failed")
+	}
+	if got := count(t, pool, `
+		SELECT count(*) FROM braid_tasks t JOIN river_job j ON j.args->>'task_id' = t.id::text
+		 WHERE t.status = 'completed' AND t.attempt = 1 AND j.state = 'completed' AND j.attempt = 1`); got != n-1 {
+		t.Fatalf("%d good turns completed on their first attempt, want %d", got, n-1)
+	}
+}
+
+// A turn writes nothing as it starts; while it runs, the inspection shows
+// its task and its run running, read from its turn job.
+func TestTaskShowsRunningWhileItsTurnRuns(t *testing.T) {
+	t.Parallel()
+	pool := testutil.Pool(t, testutil.URL(t))
+	started, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	slow := workflow.Define("slow", func(t *workflow.Task, _ struct{}) (int, error) {
+		return workflow.Step(t, "wait", func(ctx context.Context) (int, error) {
+			once.Do(func() { close(started) })
+			<-release
+			return 1, nil
+		})
+	})
+	eng := startEngine(t, pool, testConfig(slow))
+	ctx := ctxTimeout(t, 30*time.Second)
+	run, err := slow.Start(ctx, eng, struct{}{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := eng.Run(ctx, run.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Status != "pending" && info.Status != "running" {
+		t.Fatalf("a new run is %s", info.Status)
+	}
+	<-started
+	info, err = eng.Run(ctx, run.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Status != "running" || info.Tasks[0].Status != "running" || info.Tasks[0].Attempt != 1 || info.Tasks[0].StartedAt == nil {
+		t.Fatalf("while its turn runs: run %s, task %s at attempt %d (started %v); want both running at attempt 1",
+			info.Status, info.Tasks[0].Status, info.Tasks[0].Attempt, info.Tasks[0].StartedAt)
+	}
+	list, err := eng.ListRuns(ctx, workflow.RunFilter{Status: "running"})
+	if err != nil || len(list) != 1 || list[0].ID != run.ID {
+		t.Fatalf("listing running runs: %v, %v; want the one run", list, err)
+	}
+	if got := count(t, pool, `SELECT count(*) FROM braid_tasks WHERE status = 'running'`); got != 0 {
+		t.Fatalf("%d tasks stored as running; a turn writes nothing as it starts", got)
+	}
+	close(release)
+	if _, err := run.Result(ctx); err != nil {
+		t.Fatal(err)
+	}
+	info, err = eng.Run(ctx, run.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Status != "completed" || info.Tasks[0].Status != "completed" || info.Tasks[0].Turns != 1 {
+		t.Fatalf("after the turn: run %s, task %s after %d turns; want completed after 1", info.Status, info.Tasks[0].Status, info.Tasks[0].Turns)
+	}
+}
+
+// Children that finish in the same batches count off their parent's join
+// together; whoever brings the count to zero inserts the parent's
+// continuation, exactly once.
+func TestFanInInsertsOneContinuation(t *testing.T) {
+	t.Parallel()
+	pool := testutil.Pool(t, testutil.URL(t))
+	leaf := workflow.Define("leaf", func(t *workflow.Task, i int) (int, error) { return i, nil })
+	sum := workflow.Define("sum", func(t *workflow.Task, n int) (int, error) {
+		items := make([]int, n)
+		for i := range items {
+			items[i] = i
+		}
+		outs, err := workflow.Map(t, "leaves", leaf, items)
+		if err != nil {
+			return 0, err
+		}
+		total := 0
+		for _, o := range outs {
+			total += o
+		}
+		return total, nil
+	})
+	eng := startEngine(t, pool, testConfig(leaf, sum))
+	ctx := ctxTimeout(t, 60*time.Second)
+	run, err := sum.Start(ctx, eng, 500, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := run.Result(ctx)
+	if err != nil || out != 500*499/2 {
+		t.Fatalf("sum: %d, %v", out, err)
+	}
+	if got := count(t, pool, `
+		SELECT count(*) FROM river_job j JOIN braid_tasks t ON j.args->>'task_id' = t.id::text
+		 WHERE t.key = 'root'`); got != 2 {
+		t.Fatalf("the parent had %d turns, want 2 (its first and one continuation)", got)
+	}
+	if got := count(t, pool, `SELECT turns FROM braid_tasks WHERE key = 'root'`); got != 2 {
+		t.Fatalf("the parent counts %d turns, want 2", got)
+	}
+}

@@ -1,0 +1,7 @@
+package workflow
+
+import "github.com/riverqueue/river/rivertype"
+
+// SetHookBeforeContinuation sets a function that runs after a batch that
+// claimed a continuation committed, before the continuation's turn starts.
+func SetHookBeforeContinuation(f func(row *rivertype.JobRow)) { testHookBeforeContinuation = f }
