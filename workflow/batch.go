@@ -379,12 +379,12 @@ func isRunnable(status string) bool { return status == "pending" || status == "r
 // is left alone.
 func (e *Engine) insertSpawns(ctx context.Context, tx pgx.Tx, st *batchState) error {
 	var (
-		ids, runIDs, parents                  []uuid.UUID
-		keys, workflows, inputs, queues       []string
-		maxAttempts                           []int32
-		prios                                 []int16
-		defs                                  = map[uuid.UUID]*definition{}
-		owners                                = map[uuid.UUID]*outcome{}
+		ids, runIDs, parents            []uuid.UUID
+		keys, workflows, inputs, queues []string
+		maxAttempts                     []int32
+		prios                           []int16
+		defs                            = map[uuid.UUID]*definition{}
+		owners                          = map[uuid.UUID]*outcome{}
 	)
 	for _, o := range st.owned {
 		if o.t == nil || (o.kind != outcomeComplete && o.kind != outcomeSuspend) || !isRunnable(st.status[o.taskID]) {
