@@ -75,6 +75,11 @@ type ClaimedWork struct {
 	// NextRetry is the worker's retry policy (river.Worker's NextRetry). A
 	// zero time, or a nil NextRetry, uses the Queue's retry policy.
 	NextRetry func(job *rivertype.JobRow) time.Time
+
+	// FinishedOnSuccess says that Work, when it returns nil, has always
+	// finished the job itself (as with river.JobCompleteTx), so there is
+	// nothing left to record.
+	FinishedOnSuccess bool
 }
 
 // WorkClaimed works a job that ClaimTx claimed for this process, in the
@@ -114,7 +119,7 @@ func (q *Queue) WorkClaimed(ctx context.Context, job *rivertype.JobRow, w Claime
 			return w.Work(ctx)
 		}, true)
 	}()
-	if superseded {
+	if superseded || (err == nil && panicVal == nil && w.FinishedOnSuccess) {
 		return err
 	}
 	params := q.claimedOutcome(job, start, err, panicVal, stack, w.NextRetry)

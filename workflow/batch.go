@@ -210,10 +210,7 @@ func (e *Engine) flushTx(ctx context.Context, batch []*outcome) error {
 			o.owned, o.next = false, nil
 		}
 		st := &batchState{byTask: map[uuid.UUID]*outcome{}}
-		if err := e.lockJobs(ctx, tx, batch, st); err != nil {
-			return err
-		}
-		if err := e.lockTasks(ctx, tx, st); err != nil {
+		if err := e.lock(ctx, tx, batch, st); err != nil {
 			return err
 		}
 		var settled []settlement
@@ -292,24 +289,45 @@ func (o *outcome) logf(ctx context.Context, msg string, args ...any) {
 	}
 }
 
-// lockJobs locks the batch's turn jobs, by ID, that still run the attempt
-// that handed in the outcome. The others lost their job (rescued,
-// cancelled, finished): their outcomes are dropped, and their turns return
-// as superseded.
-func (e *Engine) lockJobs(ctx context.Context, tx pgx.Tx, batch []*outcome, st *batchState) error {
+// lock takes the batch's locks in one round trip, in the lock order
+// (invariant 9). First the turn jobs, by ID, that still run the attempt
+// that handed in the outcome: the others lost their job (rescued,
+// cancelled, finished), so their outcomes are dropped and their turns
+// return as superseded. Then the turns' tasks and the parents that
+// finishing ones settle, newest first: a child is always created after its
+// parent, so that is children first, the order every writer of tasks
+// follows.
+func (e *Engine) lock(ctx context.Context, tx pgx.Tx, batch []*outcome, st *batchState) error {
 	ids := make([]int64, len(batch))
 	attempts := make([]int32, len(batch))
 	ats := make([]*time.Time, len(batch))
+	var tasks, finishing []uuid.UUID
 	for i, o := range batch {
 		ids[i], attempts[i], ats[i] = o.job.ID, int32(o.job.Attempt), o.job.AttemptedAt
+		if o.kind == outcomeSnooze {
+			continue
+		}
+		tasks = append(tasks, o.taskID)
+		if o.kind == outcomeComplete || o.kind == outcomeFail {
+			finishing = append(finishing, o.taskID)
+		}
 	}
-	rows, err := tx.Query(ctx, `
+	b := &pgx.Batch{}
+	b.Queue(`
 		SELECT j.id FROM river_job j
 		  JOIN unnest($1::bigint[], $2::int[], $3::timestamptz[]) AS u(id, attempt, at)
 		    ON j.id = u.id AND j.attempt = u.attempt AND j.attempted_at IS NOT DISTINCT FROM u.at
 		 WHERE j.state = 'running'
 		 ORDER BY j.id
 		   FOR UPDATE OF j`, ids, attempts, ats)
+	b.Queue(`
+		SELECT id, status, workflow, queue, priority, max_attempts FROM braid_tasks
+		 WHERE id = ANY($1) OR id IN (SELECT parent_task_id FROM braid_tasks WHERE id = ANY($2))
+		 ORDER BY created_at DESC, id DESC
+		   FOR UPDATE`, tasks, finishing)
+	br := tx.SendBatch(ctx, b)
+	defer func() { _ = br.Close() }()
+	rows, err := br.Query()
 	if err != nil {
 		return fmt.Errorf("workflow: locking %d turn jobs: %w", len(batch), err)
 	}
@@ -324,35 +342,10 @@ func (e *Engine) lockJobs(ctx context.Context, tx pgx.Tx, batch []*outcome, st *
 			st.byTask[o.taskID] = o
 		}
 	}
-	return nil
-}
-
-// lockTasks locks the owned turns' tasks and the parents that finishing
-// ones settle, in one statement, newest first: a child is always created
-// after its parent, so that is children first, the order every writer of
-// tasks follows.
-func (e *Engine) lockTasks(ctx context.Context, tx pgx.Tx, st *batchState) error {
-	var ids, finishing []uuid.UUID
-	for _, o := range st.owned {
-		if o.kind == outcomeSnooze {
-			continue
-		}
-		ids = append(ids, o.taskID)
-		if o.kind == outcomeComplete || o.kind == outcomeFail {
-			finishing = append(finishing, o.taskID)
-		}
-	}
 	st.status, st.turnOf = map[uuid.UUID]string{}, map[uuid.UUID]turn{}
-	if len(ids) == 0 {
-		return nil
-	}
-	rows, err := tx.Query(ctx, `
-		SELECT id, status, workflow, queue, priority, max_attempts FROM braid_tasks
-		 WHERE id = ANY($1) OR id IN (SELECT parent_task_id FROM braid_tasks WHERE id = ANY($2))
-		 ORDER BY created_at DESC, id DESC
-		   FOR UPDATE`, ids, finishing)
+	rows, err = br.Query()
 	if err != nil {
-		return fmt.Errorf("workflow: locking %d tasks: %w", len(ids), err)
+		return fmt.Errorf("workflow: locking %d tasks: %w", len(tasks), err)
 	}
 	defer rows.Close()
 	for rows.Next() {
@@ -360,12 +353,16 @@ func (e *Engine) lockTasks(ctx context.Context, tx pgx.Tx, st *batchState) error
 		var status string
 		var prio int16
 		if err := rows.Scan(&tr.taskID, &status, &tr.workflow, &tr.queue, &prio, &tr.maxAttempts); err != nil {
-			return fmt.Errorf("workflow: locking %d tasks: %w", len(ids), err)
+			return fmt.Errorf("workflow: locking %d tasks: %w", len(tasks), err)
 		}
 		tr.priority = queue.Priority(prio)
 		st.status[tr.taskID], st.turnOf[tr.taskID] = status, tr
 	}
-	return rows.Err()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("workflow: locking %d tasks: %w", len(tasks), err)
+	}
+	rows.Close()
+	return br.Close()
 }
 
 // isRunnable reports whether a task of this status takes turns. A task

@@ -204,6 +204,9 @@ func (e *Engine) continueTurns(ctx context.Context, next *rivertype.JobRow) {
 				return err
 			},
 			NextRetry: func(job *rivertype.JobRow) time.Time { return e.nextRetry(job, args.Workflow) },
+			// A turn that returns nil has finished its job in its
+			// outcome's batch.
+			FinishedOnSuccess: true,
 		})
 		stop()
 		cancel(nil)
@@ -260,12 +263,8 @@ func (e *Engine) runTurn(ctx context.Context, job *river.Job[taskArgs]) (*rivert
 	if err != nil {
 		return nil, fmt.Errorf("workflow: loading task %s: %w", taskID, err)
 	}
-	if lt == nil {
-		e.logger.DebugContext(ctx, "workflow: turn for a task that does not exist; nothing to do", "task.id", taskID, "job.id", job.ID)
-		return nil, nil
-	}
-	if !isRunnable(lt.status) {
-		e.logger.DebugContext(ctx, "workflow: turn for a task that is not runnable; nothing to do", "task.id", taskID, "job.id", job.ID, "status", lt.status)
+	if lt == nil || !isRunnable(lt.status) {
+		e.logger.DebugContext(ctx, "workflow: turn for a task that is not runnable, or gone; nothing to do", "task.id", taskID, "job.id", job.ID)
 		handedIn = true
 		o := &outcome{kind: outcomeIdle, job: job.JobRow, taskID: taskID}
 		if err := e.handIn(ctx, o); err != nil {
