@@ -73,10 +73,10 @@
 //
 // # An outcome belongs to its attempt
 //
-// A turn records its outcome (complete, suspend, fail on the last attempt,
-// snooze for a step's retry) only while its own River job is still running
-// at that attempt: the outcome transaction first locks the job row by id,
-// attempt and start time. An attempt that was rescued while it ran (its
+// A turn records its outcome (complete, suspend, fail, snooze for a step's
+// retry) only while its own River job is still running at that attempt:
+// the outcome's transaction first locks the job row by id, attempt and
+// start time. An attempt that was rescued while it ran (its
 // process froze, say) and returns late writes nothing; it says so at debug
 // level and returns an error wrapping [queue.ErrJobNotRunning], on which the
 // queue records nothing for the attempt either. The transaction runs even
@@ -84,6 +84,54 @@
 // fails the task), bounded by Config.OutcomeTimeout. Error text is
 // sanitised once, before it is stored: NUL bytes are removed and it is cut
 // to Config.MaxErrorBytes (64 KiB), with a mark where it was cut.
+//
+// # Batched outcomes
+//
+// A turn writes nothing as it starts: River's fetch has recorded the
+// attempt, and the outcome is fenced on it. The turn reads its task, steps
+// and children together with the turns that start beside it, in one round
+// trip. While its turn runs a task is stored as pending, and the
+// inspection (Engine.Run, ListRuns, the CLI) shows it, and a root task's
+// run, as running, read from the running turn job.
+//
+// The outcomes of the turns that end at about the same time in one
+// process commit together: one transaction carries their task updates,
+// the children they start with their first turns, their jobs'
+// completions, their runs' finishes with the NOTIFYs of their waiters, and
+// their parents' joins. A batch commits when it holds
+// Config.OutcomeBatchSize outcomes (200), when Config.OutcomeLinger (2 ms)
+// has passed since its first, or at once when no other turn of the process
+// is running, so a lone turn never waits. A turn returns, and its job
+// counts as complete, only once its batch has committed. When a batch
+// fails, its outcomes are committed again one at a time, so that one bad
+// outcome fails only its own turn. Inside a batch, the children of one
+// parent that finish together are summed into one decrement of the
+// parent's join, and the parent's row is locked once per batch.
+//
+// # Continuations without a queue hop
+//
+// When an outcome makes another task runnable (a child it starts, the
+// parent whose join it completes, its own next turn once every awaited
+// child has finished), the batch inserts that turn's River job as usual,
+// then claims it for this process in the same transaction, exactly as
+// River's fetch claims a job: available becomes running, the attempt is
+// counted, attempted_at and attempted_by are set. It does so when this
+// process runs that workflow and is not stopping, for at most one turn
+// per outcome. As soon as the batch commits, the worker that handed in the
+// outcome runs the claimed turn in the River worker slot it still holds,
+// so no more turns run at once than River's MaxWorkers allow, through the
+// queue's middleware (spans, metrics, heartbeats, the ownership watch), and
+// then records its outcome as River's executor would, fenced on the
+// attempt ([queue.Queue.WorkClaimed]).
+//
+// This stays within River's model: the turn is a River job from insert to
+// finish, claimed once, by one attempt, like a fetched one. The only
+// difference is who claims it. A crash between the batch's commit and the
+// turn's end leaves the job running with no heartbeat, so the heartbeat
+// rescuer returns it to the queue and another process runs it, as with any
+// job whose process died. Turns bound their own timeout (the definition's,
+// or the queue's job timeout), so that a worker slot can run several turns
+// one after another.
 //
 // # The reconciler: no run is stranded
 //
@@ -123,10 +171,12 @@
 // Every path takes its row locks in one order, so that no two paths can
 // deadlock:
 //
-//  1. River job rows (a turn's outcome locks its own job first);
-//  2. task rows, children before parents (a finishing child locks itself,
-//     then its parent; a path that locks many tasks orders them by
-//     created_at DESC, id DESC);
+//  1. River job rows (a batch of outcomes locks its turns' jobs first, by
+//     ID);
+//  2. task rows, children before parents (a batch locks its turns' tasks
+//     and the parents they settle in one statement; every path that locks
+//     many tasks orders them by created_at DESC, id DESC, and a child is
+//     always created after its parent);
 //  3. step rows;
 //  4. the run row.
 //
@@ -167,9 +217,9 @@
 // A task that waits on children resumes when every child it has started
 // and that has not yet finished has finished. The count is kept on the
 // parent's row: the parent counts its unfinished children under its row
-// lock when it suspends, each finishing child locks the parent row and
-// decrements it, and the child that reaches zero inserts the parent's next
-// turn, exactly once.
+// lock when it suspends, and each batch in which children finish locks the
+// parent row once and takes their sum off the count. The batch that
+// reaches zero inserts the parent's next turn, exactly once.
 //
 // # Delays
 //
