@@ -232,3 +232,45 @@ func TestFanInInsertsOneContinuation(t *testing.T) {
 		t.Fatalf("the parent counts %d turns, want 2", got)
 	}
 }
+
+// StartMany starts many runs in one transaction; a run whose idempotency
+// key exists, before or earlier in the same call, is returned as existing.
+func TestStartManyStartsEachRunOnce(t *testing.T) {
+	t.Parallel()
+	pool := testutil.Pool(t, testutil.URL(t))
+	double := workflow.Define("double", func(t *workflow.Task, i int) (int, error) { return 2 * i, nil })
+	eng := startEngine(t, pool, testConfig(double))
+	ctx := ctxTimeout(t, 30*time.Second)
+	first, err := double.Start(ctx, eng, 100, &workflow.StartOpts{IdempotencyKey: "k-100"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	params := []workflow.StartManyParams[int]{
+		{Input: 1}, {Input: 2}, {Input: 3, Opts: &workflow.StartOpts{IdempotencyKey: "k-3"}},
+		{Input: 4, Opts: &workflow.StartOpts{IdempotencyKey: "k-3"}},
+		{Input: 5, Opts: &workflow.StartOpts{IdempotencyKey: "k-100"}},
+	}
+	runs, err := double.StartMany(ctx, eng, params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []struct {
+		existing bool
+		out      int
+	}{{false, 2}, {false, 4}, {false, 6}, {true, 6}, {true, 200}}
+	for i, r := range runs {
+		out, err := r.Result(ctx)
+		if err != nil || out != want[i].out || r.Existing != want[i].existing {
+			t.Errorf("run %d: output %d, existing %v, %v; want %d, existing %v", i, out, r.Existing, err, want[i].out, want[i].existing)
+		}
+	}
+	if runs[3].ID != runs[2].ID || runs[4].ID != first.ID {
+		t.Fatal("a run with an existing idempotency key was not the existing run")
+	}
+	if got := count(t, pool, `SELECT count(*) FROM braid_runs`); got != 4 {
+		t.Fatalf("%d runs, want 4", got)
+	}
+	if _, err := double.StartMany(ctx, eng, []workflow.StartManyParams[int]{{Input: 1, Opts: &workflow.StartOpts{ID: "not-a-uuid"}}}); err == nil {
+		t.Fatal("a bad run ID was accepted")
+	}
+}

@@ -96,83 +96,178 @@ func (e *Engine) StartWorkflowTx(ctx context.Context, tx pgx.Tx, workflow string
 	return id, err
 }
 
+// StartManyParams is one run to start with StartMany or StartManyTx.
+type StartManyParams[In any] struct {
+	// Input is the run's input.
+	Input In
+	// Opts are the run's options; nil for the defaults.
+	Opts *StartOpts
+}
+
+// StartMany starts one run of w per params, in one transaction and a
+// handful of statements whatever their number, as River's InsertMany
+// inserts jobs. Runs that exist already (same ID or idempotency key) are
+// returned with Existing set.
+func (w *Workflow[In, Out]) StartMany(ctx context.Context, eng *Engine, params []StartManyParams[In]) ([]*Run[Out], error) {
+	var runs []*Run[Out]
+	err := eng.withTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		runs, err = w.StartManyTx(ctx, tx, eng, params)
+		return err
+	})
+	return runs, err
+}
+
+// StartManyTx starts one run of w per params inside tx: the runs exist
+// only if tx commits.
+func (w *Workflow[In, Out]) StartManyTx(ctx context.Context, tx pgx.Tx, eng *Engine, params []StartManyParams[In]) ([]*Run[Out], error) {
+	if _, err := eng.lookup(w.d.name); err != nil {
+		return nil, err
+	}
+	starts := make([]start, len(params))
+	for i, p := range params {
+		input, err := eng.encode(fmt.Sprintf("input of workflow %q (run %d of %d)", w.d.name, i+1, len(params)), p.Input)
+		if err != nil {
+			return nil, err
+		}
+		starts[i] = start{input: input, opts: p.Opts}
+	}
+	if err := eng.startManyTx(ctx, tx, w.d, starts); err != nil {
+		return nil, err
+	}
+	runs := make([]*Run[Out], len(starts))
+	for i, st := range starts {
+		runs[i] = &Run[Out]{eng: eng, ID: st.id, Existing: st.existing}
+	}
+	return runs, nil
+}
+
+// start is one run to start, and, once started, its ID.
+type start struct {
+	input    json.RawMessage
+	opts     *StartOpts
+	id       string
+	existing bool
+}
+
 func (e *Engine) startTx(ctx context.Context, tx pgx.Tx, d *definition, input json.RawMessage, opts *StartOpts) (string, bool, error) {
-	var o StartOpts
-	if opts != nil {
-		o = *opts
-	}
-	if len(o.IdempotencyKey) > 500 {
-		return "", false, fmt.Errorf("workflow: idempotency key is %d bytes, over the limit of 500", len(o.IdempotencyKey))
-	}
-	runID, err := newID(o.ID)
-	if err != nil {
+	st := []start{{input: input, opts: opts}}
+	if err := e.startManyTx(ctx, tx, d, st); err != nil {
 		return "", false, err
 	}
-	q, prio := d.queue, d.priority
-	if o.Queue != "" {
-		q = o.Queue
+	return st[0].id, st[0].existing, nil
+}
+
+// startManyTx starts runs of d, each with its root task, in two statements
+// and one insert of their first turns. A run whose ID or idempotency key
+// exists is not started: its ID is returned, with existing set.
+func (e *Engine) startManyTx(ctx context.Context, tx pgx.Tx, d *definition, starts []start) error {
+	n := len(starts)
+	if n == 0 {
+		return nil
 	}
-	if o.Priority != 0 {
-		if o.Priority < queue.PriorityCritical || o.Priority > queue.PriorityLow {
-			return "", false, fmt.Errorf("workflow: priority %d is outside %d-%d", o.Priority, queue.PriorityCritical, queue.PriorityLow)
+	var (
+		runIDs, taskIDs = make([]uuid.UUID, n), make([]uuid.UUID, n)
+		inputs          = make([]string, n)
+		keys            = make([]*string, n)
+		traces          = make([]string, n)
+		queues          = make([]string, n)
+		prios           = make([]int16, n)
+		turns           = make([]turn, 0, n)
+		index           = make(map[uuid.UUID]int, n)
+	)
+	for i := range starts {
+		var o StartOpts
+		if starts[i].opts != nil {
+			o = *starts[i].opts
 		}
-		prio = o.Priority
+		if len(o.IdempotencyKey) > 500 {
+			return fmt.Errorf("workflow: idempotency key is %d bytes, over the limit of 500", len(o.IdempotencyKey))
+		}
+		runID, err := newID(o.ID)
+		if err != nil {
+			return err
+		}
+		q, prio := d.queue, d.priority
+		if o.Queue != "" {
+			q = o.Queue
+		}
+		if o.Priority != 0 {
+			if o.Priority < queue.PriorityCritical || o.Priority > queue.PriorityLow {
+				return fmt.Errorf("workflow: priority %d is outside %d-%d", o.Priority, queue.PriorityCritical, queue.PriorityLow)
+			}
+			prio = o.Priority
+		}
+		sctx, span := e.tracer.Start(ctx, "braid.run.start", trace.WithAttributes(
+			attribute.String("run.id", runID.String()),
+			attribute.String("workflow", d.name),
+		))
+		carrier := propagation.MapCarrier{}
+		propagation.TraceContext{}.Inject(sctx, carrier)
+		span.End()
+		if o.IdempotencyKey != "" {
+			k := o.IdempotencyKey
+			keys[i] = &k
+		}
+		runIDs[i], taskIDs[i] = runID, mustID()
+		inputs[i], traces[i], queues[i], prios[i] = string(starts[i].input), carrier.Get("traceparent"), q, int16(prio)
+		index[runID] = i
+		starts[i].id = runID.String()
+		turns = append(turns, turn{taskID: taskIDs[i], workflow: d.name, queue: q, priority: prio, maxAttempts: d.maxAttempts})
 	}
-
-	ctx, span := e.tracer.Start(ctx, "braid.run.start", trace.WithAttributes(
-		attribute.String("run.id", runID.String()),
-		attribute.String("workflow", d.name),
-	))
-	defer span.End()
-	carrier := propagation.MapCarrier{}
-	propagation.TraceContext{}.Inject(ctx, carrier)
-
-	var key *string
-	if o.IdempotencyKey != "" {
-		key = &o.IdempotencyKey
-	}
-	// The run and its root task in one statement: the task is created only
-	// when the run is.
-	taskID := mustID()
-	var created bool
-	err = tx.QueryRow(ctx, `
-		WITH run AS (
+	// The runs and their root tasks in one statement: a task is created
+	// only when its run is.
+	rows, err := tx.Query(ctx, `
+		WITH u AS (
+		    SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[], $7::smallint[])
+		           AS u(id, task_id, input, key, trace, queue, prio)
+		), run AS (
 		    INSERT INTO braid_runs (id, workflow, status, input, idempotency_key, trace_parent, queue, priority)
-		    VALUES ($1, $2, 'pending', $3, $4, $5, $6, $7)
+		    SELECT u.id, $8, 'pending', u.input::jsonb, u.key, u.trace, u.queue, u.prio FROM u
 		    ON CONFLICT DO NOTHING
 		    RETURNING id
 		)
 		INSERT INTO braid_tasks (id, run_id, key, workflow, status, input, max_attempts, queue, priority)
-		SELECT $8, run.id, 'root', $2, 'pending', $3, $9, $6, $7 FROM run
-		RETURNING true`,
-		runID, d.name, input, key, carrier.Get("traceparent"), q, int16(prio), taskID, d.maxAttempts).Scan(&created)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		span.RecordError(err)
-		return "", false, fmt.Errorf("workflow: starting run: %w", err)
+		SELECT u.task_id, run.id, 'root', $8, 'pending', u.input::jsonb, $9, u.queue, u.prio FROM run JOIN u ON u.id = run.id
+		RETURNING run_id`,
+		runIDs, taskIDs, inputs, keys, traces, queues, prios, d.name, d.maxAttempts)
+	if err != nil {
+		return fmt.Errorf("workflow: starting %d runs: %w", n, err)
 	}
-	if !created {
+	created, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return fmt.Errorf("workflow: starting %d runs: %w", n, err)
+	}
+	isNew := make([]bool, n)
+	for _, id := range created {
+		isNew[index[id]] = true
+	}
+	kept := turns[:0]
+	for i := range starts {
+		if isNew[i] {
+			kept = append(kept, turns[i])
+			continue
+		}
 		// The ID or the idempotency key exists: return that run.
 		var existingID uuid.UUID
 		var workflow string
 		err := tx.QueryRow(ctx, `
 			SELECT id, workflow FROM braid_runs
 			WHERE id = $1 OR ($2::text IS NOT NULL AND idempotency_key = $2)
-			ORDER BY (idempotency_key = $2) DESC NULLS LAST LIMIT 1`, runID, key).Scan(&existingID, &workflow)
+			ORDER BY (idempotency_key = $2) DESC NULLS LAST LIMIT 1`, runIDs[i], keys[i]).Scan(&existingID, &workflow)
 		if err != nil {
-			return "", false, fmt.Errorf("workflow: finding the existing run: %w", err)
+			return fmt.Errorf("workflow: finding the existing run: %w", err)
 		}
 		if workflow != d.name {
-			return "", false, fmt.Errorf("%w: run %s is of workflow %q, not %q", ErrIdempotencyConflict, existingID, workflow, d.name)
+			return fmt.Errorf("%w: run %s is of workflow %q, not %q", ErrIdempotencyConflict, existingID, workflow, d.name)
 		}
-		span.SetAttributes(attribute.Bool("run.existing", true))
-		return existingID.String(), true, nil
+		starts[i].id, starts[i].existing = existingID.String(), true
 	}
-
-	if err := e.insertTurns(ctx, tx, []turn{{taskID: taskID, workflow: d.name, queue: q, priority: prio, maxAttempts: d.maxAttempts}}); err != nil {
-		return "", false, err
+	if err := e.insertTurns(ctx, tx, kept); err != nil {
+		return err
 	}
-	e.metrics.runsStarted.Add(ctx, 1)
-	return runID.String(), false, nil
+	e.metrics.runsStarted.Add(ctx, int64(len(kept)))
+	return nil
 }
 
 func newID(s string) (uuid.UUID, error) {
