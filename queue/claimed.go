@@ -46,6 +46,54 @@ func (q *Queue) ClaimTx(ctx context.Context, tx pgx.Tx, ids []int64) ([]*riverty
 	if err != nil {
 		return nil, fmt.Errorf("queue: claiming %d jobs: %w", len(ids), err)
 	}
+	return collectClaimed(rows)
+}
+
+// ClaimAvailableTx claims for this process, in tx, up to n jobs of queue
+// name as River's fetch would: it takes the first n available jobs of the
+// queue in River's order (priority, scheduled_at, id), skipping locked ones,
+// and claims those among them whose kind is one of kinds and declares a
+// heartbeat. A job of another kind ahead in the queue is left to River's
+// fetch, so priorities hold. A worker slot that has just finished a job
+// takes its next one this way, without waiting for River's fetch loop; the
+// claimed jobs must be worked with WorkClaimed, as with ClaimTx.
+func (q *Queue) ClaimAvailableTx(ctx context.Context, tx pgx.Tx, name string, n int, kinds []string) ([]*rivertype.JobRow, error) {
+	if n <= 0 || !q.working {
+		return nil, nil
+	}
+	var claimable []string
+	for _, k := range kinds {
+		if q.intervals[k] > 0 {
+			claimable = append(claimable, k)
+		}
+	}
+	if len(claimable) == 0 {
+		return nil, nil
+	}
+	rows, err := tx.Query(ctx, `
+		WITH next AS (
+		    SELECT id FROM river_job
+		     WHERE state = 'available' AND queue = $1 AND scheduled_at <= now()
+		     ORDER BY priority, scheduled_at, id
+		     LIMIT $2
+		       FOR UPDATE SKIP LOCKED
+		)
+		UPDATE river_job j
+		   SET state = 'running', attempt = j.attempt + 1, attempted_at = now(),
+		       attempted_by = array_append(j.attempted_by, $3::text)
+		  FROM next
+		 WHERE j.id = next.id AND j.kind = ANY($4)
+		RETURNING j.id, j.args, j.attempt, j.attempted_at, j.attempted_by, j.created_at, j.kind, j.max_attempts,
+		          j.metadata, j.priority, j.queue, j.scheduled_at, j.tags`,
+		name, n, q.client.ID(), claimable)
+	if err != nil {
+		return nil, fmt.Errorf("queue: claiming jobs of queue %q: %w", name, err)
+	}
+	return collectClaimed(rows)
+}
+
+// collectClaimed reads the rows of a claim.
+func collectClaimed(rows pgx.Rows) ([]*rivertype.JobRow, error) {
 	jobs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*rivertype.JobRow, error) {
 		j := &rivertype.JobRow{State: rivertype.JobStateRunning}
 		var priority int16
@@ -55,7 +103,7 @@ func (q *Queue) ClaimTx(ctx context.Context, tx pgx.Tx, ids []int64) ([]*riverty
 		return j, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("queue: claiming %d jobs: %w", len(ids), err)
+		return nil, fmt.Errorf("queue: claiming jobs: %w", err)
 	}
 	return jobs, nil
 }

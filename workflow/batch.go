@@ -621,9 +621,9 @@ func (e *Engine) recordAttemptErrors(ctx context.Context, tx pgx.Tx, st *batchSt
 // claimContinuations claims, for each owned turn of the batch, one of the
 // turns its outcome made runnable (a child it started, the parent it
 // woke, its own next turn), when this process runs that workflow and is
-// not stopping. The turn's worker runs the claimed turn as soon as the
-// batch commits, in the worker slot it holds, without a trip through
-// River's fetch loop.
+// not stopping; or else the next turn waiting in its queue. The turn's
+// worker runs the claimed turn as soon as the batch commits, in the worker
+// slot it holds, without a trip through River's fetch loop.
 func (e *Engine) claimContinuations(ctx context.Context, tx pgx.Tx, inserted []insertedTurn, st *batchState) error {
 	if e.stopping.Load() {
 		return nil
@@ -643,15 +643,36 @@ func (e *Engine) claimContinuations(ctx context.Context, tx pgx.Tx, inserted []i
 		ids = append(ids, it.jobID)
 		picked[it.jobID] = o
 	}
-	if len(ids) == 0 {
-		return nil
+	if len(ids) > 0 {
+		jobs, err := e.queue.ClaimTx(ctx, tx, ids)
+		if err != nil {
+			return err
+		}
+		for _, j := range jobs {
+			picked[j.ID].next = j
+		}
 	}
-	jobs, err := e.queue.ClaimTx(ctx, tx, ids)
-	if err != nil {
-		return err
+	// A worker whose outcome made nothing runnable takes the next turn
+	// waiting in its queue, as River's fetch would give its slot, without
+	// waiting for the fetch loop.
+	idle := map[string][]*outcome{}
+	var queues []string
+	for _, o := range st.owned {
+		if o.next == nil {
+			if len(idle[o.job.Queue]) == 0 {
+				queues = append(queues, o.job.Queue)
+			}
+			idle[o.job.Queue] = append(idle[o.job.Queue], o)
+		}
 	}
-	for _, j := range jobs {
-		picked[j.ID].next = j
+	for _, q := range queues {
+		jobs, err := e.queue.ClaimAvailableTx(ctx, tx, q, len(idle[q]), []string{TaskKind})
+		if err != nil {
+			return err
+		}
+		for i, j := range jobs {
+			idle[q][i].next = j
+		}
 	}
 	return nil
 }

@@ -1,0 +1,170 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/braidflow/braid/testutil"
+)
+
+type claimedArgs struct{}
+
+func (claimedArgs) Kind() string { return "claimed" }
+
+type unclaimedArgs struct{}
+
+func (unclaimedArgs) Kind() string { return "unclaimed" }
+
+// claimQueue is a Queue, not started, that works "claimed" jobs (with a
+// declared heartbeat, so claimable) and "unclaimed" ones (without).
+func claimQueue(t *testing.T) *Queue {
+	t.Helper()
+	workers := river.NewWorkers()
+	river.AddWorker(workers, river.WorkFunc(func(context.Context, *river.Job[claimedArgs]) error { return nil }))
+	river.AddWorker(workers, river.WorkFunc(func(context.Context, *river.Job[unclaimedArgs]) error { return nil }))
+	return newQueue(t, testutil.DB(t), &Config{Workers: workers, Heartbeats: map[string]time.Duration{"claimed": time.Second}})
+}
+
+func claimAvailable(t *testing.T, q *Queue, n int) []*rivertype.JobRow {
+	t.Helper()
+	var jobs []*rivertype.JobRow
+	err := pgx.BeginFunc(context.Background(), q.pool, func(tx pgx.Tx) error {
+		var err error
+		jobs, err = q.ClaimAvailableTx(context.Background(), tx, river.QueueDefault, n, []string{"claimed", "unclaimed"})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return jobs
+}
+
+// ClaimAvailableTx takes the queue's jobs in River's order and claims only
+// claimable kinds: a job of another kind ahead of them is left for River's
+// fetch, so a slot never jumps the queue's priorities.
+func TestClaimAvailableKeepsPriorities(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q := claimQueue(t)
+	first, err := q.Insert(ctx, unclaimedArgs{}, &InsertOpts{InsertOpts: river.InsertOpts{Priority: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := q.Insert(ctx, claimedArgs{}, &InsertOpts{InsertOpts: river.InsertOpts{Priority: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if jobs := claimAvailable(t, q, 1); len(jobs) != 0 {
+		t.Fatalf("claimed %d jobs past a job of another kind with a higher priority", len(jobs))
+	}
+	jobs := claimAvailable(t, q, 2)
+	if len(jobs) != 1 || jobs[0].ID != second.Job.ID || jobs[0].Attempt != 1 || jobs[0].AttemptedAt == nil ||
+		len(jobs[0].AttemptedBy) != 1 || jobs[0].AttemptedBy[0] != q.client.ID() {
+		t.Fatalf("claimed %+v; want job %d at attempt 1, attempted by this client", jobs, second.Job.ID)
+	}
+	got, err := q.River().JobGet(ctx, first.Job.ID)
+	if err != nil || got.State != rivertype.JobStateAvailable {
+		t.Fatalf("the other kind's job is %v (%v); want it left available", got.State, err)
+	}
+	if jobs := claimAvailable(t, q, 5); len(jobs) != 0 {
+		t.Fatalf("claimed the running job again: %+v", jobs)
+	}
+}
+
+// WorkClaimed records a claimed job's outcome as River's executor would,
+// fenced on the attempt.
+func TestWorkClaimedRecordsOutcomes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q := claimQueue(t)
+	claimOne := func(t *testing.T, maxAttempts int) *rivertype.JobRow {
+		t.Helper()
+		res, err := q.Insert(ctx, claimedArgs{}, &InsertOpts{InsertOpts: river.InsertOpts{MaxAttempts: maxAttempts}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var jobs []*rivertype.JobRow
+		err = pgx.BeginFunc(ctx, q.pool, func(tx pgx.Tx) error {
+			jobs, err = q.ClaimTx(ctx, tx, []int64{res.Job.ID})
+			return err
+		})
+		if err != nil || len(jobs) != 1 {
+			t.Fatalf("claiming job %d: %v, %d claimed", res.Job.ID, err, len(jobs))
+		}
+		return jobs[0]
+	}
+	work := func(t *testing.T, job *rivertype.JobRow, w ClaimedWork) *rivertype.JobRow {
+		t.Helper()
+		_ = q.WorkClaimed(ctx, job, w)
+		got, err := q.River().JobGet(ctx, job.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+
+	t.Run("completed", func(t *testing.T) {
+		got := work(t, claimOne(t, 3), ClaimedWork{Work: func(context.Context) error { return nil }})
+		if got.State != rivertype.JobStateCompleted || got.FinalizedAt == nil {
+			t.Fatalf("%s; want completed", got.State)
+		}
+	})
+	t.Run("error retried", func(t *testing.T) {
+		retryAt := time.Now().Add(time.Hour)
+		got := work(t, claimOne(t, 3), ClaimedWork{
+			Work:      func(context.Context) error { return errors.New("boom\x00") },
+			NextRetry: func(*rivertype.JobRow) time.Time { return retryAt },
+		})
+		if got.State != rivertype.JobStateRetryable || len(got.Errors) != 1 || got.Errors[0].Error != "boom" || got.Errors[0].Attempt != 1 ||
+			got.ScheduledAt.Sub(retryAt).Abs() > time.Second {
+			t.Fatalf("%s, errors %+v, scheduled %s; want retryable at the worker's time with the sanitised error", got.State, got.Errors, got.ScheduledAt)
+		}
+	})
+	t.Run("last attempt discarded", func(t *testing.T) {
+		got := work(t, claimOne(t, 1), ClaimedWork{Work: func(context.Context) error { panic("kaput") }})
+		if got.State != rivertype.JobStateDiscarded || len(got.Errors) != 1 || got.Errors[0].Error != "kaput" || got.Errors[0].Trace == "" {
+			t.Fatalf("%s, errors %+v; want discarded with the panic and its stack", got.State, got.Errors)
+		}
+	})
+	t.Run("snoozed", func(t *testing.T) {
+		got := work(t, claimOne(t, 3), ClaimedWork{Work: func(context.Context) error { return river.JobSnooze(time.Minute) }})
+		if got.State != rivertype.JobStateScheduled || got.Attempt != 0 || !strings.Contains(string(got.Metadata), `"snoozes": 1`) {
+			t.Fatalf("%s at attempt %d, metadata %s; want scheduled, the attempt given back, one snooze", got.State, got.Attempt, got.Metadata)
+		}
+	})
+	t.Run("cancelled", func(t *testing.T) {
+		got := work(t, claimOne(t, 3), ClaimedWork{Work: func(context.Context) error { return river.JobCancel(errors.New("no")) }})
+		if got.State != rivertype.JobStateCancelled {
+			t.Fatalf("%s; want cancelled", got.State)
+		}
+	})
+	t.Run("timeout", func(t *testing.T) {
+		got := work(t, claimOne(t, 3), ClaimedWork{Timeout: 50 * time.Millisecond, Work: func(ctx context.Context) error {
+			<-ctx.Done()
+			return ctx.Err()
+		}})
+		if len(got.Errors) != 1 || !strings.Contains(got.Errors[0].Error, "deadline") {
+			t.Fatalf("errors %+v; want the timeout recorded", got.Errors)
+		}
+	})
+	t.Run("superseded records nothing", func(t *testing.T) {
+		job := claimOne(t, 3)
+		got := work(t, job, ClaimedWork{Work: func(context.Context) error {
+			// A rescuer takes the job back, and another attempt claims it.
+			if _, err := q.pool.Exec(ctx, `UPDATE river_job SET state = 'running', attempt = 2, attempted_at = now() WHERE id = $1`, job.ID); err != nil {
+				return err
+			}
+			return errors.New("late failure")
+		}})
+		if got.State != rivertype.JobStateRunning || got.Attempt != 2 || len(got.Errors) != 0 {
+			t.Fatalf("%s at attempt %d, errors %+v; want the later attempt untouched", got.State, got.Attempt, got.Errors)
+		}
+	})
+}
