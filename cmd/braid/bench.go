@@ -29,7 +29,8 @@ func init() {
 func benchCmd(ctx context.Context, c *cli, args []string) error {
 	fs := c.flags("bench")
 	var cfg bench.Config
-	fs.BoolVar(&cfg.Quick, "quick", false, "smaller sizes, for a run of well under a minute")
+	fs.BoolVar(&cfg.Quick, "quick", false, "smaller sizes, for a run of well under two minutes")
+	fs.BoolVar(&cfg.Long, "long", false, "run the sustained scenario for 10 minutes")
 	scenarios := fs.String("scenarios", "", "comma-separated scenarios to run (default all: "+strings.Join(bench.Scenarios, ",")+")")
 	fs.IntVar(&cfg.Workers, "workers", queue.MaxWorkersDefault, "workers of the queue, on both sides")
 	fs.DurationVar(&cfg.FetchCooldown, "fetch-cooldown", queue.FetchCooldownDefault, "River FetchCooldown, on both sides")
@@ -40,6 +41,9 @@ func benchCmd(ctx context.Context, c *cli, args []string) error {
 	fs.IntVar(&cfg.Sizes.Fanout, "children", 0, "children of the fanout scenario (default 10000, quick 1000)")
 	fs.IntVar(&cfg.Sizes.Delays, "delays", 0, "delays of the delay scenario (default 1000, quick 200)")
 	fs.IntVar(&cfg.Sizes.StepTasks, "step-tasks", 0, "tasks of the steps scenario (default 200, quick 50)")
+	fs.IntVar(&cfg.Sizes.BurstDelays, "burst", 0, "delays of the delay_burst scenario, all due at one instant (default 1000)")
+	fs.DurationVar(&cfg.Sizes.Sustained, "sustained", 0, "length of the sustained scenario on each side (default 60s, quick 20s, long 10m)")
+	fs.Float64Var(&cfg.Sizes.SustainedRate, "sustained-rate", 0, "runs per second the sustained scenario offers (default 70% of braid's runs throughput)")
 	fs.DurationVar(&cfg.Sizes.DelayMin, "delay-min", 0, "shortest delay (default 500ms)")
 	fs.DurationVar(&cfg.Sizes.DelayMax, "delay-max", 0, "longest delay (default 3s)")
 	fs.IntVar(&cfg.Statements, "statements", 0, "after each side, print its N costliest SQL statements (pg_stat_statements)")

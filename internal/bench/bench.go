@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"runtime"
 	"slices"
@@ -17,16 +18,22 @@ import (
 
 // Scenario names, in the order Run measures them.
 const (
-	ScenarioRuns   = "runs"
-	ScenarioHop    = "hop"
-	ScenarioFanout = "fanout"
-	ScenarioDelay  = "delay"
-	ScenarioSteps  = "steps"
-	ScenarioPool   = "pool"
+	ScenarioRuns       = "runs"
+	ScenarioHop        = "hop"
+	ScenarioFanout     = "fanout"
+	ScenarioDelay      = "delay"
+	ScenarioDelayBurst = "delay_burst"
+	ScenarioSteps      = "steps"
+	ScenarioPool       = "pool"
+	ScenarioSustained  = "sustained"
 )
 
-// Scenarios lists every scenario in the order Run measures them.
-var Scenarios = []string{ScenarioRuns, ScenarioHop, ScenarioFanout, ScenarioDelay, ScenarioSteps, ScenarioPool}
+// Scenarios lists every scenario in the order Run measures them. The
+// sustained scenario comes after runs, whose throughput sets its load.
+var Scenarios = []string{
+	ScenarioRuns, ScenarioHop, ScenarioFanout, ScenarioDelay, ScenarioDelayBurst,
+	ScenarioSteps, ScenarioPool, ScenarioSustained,
+}
 
 // Defaults of Config.
 const (
@@ -38,6 +45,17 @@ const (
 	// SeedDefault seeds the random delay lengths, so that every run of the
 	// benchmark draws the same ones.
 	SeedDefault = 7
+	// StatsSettleDefault is the pause before a side's first reading of its
+	// commits: a busy PostgreSQL 15 backend publishes its counters at most
+	// once a second (PGSTAT_MIN_INTERVAL).
+	StatsSettleDefault = 1100 * time.Millisecond
+	// SustainedLong is the length of the sustained scenario with
+	// Config.Long.
+	SustainedLong = 10 * time.Minute
+	// SustainedLoad is the share of braid's measured throughput of no-op
+	// runs (the runs scenario's braid_per_sec) that the sustained scenario
+	// offers, unless Sizes.SustainedRate sets the rate.
+	SustainedLoad = 0.7
 )
 
 // Sizes are the sizes of the scenarios. A zero field takes the full or
@@ -71,6 +89,27 @@ type Sizes struct {
 	// PoolRuns is how many runs of four steps the pool scenario starts at
 	// once, on each pool size.
 	PoolRuns int
+	// BurstDelays is how many delays, and scheduled River jobs, the
+	// delay_burst scenario sets, all due at one instant.
+	BurstDelays int
+	// BurstLead is how long after the delay_burst scenario's set-up is
+	// expected to end its delays are due. Default 2s.
+	BurstLead time.Duration
+	// Sustained is how long the sustained scenario offers its load on each
+	// side. Default 60s (quick 20s; Config.Long: SustainedLong).
+	Sustained time.Duration
+	// SustainedWindow is the window over which the sustained scenario
+	// counts completed runs. Default 10s. Sustained must hold at least two.
+	SustainedWindow time.Duration
+	// SustainedRetention is how long the sustained scenario keeps finished
+	// runs (workflow.Config.Retention) and completed River jobs (River's
+	// CompletedJobRetentionPeriod), on both sides. Default 10s.
+	SustainedRetention time.Duration
+	// SustainedRate is the load the sustained scenario offers, in runs (and
+	// River jobs) per second. Default: SustainedLoad times braid's
+	// throughput of no-op runs, from the runs scenario when it ran, or
+	// else from a probe of up to probeRuns runs.
+	SustainedRate float64
 }
 
 // FullSizes are the sizes of a full benchmark.
@@ -78,14 +117,20 @@ var FullSizes = Sizes{
 	Runs: 5000, Hops: 20, Chains: 10, Fanout: 10_000,
 	Delays: 1000, DelayMin: 500 * time.Millisecond, DelayMax: 3 * time.Second, DelaySpread: riverSchedulerInterval,
 	StepTasks: 200, StepsPerTask: 10, PoolRuns: 300,
+	BurstDelays: 1000, BurstLead: 2 * time.Second,
+	Sustained: time.Minute, SustainedWindow: 10 * time.Second, SustainedRetention: 10 * time.Second,
 }
 
 // QuickSizes are the sizes of a quick benchmark (Config.Quick), which runs
-// in well under a minute.
+// in well under two minutes. The sustained scenario's 20 seconds are
+// shorter than the 30-second interval of River's job cleaner, so the
+// retention of river_job does not show in a quick run.
 var QuickSizes = Sizes{
 	Runs: 500, Hops: 20, Chains: 3, Fanout: 1000,
 	Delays: 200, DelayMin: 500 * time.Millisecond, DelayMax: 3 * time.Second, DelaySpread: riverSchedulerInterval,
 	StepTasks: 50, StepsPerTask: 10, PoolRuns: 300,
+	BurstDelays: 1000, BurstLead: 2 * time.Second,
+	Sustained: 20 * time.Second, SustainedWindow: 10 * time.Second, SustainedRetention: 10 * time.Second,
 }
 
 // Config configures a benchmark. The zero value runs the full benchmark on
@@ -101,6 +146,10 @@ type Config struct {
 
 	// Quick selects QuickSizes instead of FullSizes.
 	Quick bool
+
+	// Long runs the sustained scenario for SustainedLong instead of its
+	// full or quick length. Sizes.Sustained overrides it.
+	Long bool
 
 	// Sizes overrides the sizes field by field.
 	Sizes Sizes
@@ -122,12 +171,20 @@ type Config struct {
 	// PoolMaxConnsDefault.
 	PoolMaxConns int
 
-	// ScenarioTimeout bounds one side of one scenario. Default
+	// ScenarioTimeout bounds one side of one scenario; a side of the
+	// sustained scenario gets Sizes.Sustained on top. Default
 	// ScenarioTimeoutDefault.
 	ScenarioTimeout time.Duration
 
 	// Seed seeds the random delay lengths. Default SeedDefault.
 	Seed uint64
+
+	// StatsSettle is the pause before each side's first reading of the
+	// transactions its database committed, so that the backends of its
+	// pool have published their counters. Shorter saves time but may count
+	// some of the set-up's transactions in the measured phase. Default
+	// StatsSettleDefault.
+	StatsSettle time.Duration
 
 	// Statements, when positive, prints to Progress after each side the
 	// Statements statements of that side's database with the most total
@@ -169,6 +226,7 @@ type Machine struct {
 // ReportConfig is the configuration both sides ran with.
 type ReportConfig struct {
 	Quick               bool    `json:"quick"`
+	Long                bool    `json:"long"`
 	Workers             int     `json:"workers"`
 	FetchCooldownMs     float64 `json:"fetch_cooldown_ms"`
 	FetchPollIntervalMs float64 `json:"fetch_poll_interval_ms"`
@@ -176,75 +234,109 @@ type ReportConfig struct {
 	Seed                uint64  `json:"seed"`
 }
 
-// ScenarioSet holds the result of each scenario that ran.
+// ScenarioSet holds the result of each scenario that ran. Every result
+// has braid_commits_per_run and river_commits_per_run, the transactions
+// the side's database committed per unit of work (the package doc's
+// Commits section says what is counted); each result's doc names its
+// unit.
 type ScenarioSet struct {
-	Runs   *RunsResult   `json:"runs,omitempty"`
-	Hop    *HopResult    `json:"hop,omitempty"`
-	Fanout *FanoutResult `json:"fanout,omitempty"`
-	Delay  *DelayResult  `json:"delay,omitempty"`
-	Steps  *StepsResult  `json:"steps,omitempty"`
-	Pool   *PoolResult   `json:"pool,omitempty"`
+	Runs       *RunsResult       `json:"runs,omitempty"`
+	Hop        *HopResult        `json:"hop,omitempty"`
+	Fanout     *FanoutResult     `json:"fanout,omitempty"`
+	Delay      *DelayResult      `json:"delay,omitempty"`
+	DelayBurst *DelayBurstResult `json:"delay_burst,omitempty"`
+	Steps      *StepsResult      `json:"steps,omitempty"`
+	Pool       *PoolResult       `json:"pool,omitempty"`
+	Sustained  *SustainedResult  `json:"sustained,omitempty"`
 }
 
 // RunsResult is the throughput of no-op single-task runs against no-op
-// River jobs. Ratio is braid over River.
+// River jobs. Ratio is braid over River. Commits are per run, and per
+// River job.
 type RunsResult struct {
-	N           int     `json:"n"`
-	BraidPerSec float64 `json:"braid_per_sec"`
-	RiverPerSec float64 `json:"river_per_sec"`
-	Ratio       float64 `json:"ratio"`
-	BraidS      float64 `json:"braid_s"`
-	RiverS      float64 `json:"river_s"`
+	N                  int     `json:"n"`
+	BraidPerSec        float64 `json:"braid_per_sec"`
+	RiverPerSec        float64 `json:"river_per_sec"`
+	Ratio              float64 `json:"ratio"`
+	BraidS             float64 `json:"braid_s"`
+	RiverS             float64 `json:"river_s"`
+	BraidCommitsPerRun float64 `json:"braid_commits_per_run"`
+	RiverCommitsPerRun float64 `json:"river_commits_per_run"`
 }
 
 // HopResult is the latency of one hop in a chain of tasks, each continuing
 // the next, against a River chain in which each job inserts its successor
 // and completes in one transaction. A hop is measured from the start of
 // one task's turn (one job's work) to the start of the next one's.
+// Commits are per link of the counted chains (a task, or a River job): a
+// chain of Hops hops has Hops+1 links.
 type HopResult struct {
-	Hops       int     `json:"hops"`
-	Chains     int     `json:"chains"`
-	BraidP50Ms float64 `json:"braid_p50_ms"`
-	BraidP99Ms float64 `json:"braid_p99_ms"`
-	RiverP50Ms float64 `json:"river_p50_ms"`
-	RiverP99Ms float64 `json:"river_p99_ms"`
+	Hops               int     `json:"hops"`
+	Chains             int     `json:"chains"`
+	BraidP50Ms         float64 `json:"braid_p50_ms"`
+	BraidP99Ms         float64 `json:"braid_p99_ms"`
+	RiverP50Ms         float64 `json:"river_p50_ms"`
+	RiverP99Ms         float64 `json:"river_p99_ms"`
+	BraidCommitsPerRun float64 `json:"braid_commits_per_run"`
+	RiverCommitsPerRun float64 `json:"river_commits_per_run"`
 }
 
 // FanoutResult is the time of a Map over no-op children until the parent
 // completes, against River burning down as many no-op jobs. Ratio is braid
-// over River.
+// over River. Commits are per child, and per River job.
 type FanoutResult struct {
-	Children int     `json:"children"`
-	BraidS   float64 `json:"braid_s"`
-	RiverS   float64 `json:"river_s"`
-	Ratio    float64 `json:"ratio"`
+	Children           int     `json:"children"`
+	BraidS             float64 `json:"braid_s"`
+	RiverS             float64 `json:"river_s"`
+	Ratio              float64 `json:"ratio"`
+	BraidCommitsPerRun float64 `json:"braid_commits_per_run"`
+	RiverCommitsPerRun float64 `json:"river_commits_per_run"`
 }
 
 // DelayResult is the lateness of delays: the start of the turn after the
 // delay (the time its job was fetched) minus resume_at, against River jobs
 // with ScheduledAt, whose lateness is attempted_at minus scheduled_at. Both
 // are read from the database clock. The waits start evenly over SpreadS
-// seconds, by default one interval of River's scheduler.
+// seconds, by default one interval of River's scheduler. Commits are per
+// delay (a run of one delay), and per scheduled River job.
 type DelayResult struct {
-	N              int     `json:"n"`
-	MinMs          float64 `json:"min_ms"`
-	MaxMs          float64 `json:"max_ms"`
-	SpreadS        float64 `json:"spread_s"`
-	BraidP50LateMs float64 `json:"braid_p50_late_ms"`
-	BraidP99LateMs float64 `json:"braid_p99_late_ms"`
-	RiverP50LateMs float64 `json:"river_p50_late_ms"`
-	RiverP99LateMs float64 `json:"river_p99_late_ms"`
+	N                  int     `json:"n"`
+	MinMs              float64 `json:"min_ms"`
+	MaxMs              float64 `json:"max_ms"`
+	SpreadS            float64 `json:"spread_s"`
+	BraidP50LateMs     float64 `json:"braid_p50_late_ms"`
+	BraidP99LateMs     float64 `json:"braid_p99_late_ms"`
+	RiverP50LateMs     float64 `json:"river_p50_late_ms"`
+	RiverP99LateMs     float64 `json:"river_p99_late_ms"`
+	BraidCommitsPerRun float64 `json:"braid_commits_per_run"`
+	RiverCommitsPerRun float64 `json:"river_commits_per_run"`
+}
+
+// DelayBurstResult is the lateness of N delays all due at one instant,
+// measured as in DelayResult, against N River jobs with the same
+// ScheduledAt. Commits are per delay (a run of one delay, set-up
+// included), and per scheduled River job.
+type DelayBurstResult struct {
+	N                  int     `json:"n"`
+	BraidP50LateMs     float64 `json:"braid_p50_late_ms"`
+	BraidP99LateMs     float64 `json:"braid_p99_late_ms"`
+	RiverP50LateMs     float64 `json:"river_p50_late_ms"`
+	RiverP99LateMs     float64 `json:"river_p99_late_ms"`
+	BraidCommitsPerRun float64 `json:"braid_commits_per_run"`
+	RiverCommitsPerRun float64 `json:"river_commits_per_run"`
 }
 
 // StepsResult is the throughput of inline steps in tasks that run at once,
 // against River jobs that each make as many plain INSERTs of the same
-// shape. Ratio is braid over River.
+// shape. Ratio is braid over River. Commits are per step, and per INSERT.
 type StepsResult struct {
-	StepsPerTask     int     `json:"steps_per_task"`
-	Tasks            int     `json:"tasks"`
-	BraidStepsPerSec float64 `json:"braid_steps_per_sec"`
-	RiverStepsPerSec float64 `json:"river_steps_per_sec"`
-	Ratio            float64 `json:"ratio"`
+	StepsPerTask       int     `json:"steps_per_task"`
+	Tasks              int     `json:"tasks"`
+	BraidStepsPerSec   float64 `json:"braid_steps_per_sec"`
+	RiverStepsPerSec   float64 `json:"river_steps_per_sec"`
+	Ratio              float64 `json:"ratio"`
+	BraidCommitsPerRun float64 `json:"braid_commits_per_run"`
+	RiverCommitsPerRun float64 `json:"river_commits_per_run"`
 }
 
 // TargetCheck says whether one figure meets its target.
@@ -263,6 +355,9 @@ type bench struct {
 	progress io.Writer
 	logger   *slog.Logger
 	rng      *rand.Rand
+	// runsPerSec is braid's measured throughput of no-op runs, once the
+	// runs scenario or a probe measured it.
+	runsPerSec float64
 }
 
 // Run measures the selected scenarios, each side beside the other on the
@@ -290,6 +385,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		},
 		Config: ReportConfig{
 			Quick:               b.cfg.Quick,
+			Long:                b.cfg.Long,
 			Workers:             b.cfg.Workers,
 			FetchCooldownMs:     ms(b.cfg.FetchCooldown),
 			FetchPollIntervalMs: ms(b.cfg.FetchPollInterval),
@@ -310,10 +406,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			rep.Scenarios.Fanout, err = b.fanout(ctx)
 		case ScenarioDelay:
 			rep.Scenarios.Delay, err = b.delay(ctx)
+		case ScenarioDelayBurst:
+			rep.Scenarios.DelayBurst, err = b.delayBurst(ctx)
 		case ScenarioSteps:
 			rep.Scenarios.Steps, err = b.steps(ctx)
 		case ScenarioPool:
 			rep.Scenarios.Pool, err = b.pool(ctx)
+		case ScenarioSustained:
+			rep.Scenarios.Sustained, err = b.sustained(ctx)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("bench: scenario %s: %w", name, err)
@@ -343,18 +443,30 @@ func newBench(cfg Config) (*bench, error) {
 	fill(&s.StepTasks, base.StepTasks)
 	fill(&s.StepsPerTask, base.StepsPerTask)
 	fill(&s.PoolRuns, base.PoolRuns)
+	fill(&s.BurstDelays, base.BurstDelays)
 	if s.DelayMin == 0 && s.DelayMax == 0 {
 		s.DelayMin, s.DelayMax = base.DelayMin, base.DelayMax
 	}
-	if s.DelaySpread == 0 {
-		s.DelaySpread = base.DelaySpread
+	fillD := func(v *time.Duration, def time.Duration) {
+		if *v == 0 {
+			*v = def
+		}
 	}
+	fillD(&s.DelaySpread, base.DelaySpread)
+	fillD(&s.BurstLead, base.BurstLead)
+	if cfg.Long {
+		fillD(&s.Sustained, SustainedLong)
+	}
+	fillD(&s.Sustained, base.Sustained)
+	fillD(&s.SustainedWindow, base.SustainedWindow)
+	fillD(&s.SustainedRetention, base.SustainedRetention)
 	for _, f := range []struct {
 		name string
 		v    int
 	}{
 		{"Runs", s.Runs}, {"Hops", s.Hops}, {"Chains", s.Chains}, {"Fanout", s.Fanout},
 		{"Delays", s.Delays}, {"StepTasks", s.StepTasks}, {"StepsPerTask", s.StepsPerTask}, {"PoolRuns", s.PoolRuns},
+		{"BurstDelays", s.BurstDelays},
 	} {
 		if f.v < 1 {
 			return nil, fmt.Errorf("bench: Sizes.%s is %d; it must be at least 1", f.name, f.v)
@@ -363,8 +475,22 @@ func newBench(cfg Config) (*bench, error) {
 	if s.DelayMin < 0 || s.DelayMax < s.DelayMin {
 		return nil, fmt.Errorf("bench: delay lengths %s to %s are not a range of non-negative durations", s.DelayMin, s.DelayMax)
 	}
-	if s.DelaySpread < 0 {
-		return nil, fmt.Errorf("bench: Sizes.DelaySpread %s is negative", s.DelaySpread)
+	for _, f := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"DelaySpread", s.DelaySpread}, {"BurstLead", s.BurstLead}, {"Sustained", s.Sustained},
+		{"SustainedWindow", s.SustainedWindow}, {"SustainedRetention", s.SustainedRetention},
+	} {
+		if f.v < 0 {
+			return nil, fmt.Errorf("bench: Sizes.%s %s is negative", f.name, f.v)
+		}
+	}
+	if s.Sustained < 2*s.SustainedWindow {
+		return nil, fmt.Errorf("bench: Sizes.Sustained %s holds fewer than two windows of %s", s.Sustained, s.SustainedWindow)
+	}
+	if s.SustainedRate < 0 || math.IsNaN(s.SustainedRate) || math.IsInf(s.SustainedRate, 0) {
+		return nil, fmt.Errorf("bench: Sizes.SustainedRate %v is not a non-negative rate", s.SustainedRate)
 	}
 
 	c := cfg
@@ -386,6 +512,9 @@ func newBench(cfg Config) (*bench, error) {
 	if c.Seed == 0 {
 		c.Seed = SeedDefault
 	}
+	if c.StatsSettle == 0 {
+		c.StatsSettle = StatsSettleDefault
+	}
 	switch {
 	case c.Workers < 1:
 		return nil, fmt.Errorf("bench: Workers is %d; it must be at least 1", c.Workers)
@@ -399,6 +528,8 @@ func newBench(cfg Config) (*bench, error) {
 		return nil, fmt.Errorf("bench: Statements is %d; it must not be negative", c.Statements)
 	case c.ScenarioTimeout < 0:
 		return nil, fmt.Errorf("bench: ScenarioTimeout %s is negative", c.ScenarioTimeout)
+	case c.StatsSettle < 0:
+		return nil, fmt.Errorf("bench: StatsSettle %s is negative", c.StatsSettle)
 	}
 	if len(c.Scenarios) == 0 {
 		c.Scenarios = Scenarios
@@ -436,10 +567,13 @@ func (b *bench) say(format string, args ...any) {
 func targets(s *ScenarioSet) []TargetCheck {
 	out := []TargetCheck{}
 	if s.Runs != nil {
-		out = append(out, TargetCheck{"runs.ratio", s.Runs.Ratio, ">= 0.5", s.Runs.Ratio >= 0.5})
+		out = append(out,
+			TargetCheck{"runs.ratio", s.Runs.Ratio, ">= 0.5", s.Runs.Ratio >= 0.5},
+			TargetCheck{"runs.braid_commits_per_run", s.Runs.BraidCommitsPerRun, "<= 1.5", s.Runs.BraidCommitsPerRun <= 1.5})
 	}
 	if s.Hop != nil {
-		out = append(out, TargetCheck{"hop.braid_p50_ms", s.Hop.BraidP50Ms, fmt.Sprintf("<= river_p50_ms (%g)", s.Hop.RiverP50Ms), s.Hop.BraidP50Ms <= s.Hop.RiverP50Ms})
+		limit := 0.5 * s.Hop.RiverP50Ms
+		out = append(out, TargetCheck{"hop.braid_p50_ms", s.Hop.BraidP50Ms, fmt.Sprintf("<= 0.5 x river_p50_ms (%g)", round(limit, 3)), s.Hop.BraidP50Ms <= limit})
 	}
 	if s.Fanout != nil {
 		out = append(out, TargetCheck{"fanout.ratio", s.Fanout.Ratio, "<= 1.5", s.Fanout.Ratio <= 1.5})
@@ -447,9 +581,25 @@ func targets(s *ScenarioSet) []TargetCheck {
 	if s.Delay != nil {
 		out = append(out, TargetCheck{"delay.braid_p99_late_ms", s.Delay.BraidP99LateMs, "<= 100", s.Delay.BraidP99LateMs <= 100})
 	}
+	if s.DelayBurst != nil {
+		out = append(out, TargetCheck{"delay_burst.braid_p99_late_ms", s.DelayBurst.BraidP99LateMs, "<= 100", s.DelayBurst.BraidP99LateMs <= 100})
+	}
+	if s.Steps != nil {
+		out = append(out, TargetCheck{"steps.ratio", s.Steps.Ratio, ">= 0.8", s.Steps.Ratio >= 0.8})
+	}
 	if s.Pool != nil {
 		out = append(out, TargetCheck{"pool.ratio", s.Pool.Ratio, "<= 2", s.Pool.Ratio <= 2})
 		out = append(out, TargetCheck{"pool.lease_changes", float64(s.Pool.LeaseChanges), "== 0", s.Pool.LeaseChanges == 0})
+	}
+	if s.Sustained != nil {
+		u := s.Sustained
+		growth := fmt.Sprintf("<= %g once retention applied", maxGrowth)
+		if u.BraidRetentionAppliedS == nil {
+			growth += fmt.Sprintf(" (it did not within %gs)", u.DurationS)
+		}
+		out = append(out,
+			TargetCheck{"sustained.braid_drift", u.BraidDrift, "abs <= 0.1", math.Abs(u.BraidDrift) <= 0.1},
+			TargetCheck{"sustained.braid_growth", u.BraidGrowth, growth, u.BraidSettled})
 	}
 	return out
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/braidflow/braid/testutil"
 )
@@ -22,7 +23,13 @@ var tiny = Sizes{
 	Runs: 20, Hops: 3, Chains: 1, Fanout: 20,
 	Delays: 5, DelayMin: 10 * time.Millisecond, DelayMax: 50 * time.Millisecond, DelaySpread: 50 * time.Millisecond,
 	StepTasks: 3, StepsPerTask: 2, PoolRuns: 5,
+	BurstDelays: 5,
+	Sustained:   2 * time.Second, SustainedWindow: time.Second, SustainedRetention: time.Second,
 }
+
+// settle is the pause before a side's first reading of its commits in the
+// tests that do not check the count's exactness.
+const settle = 50 * time.Millisecond
 
 // reportFields are the fields every report has, by JSON path.
 var reportFields = []string{
@@ -32,9 +39,32 @@ var reportFields = []string{
 	"scenarios.hop.hops", "scenarios.hop.braid_p50_ms", "scenarios.hop.braid_p99_ms", "scenarios.hop.river_p50_ms", "scenarios.hop.river_p99_ms",
 	"scenarios.fanout.children", "scenarios.fanout.braid_s", "scenarios.fanout.river_s", "scenarios.fanout.ratio",
 	"scenarios.delay.n", "scenarios.delay.braid_p50_late_ms", "scenarios.delay.braid_p99_late_ms", "scenarios.delay.river_p50_late_ms", "scenarios.delay.river_p99_late_ms",
+	"scenarios.delay_burst.n", "scenarios.delay_burst.braid_p50_late_ms", "scenarios.delay_burst.braid_p99_late_ms",
+	"scenarios.delay_burst.river_p50_late_ms", "scenarios.delay_burst.river_p99_late_ms",
 	"scenarios.steps.steps_per_task", "scenarios.steps.braid_steps_per_sec",
 	"scenarios.pool.runs", "scenarios.pool.pool4_s", "scenarios.pool.pool16_s", "scenarios.pool.ratio", "scenarios.pool.lease_changes",
+	"scenarios.sustained.duration_s", "scenarios.sustained.window_s", "scenarios.sustained.retention_s",
+	"scenarios.sustained.capacity_per_sec", "scenarios.sustained.offered_per_sec",
+	"scenarios.sustained.braid_started", "scenarios.sustained.river_started",
+	"scenarios.sustained.braid_growth", "scenarios.sustained.river_growth",
+	"scenarios.sustained.braid_sizes.start.braid_runs", "scenarios.sustained.braid_sizes.start.braid_tasks",
+	"scenarios.sustained.braid_sizes.start.braid_steps", "scenarios.sustained.braid_sizes.start.river_job",
+	"scenarios.sustained.braid_sizes.end.braid_runs", "scenarios.sustained.braid_sizes.end.river_job",
+	"scenarios.sustained.river_sizes.start.river_job", "scenarios.sustained.river_sizes.end.river_job",
 }
+
+// commitFields are the commits per unit of work every scenario reports
+// for each side (the pool scenario has no River side).
+var commitFields = func() []string {
+	var out []string
+	for _, name := range Scenarios {
+		out = append(out, "scenarios."+name+".braid_commits_per_run")
+		if name != ScenarioPool {
+			out = append(out, "scenarios."+name+".river_commits_per_run")
+		}
+	}
+	return out
+}()
 
 // lookup follows a dotted path through decoded JSON.
 func lookup(v any, path string) (any, bool) {
@@ -53,7 +83,7 @@ func lookup(v any, path string) (any, bool) {
 func TestRunReportsEveryField(t *testing.T) {
 	t.Parallel()
 	var progress bytes.Buffer
-	rep, err := Run(context.Background(), Config{DatabaseURL: testutil.URL(t), Sizes: tiny, Progress: &progress})
+	rep, err := Run(context.Background(), Config{DatabaseURL: testutil.URL(t), Sizes: tiny, StatsSettle: settle, Progress: &progress})
 	if err != nil {
 		t.Fatalf("Run: %v\nprogress:\n%s", err, progress.String())
 	}
@@ -65,7 +95,7 @@ func TestRunReportsEveryField(t *testing.T) {
 	if err := json.Unmarshal(raw, &doc); err != nil {
 		t.Fatalf("the report is not valid JSON: %v\n%s", err, raw)
 	}
-	for _, path := range reportFields {
+	for _, path := range append(reportFields, commitFields...) {
 		v, ok := lookup(doc, path)
 		if !ok {
 			t.Errorf("the report has no %s:\n%s", path, raw)
@@ -87,11 +117,20 @@ func TestRunReportsEveryField(t *testing.T) {
 
 	// The sizes asked for are the sizes measured.
 	s := rep.Scenarios
-	got := []int{s.Runs.N, s.Hop.Hops, s.Hop.Chains, s.Fanout.Children, s.Delay.N, s.Steps.StepsPerTask, s.Steps.Tasks, s.Pool.Runs}
-	want := []int{tiny.Runs, tiny.Hops, tiny.Chains, tiny.Fanout, tiny.Delays, tiny.StepsPerTask, tiny.StepTasks, tiny.PoolRuns}
+	got := []int{s.Runs.N, s.Hop.Hops, s.Hop.Chains, s.Fanout.Children, s.Delay.N, s.DelayBurst.N, s.Steps.StepsPerTask, s.Steps.Tasks, s.Pool.Runs}
+	want := []int{tiny.Runs, tiny.Hops, tiny.Chains, tiny.Fanout, tiny.Delays, tiny.BurstDelays, tiny.StepsPerTask, tiny.StepTasks, tiny.PoolRuns}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("sizes (-want +got):\n%s", diff)
 	}
+	// Every side committed transactions: starts, inserts, outcomes.
+	for _, path := range commitFields {
+		v, _ := lookup(doc, path)
+		if x, _ := v.(float64); x <= 0 {
+			t.Errorf("%s = %v, want a positive figure", path, v)
+		}
+	}
+	// The sustained scenario ran after runs, at 70% of its throughput.
+	checkSustained(t, s.Sustained, tiny, s.Runs.BraidPerSec)
 	// Work was measured on both sides.
 	for name, v := range map[string]float64{
 		"runs.braid_per_sec": s.Runs.BraidPerSec, "runs.river_per_sec": s.Runs.RiverPerSec,
@@ -107,8 +146,17 @@ func TestRunReportsEveryField(t *testing.T) {
 	if rep.Machine.Database != "url" {
 		t.Errorf("machine.database = %q, want url", rep.Machine.Database)
 	}
-	if len(rep.Targets) != 6 {
-		t.Errorf("%d target checks, want 6: %+v", len(rep.Targets), rep.Targets)
+	var figures []string
+	for _, tc := range rep.Targets {
+		figures = append(figures, tc.Figure)
+	}
+	wantFigures := []string{
+		"runs.ratio", "runs.braid_commits_per_run", "hop.braid_p50_ms", "fanout.ratio",
+		"delay.braid_p99_late_ms", "delay_burst.braid_p99_late_ms", "steps.ratio",
+		"pool.ratio", "pool.lease_changes", "sustained.braid_drift", "sustained.braid_growth",
+	}
+	if diff := cmp.Diff(wantFigures, figures); diff != "" {
+		t.Errorf("target figures (-want +got):\n%s", diff)
 	}
 	if !strings.Contains(progress.String(), "fanout: braid") {
 		t.Errorf("no progress for the fanout scenario:\n%s", progress.String())
@@ -117,7 +165,7 @@ func TestRunReportsEveryField(t *testing.T) {
 
 func TestRunSelectedScenarios(t *testing.T) {
 	t.Parallel()
-	rep, err := Run(context.Background(), Config{DatabaseURL: testutil.URL(t), Sizes: tiny, Scenarios: []string{ScenarioSteps, ScenarioRuns, ScenarioRuns}})
+	rep, err := Run(context.Background(), Config{DatabaseURL: testutil.URL(t), Sizes: tiny, StatsSettle: settle, Scenarios: []string{ScenarioSteps, ScenarioRuns, ScenarioRuns}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,8 +177,227 @@ func TestRunSelectedScenarios(t *testing.T) {
 	for _, tc := range rep.Targets {
 		figures = append(figures, tc.Figure)
 	}
-	if diff := cmp.Diff([]string{"runs.ratio"}, figures); diff != "" {
+	if diff := cmp.Diff([]string{"runs.ratio", "runs.braid_commits_per_run", "steps.ratio"}, figures); diff != "" {
 		t.Errorf("target figures (-want +got):\n%s", diff)
+	}
+}
+
+// checkSustained checks the shape of a sustained result measured with
+// sizes, at SustainedLoad of capacity.
+func checkSustained(t *testing.T, u *SustainedResult, sizes Sizes, capacity float64) {
+	t.Helper()
+	if u == nil {
+		t.Fatal("no sustained result")
+	}
+	windows := int(sizes.Sustained / sizes.SustainedWindow)
+	if u.DurationS != sizes.Sustained.Seconds() || u.WindowS != sizes.SustainedWindow.Seconds() || u.RetentionS != sizes.SustainedRetention.Seconds() {
+		t.Errorf("duration %vs, window %vs, retention %vs; want %s, %s, %s",
+			u.DurationS, u.WindowS, u.RetentionS, sizes.Sustained, sizes.SustainedWindow, sizes.SustainedRetention)
+	}
+	if u.CapacityPerSec != capacity || u.OfferedPerSec != round(SustainedLoad*capacity, 1) || u.OfferedPerSec <= 0 {
+		t.Errorf("offered %v/s of a capacity of %v/s, want %v of %v/s", u.OfferedPerSec, u.CapacityPerSec, SustainedLoad, capacity)
+	}
+	for _, side := range []struct {
+		name      string
+		started   int
+		completed []int
+		sizes     SizeSamples
+		applied   *float64
+		growth    float64
+		settled   bool
+	}{
+		{"braid", u.BraidStarted, u.BraidCompleted, u.BraidSizes, u.BraidRetentionAppliedS, u.BraidGrowth, u.BraidSettled},
+		{"river", u.RiverStarted, u.RiverCompleted, u.RiverSizes, u.RiverRetentionAppliedS, u.RiverGrowth, u.RiverSettled},
+	} {
+		if len(side.completed) != windows {
+			t.Errorf("%s: %d windows, want %d: %v", side.name, len(side.completed), windows, side.completed)
+		}
+		total := 0
+		for _, c := range side.completed {
+			if c < 0 {
+				t.Errorf("%s: a window completed %d", side.name, c)
+			}
+			total += c
+		}
+		// Every run started was offered, and none completed before it
+		// started.
+		if offered := int(u.OfferedPerSec * u.DurationS); side.started < 1 || side.started > offered || total > side.started {
+			t.Errorf("%s: %d started of %d offered, %d completed in the windows", side.name, side.started, offered, total)
+		}
+		if side.sizes.Start.RiverJob <= 0 || side.sizes.End.RiverJob < side.sizes.Start.RiverJob {
+			t.Errorf("%s: river_job from %d to %d bytes", side.name, side.sizes.Start.RiverJob, side.sizes.End.RiverJob)
+		}
+		// River's job cleaner runs once as it starts, then every 30s:
+		// retention may apply to river_job in a scenario this short, or not.
+		switch {
+		case side.applied == nil && (side.sizes.Retention != nil || side.settled || side.growth != 0):
+			t.Errorf("%s: retention did not apply, yet sizes %+v, growth %v, settled %t",
+				side.name, side.sizes.Retention, side.growth, side.settled)
+		case side.applied != nil && (*side.applied <= 0 || *side.applied > u.DurationS || side.sizes.Retention == nil || side.growth < 0):
+			t.Errorf("%s: retention applied after %vs of %vs, sizes %+v, growth %v",
+				side.name, *side.applied, u.DurationS, side.sizes.Retention, side.growth)
+		}
+	}
+	if u.BraidSizes.Start.BraidRuns <= 0 || u.BraidSizes.End.BraidRuns < u.BraidSizes.Start.BraidRuns ||
+		u.BraidSizes.End.BraidSteps < u.BraidSizes.Start.BraidSteps {
+		t.Errorf("braid sizes from %+v to %+v", u.BraidSizes.Start, u.BraidSizes.End)
+	}
+	if u.RiverSizes.Start.BraidRuns != 0 {
+		t.Errorf("the River side reports braid tables: %+v", u.RiverSizes.Start)
+	}
+}
+
+func TestSustainedProbesThroughputAlone(t *testing.T) {
+	t.Parallel()
+	var progress bytes.Buffer
+	rep, err := Run(context.Background(), Config{DatabaseURL: testutil.URL(t), Sizes: tiny, StatsSettle: settle, Scenarios: []string{ScenarioSustained}, Progress: &progress})
+	if err != nil {
+		t.Fatalf("Run: %v\nprogress:\n%s", err, progress.String())
+	}
+	if rep.Scenarios.Runs != nil {
+		t.Errorf("the runs scenario ran though not selected")
+	}
+	u := rep.Scenarios.Sustained
+	if u == nil || u.CapacityPerSec <= 0 {
+		t.Fatalf("no throughput probed: %+v\nprogress:\n%s", u, progress.String())
+	}
+	checkSustained(t, u, tiny, u.CapacityPerSec)
+	if !strings.Contains(progress.String(), "sustained: measuring braid's throughput") {
+		t.Errorf("no progress for the probe:\n%s", progress.String())
+	}
+	var figures []string
+	for _, tc := range rep.Targets {
+		figures = append(figures, tc.Figure)
+		if tc.Figure == "sustained.braid_growth" && tc.Met != u.BraidSettled {
+			t.Errorf("the growth target's met is %t, settled %t", tc.Met, u.BraidSettled)
+		}
+	}
+	if diff := cmp.Diff([]string{"sustained.braid_drift", "sustained.braid_growth"}, figures); diff != "" {
+		t.Errorf("target figures (-want +got):\n%s", diff)
+	}
+}
+
+func TestSustainedRateSkipsTheProbe(t *testing.T) {
+	t.Parallel()
+	sizes := tiny
+	sizes.SustainedRate = 25
+	var progress bytes.Buffer
+	rep, err := Run(context.Background(), Config{DatabaseURL: testutil.URL(t), Sizes: sizes, StatsSettle: settle, Scenarios: []string{ScenarioSustained}, Progress: &progress})
+	if err != nil {
+		t.Fatalf("Run: %v\nprogress:\n%s", err, progress.String())
+	}
+	u := rep.Scenarios.Sustained
+	if u.OfferedPerSec != 25 || u.CapacityPerSec != 0 {
+		t.Errorf("offered %v/s of a capacity of %v/s, want 25 of none measured", u.OfferedPerSec, u.CapacityPerSec)
+	}
+	if strings.Contains(progress.String(), "measuring braid's throughput") {
+		t.Errorf("a probe ran though the rate was given:\n%s", progress.String())
+	}
+	// 25 runs per second for 2 seconds, started on time on this scale.
+	if u.BraidStarted < 25 || u.RiverStarted < 25 {
+		t.Errorf("started %d runs and %d jobs of 50 offered", u.BraidStarted, u.RiverStarted)
+	}
+}
+
+func TestCommitsCountEveryTransactionButTheBenchmarks(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	// The default pause, which the count's exactness rests on.
+	b, err := newBench(Config{DatabaseURL: testutil.URL(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.srv, err = openServer(ctx, b.cfg.DatabaseURL, 4, false); err != nil {
+		t.Fatal(err)
+	}
+	defer b.srv.close()
+	s, err := b.newSide(ctx, "commits", "probe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	// Work before the count is not counted.
+	for range 20 {
+		if _, err := s.pool.Exec(ctx, "SELECT 1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.beginCommits(); err != nil {
+		t.Fatal(err)
+	}
+	const work, own = 40, 30
+	for range work {
+		if _, err := s.pool.Exec(ctx, "SELECT 2"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range own {
+		s.reads.Add(1)
+		if _, err := s.pool.Exec(ctx, "SELECT 3"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, "CREATE TABLE counted (x int)")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.endCommits()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One transaction per statement, one for the explicit transaction, and
+	// at most one more per connection that prepared a new statement.
+	if got < work+1 || got > work+1+4 {
+		t.Errorf("counted %d commits, want %d to %d", got, work+1, work+1+4)
+	}
+}
+
+func TestDriftAndGrowth(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		completed []int
+		want      float64
+	}{
+		{[]int{100, 100, 90}, -0.1}, {[]int{80, 120}, 0.5}, {[]int{0, 10}, 0}, {[]int{7}, 0},
+	} {
+		if got := drift(tc.completed); got != tc.want {
+			t.Errorf("drift(%v) = %v, want %v", tc.completed, got, tc.want)
+		}
+	}
+
+	// sizes grows each table by perSec bytes a second until second flat,
+	// and by perSec/slower after.
+	sizes := func(perSec, flat, slower int64, upTo int) []sizeSample {
+		var out []sizeSample
+		for i := 0; i <= upTo; i++ {
+			n := int64(i) * perSec
+			if int64(i) > flat {
+				n = flat*perSec + (int64(i)-flat)*perSec/slower
+			}
+			out = append(out, sizeSample{at: time.Duration(i) * time.Second, sizes: TableSizes{
+				BraidRuns: 8192 + n, BraidTasks: 8192 + 2*n, BraidSteps: 8192, RiverJob: 8192 + 3*n,
+			}})
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name    string
+		o       offered
+		growth  float64
+		settled bool
+	}{
+		{"retention did not apply", offered{applied: -1, samples: sizes(1000, 100, 1, 60)}, 0, false},
+		{"growing on", offered{applied: 20 * time.Second, appliedAt: 20, samples: sizes(1000, 100, 1, 60)}, 1, false},
+		{"a tenth as fast", offered{applied: 20 * time.Second, appliedAt: 20, samples: sizes(1000, 30, 10, 60)}, 0.1, false},
+		{"a fiftieth as fast", offered{applied: 20 * time.Second, appliedAt: 20, samples: sizes(1000, 30, 50, 60)}, 0.02, true},
+		{"no time after", offered{applied: 20 * time.Second, appliedAt: 20, samples: sizes(1000, 20, 1, 60)[:21]}, 0, false},
+	} {
+		growth, settled := tc.o.growth(braidTables)
+		if growth != tc.growth || settled != tc.settled {
+			t.Errorf("%s: growth %v, settled %t; want %v, %t", tc.name, growth, settled, tc.growth, tc.settled)
+		}
 	}
 }
 
@@ -144,11 +411,17 @@ func TestRunRejectsBadConfig(t *testing.T) {
 		{Config{Sizes: Sizes{Runs: -1}}, "Sizes.Runs is -1"},
 		{Config{Sizes: Sizes{DelayMin: 2 * time.Second, DelayMax: time.Second}}, "delay lengths 2s to 1s"},
 		{Config{Sizes: Sizes{DelaySpread: -time.Second}}, "Sizes.DelaySpread -1s is negative"},
+		{Config{Sizes: Sizes{BurstDelays: -1}}, "Sizes.BurstDelays is -1"},
+		{Config{Sizes: Sizes{BurstLead: -time.Second}}, "Sizes.BurstLead -1s is negative"},
+		{Config{Sizes: Sizes{Sustained: 15 * time.Second}}, "Sizes.Sustained 15s holds fewer than two windows of 10s"},
+		{Config{Quick: true, Sizes: Sizes{SustainedWindow: 11 * time.Second}}, "Sizes.Sustained 20s holds fewer than two windows of 11s"},
+		{Config{Sizes: Sizes{SustainedRate: -5}}, "Sizes.SustainedRate -5 is not a non-negative rate"},
 		{Config{Workers: -3}, "Workers is -3"},
 		{Config{FetchCooldown: time.Microsecond}, "FetchCooldown is 1µs"},
 		{Config{FetchCooldown: time.Second, FetchPollInterval: 10 * time.Millisecond}, "FetchPollInterval 10ms is shorter than FetchCooldown 1s"},
 		{Config{PoolMaxConns: 2}, "PoolMaxConns is 2"},
 		{Config{Statements: -1}, "Statements is -1"},
+		{Config{StatsSettle: -time.Second}, "StatsSettle -1s is negative"},
 	} {
 		// Validation comes before any database is touched.
 		_, err := Run(context.Background(), tc.cfg)

@@ -54,21 +54,23 @@ func (b *bench) delay(ctx context.Context) (*DelayResult, error) {
 		n, b.sizes.DelayMin, b.sizes.DelayMax, n, b.sizes.DelaySpread)
 	res := &DelayResult{N: n, MinMs: ms(b.sizes.DelayMin), MaxMs: ms(b.sizes.DelayMax), SpreadS: b.sizes.DelaySpread.Seconds()}
 
-	riverLate, err := b.riverDelays(ctx, lengths)
+	riverLate, riverCommits, err := b.riverDelays(ctx, lengths)
 	if err != nil {
 		return nil, err
 	}
 	res.RiverP50LateMs = round(percentile(riverLate, 50), 1)
 	res.RiverP99LateMs = round(percentile(riverLate, 99), 1)
-	b.say("delay: river late p50 %.1f ms, p99 %.1f ms", res.RiverP50LateMs, res.RiverP99LateMs)
+	res.RiverCommitsPerRun = perUnit(riverCommits, n)
+	b.say("delay: river late p50 %.1f ms, p99 %.1f ms, %.2f commits per job", res.RiverP50LateMs, res.RiverP99LateMs, res.RiverCommitsPerRun)
 
-	braidLate, err := b.braidDelays(ctx, lengths)
+	braidLate, braidCommits, err := b.braidDelays(ctx, lengths)
 	if err != nil {
 		return nil, err
 	}
 	res.BraidP50LateMs = round(percentile(braidLate, 50), 1)
 	res.BraidP99LateMs = round(percentile(braidLate, 99), 1)
-	b.say("delay: braid late p50 %.1f ms, p99 %.1f ms", res.BraidP50LateMs, res.BraidP99LateMs)
+	res.BraidCommitsPerRun = perUnit(braidCommits, n)
+	b.say("delay: braid late p50 %.1f ms, p99 %.1f ms, %.2f commits per delay", res.BraidP50LateMs, res.BraidP99LateMs, res.BraidCommitsPerRun)
 	return res, nil
 }
 
@@ -95,6 +97,7 @@ func paced(ctx context.Context, n int, spread time.Duration, fn func(i int) erro
 func (s *side) waitLeader(query string) error {
 	for {
 		var ok bool
+		s.reads.Add(1)
 		if err := s.pool.QueryRow(s.ctx, query).Scan(&ok); err != nil {
 			return fmt.Errorf("%s: waiting for a leader: %w", s.name, err)
 		}
@@ -109,8 +112,33 @@ func (s *side) waitLeader(query string) error {
 	}
 }
 
-// lateness reads lateness figures, in milliseconds, with query.
-func (s *side) lateness(query string, want int) ([]float64, error) {
+// clockOffset returns how far the database clock is ahead of this
+// process's, so that a time computed here can be put on the database
+// clock, which lateness is read on.
+func (s *side) clockOffset() (time.Duration, error) {
+	before := time.Now()
+	var dbNow time.Time
+	s.reads.Add(1)
+	if err := s.pool.QueryRow(s.ctx, `SELECT clock_timestamp()`).Scan(&dbNow); err != nil {
+		return 0, fmt.Errorf("%s: reading the database clock: %w", s.name, err)
+	}
+	return dbNow.Sub(before.Add(time.Since(before) / 2)), nil
+}
+
+// lateness reads lateness figures, in milliseconds, with query, and ends
+// the side's count of commits.
+func (s *side) lateness(query string, want int) ([]float64, int64, error) {
+	late, err := s.readLateness(query, want)
+	if err != nil {
+		return nil, 0, err
+	}
+	commits, err := s.endCommits()
+	return late, commits, err
+}
+
+// readLateness reads lateness figures, in milliseconds, with query.
+func (s *side) readLateness(query string, want int) ([]float64, error) {
+	s.reads.Add(1)
 	rows, err := s.pool.Query(s.ctx, query)
 	if err != nil {
 		return nil, err
@@ -125,10 +153,37 @@ func (s *side) lateness(query string, want int) ([]float64, error) {
 	return late, nil
 }
 
-func (b *bench) braidDelays(ctx context.Context, lengths []time.Duration) ([]float64, error) {
+// Queries for waitLeader: the delay processor's lease, and River's leader.
+const (
+	delayLeader = `SELECT EXISTS (SELECT 1 FROM braid_leases WHERE name = '` + workflow.DelayLease + `' AND expires_at > now())`
+	riverLeader = `SELECT EXISTS (SELECT 1 FROM river_leader WHERE expires_at > now())`
+)
+
+// wakeLateness reads, on the braid side, the lateness of every delay: the
+// start of its task's wake turn, which is the task's last turn job, minus
+// its resume_at.
+const wakeLateness = `
+	WITH wake AS (
+	    SELECT DISTINCT ON (args->>'task_id') args->>'task_id' AS task_id, attempted_at
+	      FROM river_job WHERE kind = '` + workflow.TaskKind + `'
+	     ORDER BY args->>'task_id', id DESC
+	)
+	SELECT extract(epoch FROM wake.attempted_at - s.resume_at)::float8 * 1000
+	  FROM braid_steps s JOIN wake ON wake.task_id = s.task_id::text
+	 WHERE s.kind = 'delay'`
+
+// scheduledLateness is the query that reads, on the River side, the
+// lateness of every job of kind: attempted_at minus scheduled_at.
+func scheduledLateness(kind string) string {
+	return `
+		SELECT extract(epoch FROM attempted_at - scheduled_at)::float8 * 1000
+		  FROM river_job WHERE kind = '` + kind + `'`
+}
+
+func (b *bench) braidDelays(ctx context.Context, lengths []time.Duration) ([]float64, int64, error) {
 	s, err := b.newSide(ctx, ScenarioDelay, "braid")
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer s.close()
 	wait := workflow.Define("bench_delay", func(t *workflow.Task, in delayIn) (struct{}, error) {
@@ -136,68 +191,61 @@ func (b *bench) braidDelays(ctx context.Context, lengths []time.Duration) ([]flo
 	})
 	eng, err := s.startEngine(&workflow.Config{Workflows: []workflow.Definition{wait}})
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	if err := s.waitLeader(`SELECT EXISTS (SELECT 1 FROM braid_leases WHERE name = '` + workflow.DelayLease + `' AND expires_at > now())`); err != nil {
-		return nil, err
+	if err := s.waitLeader(delayLeader); err != nil {
+		return nil, 0, err
+	}
+	if err := s.beginCommits(); err != nil {
+		return nil, 0, err
 	}
 	err = paced(s.ctx, len(lengths), b.sizes.DelaySpread, func(i int) error {
 		_, err := wait.Start(s.ctx, eng, delayIn{Micros: lengths[i].Microseconds()}, nil)
 		return err
 	})
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if err := s.waitFor(runsDone, len(lengths)); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	// The wake turn of a task is its last turn job.
-	return s.lateness(`
-		WITH wake AS (
-		    SELECT DISTINCT ON (args->>'task_id') args->>'task_id' AS task_id, attempted_at
-		      FROM river_job WHERE kind = '`+workflow.TaskKind+`'
-		     ORDER BY args->>'task_id', id DESC
-		)
-		SELECT extract(epoch FROM wake.attempted_at - s.resume_at)::float8 * 1000
-		  FROM braid_steps s JOIN wake ON wake.task_id = s.task_id::text
-		 WHERE s.kind = 'delay'`, len(lengths))
+	return s.lateness(wakeLateness, len(lengths))
 }
 
-func (b *bench) riverDelays(ctx context.Context, lengths []time.Duration) ([]float64, error) {
+func (b *bench) riverDelays(ctx context.Context, lengths []time.Duration) ([]float64, int64, error) {
 	s, err := b.newSide(ctx, ScenarioDelay, "river")
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer s.close()
 	workers := river.NewWorkers()
 	river.AddWorker(workers, delayWorker{})
 	client, err := s.startRiver(workers)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	if err := s.waitLeader(`SELECT EXISTS (SELECT 1 FROM river_leader WHERE expires_at > now())`); err != nil {
-		return nil, err
+	if err := s.waitLeader(riverLeader); err != nil {
+		return nil, 0, err
 	}
 	// ScheduledAt is computed here, so it is corrected to the database
 	// clock, which the lateness is read on.
-	before := time.Now()
-	var dbNow time.Time
-	if err := s.pool.QueryRow(s.ctx, `SELECT clock_timestamp()`).Scan(&dbNow); err != nil {
-		return nil, err
+	offset, err := s.clockOffset()
+	if err != nil {
+		return nil, 0, err
 	}
-	offset := dbNow.Sub(before.Add(time.Since(before) / 2))
+	if err := s.beginCommits(); err != nil {
+		return nil, 0, err
+	}
 	err = paced(s.ctx, len(lengths), b.sizes.DelaySpread, func(i int) error {
 		at := time.Now().Add(offset + lengths[i])
 		_, err := client.Insert(s.ctx, delayArgs{I: i}, &river.InsertOpts{ScheduledAt: at})
 		return err
 	})
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if err := s.waitFor(jobsDone, len(lengths)); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return s.lateness(`
-		SELECT extract(epoch FROM attempted_at - scheduled_at)::float8 * 1000
-		  FROM river_job WHERE kind = 'bench_delay'`, len(lengths))
+	return s.lateness(scheduledLateness(delayArgs{}.Kind()), len(lengths))
 }

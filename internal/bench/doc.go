@@ -33,10 +33,79 @@
 //     resume_at, and the River job's attempted_at minus its scheduled_at.
 //     The waits are set evenly over one interval of River's 5 s scheduler,
 //     so River's jobs meet its scheduler in every phase.
+//   - delay_burst: a thousand runs that each Task.DelayUntil one shared
+//     instant, against as many River jobs with that ScheduledAt; lateness
+//     as in delay. The braid runs are started a hundred per transaction
+//     from four goroutines, and the instant is two seconds after their
+//     set-up (every delay set) is expected to end, from braid's measured
+//     throughput of no-op runs with half as long again to spare; a set-up
+//     that ends after the instant fails the scenario rather than measure
+//     something else. River's jobs are inserted with one InsertMany, the
+//     instant two seconds after it starts.
 //   - steps: tasks running inline workflow.Steps, all made available at
 //     once, in steps per second from the first step's start to the last
 //     step's end, against River jobs making as many plain INSERTs of the
 //     same shape.
+//   - pool: the same braid runs of four steps on a pool of 16 connections
+//     and on a pool of 4, which must not starve the engine.
+//   - sustained: a steady load, 70% of braid's throughput of no-op runs
+//     (the runs scenario's, or a short probe's when runs is not selected),
+//     offered for 60 s (quick 20 s, Config.Long and `-long` 10 min): runs
+//     of one inline step, the ones due every 100 ms started in one
+//     transaction from four goroutines, against as many no-op River jobs.
+//     Both sides keep finished work 10 s only (braid's Retention, checked
+//     every second, and River's CompletedJobRetentionPeriod, which River's
+//     job cleaner applies every 30 s, so it does not show in a quick run).
+//     It reports the runs completed in each 10 s window, the drift from
+//     the first window to the last, and the sizes of braid_runs,
+//     braid_tasks, braid_steps and river_job at the start, once retention
+//     applied and at the end, with whether they stopped growing
+//     (SustainedResult says by which rule). PostgreSQL reuses the space of
+//     deleted rows only once autovacuum has visited the table, about once
+//     a minute per database by default, so the 60 s run shows the trend
+//     and the 10 min run whether the tables level off.
+//
+// # Commits
+//
+// Every scenario reports braid_commits_per_run and river_commits_per_run:
+// the transactions the side's scratch database committed during the
+// measured phase (xact_commit of pg_stat_database) per unit of work, the
+// unit named in each result's doc (a run, a job, a link, a child, a delay,
+// a step, an INSERT). What is counted is every committed transaction of
+// that database, read-only ones included, from every connection: the
+// transactions that start runs or insert jobs, the workers, the engine's and
+// River's background work (fetch polls, leader election, the delay
+// processor, the reconciler, retention, the job cleaner), the prepare of a
+// statement a connection has not run before, and the few transactions of
+// stopping the engine or client, which ends the phase. The benchmark's own
+// statements on the database during the phase (completion polls, readings)
+// are counted as they are made and subtracted. Background work makes the
+// figure grow with the phase's length as well as with the work done.
+//
+// PostgreSQL 15 holds each backend's counters for up to a second while it
+// is busy, and up to ten seconds once it is idle, before it publishes them
+// to pg_stat_database. So the first reading is taken after a pause of a
+// little over a second (Config.StatsSettle), once every idle connection of
+// the side's pool has run one statement, which publishes what it held; it
+// may miss the transactions of the last second of connections busy at that
+// moment: a handful. The last reading is taken after the pool is closed and every
+// backend of the database has exited, which publishes everything. Both
+// readings are made from a connection to another database.
+//
+// # Targets
+//
+// The report's targets array checks the figures that have a target:
+//
+//   - runs.ratio >= 0.5, and runs.braid_commits_per_run <= 1.5;
+//   - hop.braid_p50_ms <= 0.5 x hop.river_p50_ms;
+//   - fanout.ratio <= 1.5;
+//   - delay.braid_p99_late_ms <= 100, and delay_burst.braid_p99_late_ms
+//     <= 100;
+//   - steps.ratio >= 0.8;
+//   - pool.ratio <= 2, and pool.lease_changes == 0;
+//   - sustained.braid_drift within 0.1 either way, and
+//     sustained.braid_growth: retention applied to every table and the
+//     tables stopped growing (braid_settled).
 //
 // # Databases
 //
@@ -51,6 +120,6 @@
 // # Profiling
 //
 // Config.Statements prints, after each side, its costliest statements from
-// pg_stat_statements. `braid bench -cpuprofile` writes a Go CPU profile of
-// the whole process.
+// pg_stat_statements (that reading counts as the benchmark's own).
+// `braid bench -cpuprofile` writes a Go CPU profile of the whole process.
 package bench

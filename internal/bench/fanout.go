@@ -14,29 +14,31 @@ func (b *bench) fanout(ctx context.Context) (*FanoutResult, error) {
 	b.say("fanout: Map over %d no-op children against %d no-op River jobs", n, n)
 	res := &FanoutResult{Children: n}
 
-	riverS, err := b.riverBurn(ctx, ScenarioFanout, n, n)
+	river, err := b.riverBurn(ctx, ScenarioFanout, n, n)
 	if err != nil {
 		return nil, err
 	}
-	res.RiverS = round(riverS.Seconds(), 3)
-	b.say("fanout: river %d jobs in %s", n, riverS.Round(time.Millisecond))
+	res.RiverS = round(river.elapsed.Seconds(), 3)
+	res.RiverCommitsPerRun = perUnit(river.commits, n)
+	b.say("fanout: river %d jobs in %s, %.2f commits per job", n, river.elapsed.Round(time.Millisecond), res.RiverCommitsPerRun)
 
-	braidS, err := b.braidFanout(ctx, n)
+	braid, err := b.braidFanout(ctx, n)
 	if err != nil {
 		return nil, err
 	}
-	res.BraidS = round(braidS.Seconds(), 3)
+	res.BraidS = round(braid.elapsed.Seconds(), 3)
 	res.Ratio = ratio(res.BraidS, res.RiverS)
-	b.say("fanout: braid %d children in %s, ratio %.3f", n, braidS.Round(time.Millisecond), res.Ratio)
+	res.BraidCommitsPerRun = perUnit(braid.commits, n)
+	b.say("fanout: braid %d children in %s, ratio %.3f, %.2f commits per child", n, braid.elapsed.Round(time.Millisecond), res.Ratio, res.BraidCommitsPerRun)
 	return res, nil
 }
 
 // braidFanout starts one run whose task maps over n no-op children and
 // returns the time until its result is in.
-func (b *bench) braidFanout(ctx context.Context, n int) (time.Duration, error) {
+func (b *bench) braidFanout(ctx context.Context, n int) (phase, error) {
 	s, err := b.newSide(ctx, ScenarioFanout, "braid")
 	if err != nil {
-		return 0, err
+		return phase{}, err
 	}
 	defer s.close()
 	child := noopWorkflow()
@@ -46,15 +48,20 @@ func (b *bench) braidFanout(ctx context.Context, n int) (time.Duration, error) {
 	})
 	eng, err := s.startEngine(&workflow.Config{Workflows: []workflow.Definition{child, parent}})
 	if err != nil {
-		return 0, err
+		return phase{}, err
+	}
+	if err := s.beginCommits(); err != nil {
+		return phase{}, err
 	}
 	start := time.Now()
 	run, err := parent.Start(s.ctx, eng, n, nil)
 	if err != nil {
-		return 0, err
+		return phase{}, err
 	}
+	// Result polls the database too, through the engine: its reads are
+	// counted as the engine's.
 	if _, err := run.Result(s.ctx); err != nil {
-		return 0, err
+		return phase{}, err
 	}
-	return time.Since(start), nil
+	return s.endPhase(start)
 }

@@ -60,21 +60,24 @@ func (b *bench) hop(ctx context.Context) (*HopResult, error) {
 	b.say("hop: %d chains of %d hops, one at a time", chains, hops)
 	res := &HopResult{Hops: hops, Chains: chains}
 
-	riverLat, err := b.riverHops(ctx)
+	links := chains * (hops + 1)
+	riverLat, riverCommits, err := b.riverHops(ctx)
 	if err != nil {
 		return nil, err
 	}
 	res.RiverP50Ms = round(percentile(riverLat, 50), 2)
 	res.RiverP99Ms = round(percentile(riverLat, 99), 2)
-	b.say("hop: river p50 %.2f ms, p99 %.2f ms", res.RiverP50Ms, res.RiverP99Ms)
+	res.RiverCommitsPerRun = perUnit(riverCommits, links)
+	b.say("hop: river p50 %.2f ms, p99 %.2f ms, %.2f commits per link", res.RiverP50Ms, res.RiverP99Ms, res.RiverCommitsPerRun)
 
-	braidLat, err := b.braidHops(ctx)
+	braidLat, braidCommits, err := b.braidHops(ctx)
 	if err != nil {
 		return nil, err
 	}
 	res.BraidP50Ms = round(percentile(braidLat, 50), 2)
 	res.BraidP99Ms = round(percentile(braidLat, 99), 2)
-	b.say("hop: braid p50 %.2f ms, p99 %.2f ms", res.BraidP50Ms, res.BraidP99Ms)
+	res.BraidCommitsPerRun = perUnit(braidCommits, links)
+	b.say("hop: braid p50 %.2f ms, p99 %.2f ms, %.2f commits per link", res.BraidP50Ms, res.BraidP99Ms, res.BraidCommitsPerRun)
 	return res, nil
 }
 
@@ -95,10 +98,12 @@ func (b *bench) latencies(marks *stamps) ([]float64, error) {
 	return out, nil
 }
 
-func (b *bench) braidHops(ctx context.Context) ([]float64, error) {
+// braidHops runs the warm-up chain, then the counted chains, and returns
+// their hop latencies and the commits of the counted chains.
+func (b *bench) braidHops(ctx context.Context) ([]float64, int64, error) {
 	s, err := b.newSide(ctx, ScenarioHop, "braid")
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer s.close()
 	marks := newStamps()
@@ -114,24 +119,35 @@ func (b *bench) braidHops(ctx context.Context) ([]float64, error) {
 	})
 	eng, err := s.startEngine(&workflow.Config{Workflows: []workflow.Definition{link}})
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	for c := -1; c < b.sizes.Chains; c++ {
+		if c == 0 {
+			if err := s.beginCommits(); err != nil {
+				return nil, 0, err
+			}
+		}
 		if _, err := link.Start(s.ctx, eng, hopIn{Chain: c, I: 0, Last: b.sizes.Hops}, nil); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		const q = `SELECT count(*) FILTER (WHERE status = 'completed'), count(*) FILTER (WHERE status IN ('failed', 'cancelled')) FROM braid_tasks`
 		if err := s.waitFor(q, (c+2)*(b.sizes.Hops+1)); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 	}
-	return b.latencies(marks)
+	commits, err := s.endCommits()
+	if err != nil {
+		return nil, 0, err
+	}
+	lat, err := b.latencies(marks)
+	return lat, commits, err
 }
 
-func (b *bench) riverHops(ctx context.Context) ([]float64, error) {
+// riverHops is braidHops on the River side.
+func (b *bench) riverHops(ctx context.Context) ([]float64, int64, error) {
 	s, err := b.newSide(ctx, ScenarioHop, "river")
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer s.close()
 	marks := newStamps()
@@ -139,15 +155,25 @@ func (b *bench) riverHops(ctx context.Context) ([]float64, error) {
 	river.AddWorker(workers, &hopWorker{b: b, marks: marks, pool: s.pool})
 	client, err := s.startRiver(workers)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	for c := -1; c < b.sizes.Chains; c++ {
+		if c == 0 {
+			if err := s.beginCommits(); err != nil {
+				return nil, 0, err
+			}
+		}
 		if _, err := client.Insert(s.ctx, hopArgs{Chain: c, I: 0, Last: b.sizes.Hops}, nil); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		if err := s.waitFor(jobsDone, (c+2)*(b.sizes.Hops+1)); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 	}
-	return b.latencies(marks)
+	commits, err := s.endCommits()
+	if err != nil {
+		return nil, 0, err
+	}
+	lat, err := b.latencies(marks)
+	return lat, commits, err
 }

@@ -21,14 +21,16 @@ const (
 // small machine) and on a pool of 16. Ratio is small over large: a small
 // pool must not starve the engine. LeaseChanges counts the leases that
 // changed hands during the small pool's run (expected 0: a starved pool
-// loses its leases).
+// loses its leases). The pool scenario has no River side: commits are per
+// run on the pool of 16.
 type PoolResult struct {
-	Runs         int     `json:"runs"`
-	StepsPerRun  int     `json:"steps_per_run"`
-	Pool4S       float64 `json:"pool4_s"`
-	Pool16S      float64 `json:"pool16_s"`
-	Ratio        float64 `json:"ratio"`
-	LeaseChanges int     `json:"lease_changes"`
+	Runs               int     `json:"runs"`
+	StepsPerRun        int     `json:"steps_per_run"`
+	Pool4S             float64 `json:"pool4_s"`
+	Pool16S            float64 `json:"pool16_s"`
+	Ratio              float64 `json:"ratio"`
+	LeaseChanges       int     `json:"lease_changes"`
+	BraidCommitsPerRun float64 `json:"braid_commits_per_run"`
 }
 
 // pool measures the same braid work on both pool sizes.
@@ -44,20 +46,22 @@ func (b *bench) pool(ctx context.Context) (*PoolResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	res.Pool16S, res.Pool4S = round(large.Seconds(), 3), round(small.Seconds(), 3)
-	res.Ratio = ratio(small.Seconds(), large.Seconds())
+	res.Pool16S, res.Pool4S = round(large.elapsed.Seconds(), 3), round(small.elapsed.Seconds(), 3)
+	res.Ratio = ratio(small.elapsed.Seconds(), large.elapsed.Seconds())
 	res.LeaseChanges = changes
-	b.say("pool: %.2fs on %d, %.2fs on %d, ratio %.2f, %d lease changes", res.Pool16S, poolLarge, res.Pool4S, poolSmall, res.Ratio, changes)
+	res.BraidCommitsPerRun = perUnit(large.commits, n)
+	b.say("pool: %.2fs on %d, %.2fs on %d, ratio %.2f, %d lease changes, %.2f commits per run on %d",
+		res.Pool16S, poolLarge, res.Pool4S, poolSmall, res.Ratio, changes, res.BraidCommitsPerRun, poolLarge)
 	return res, nil
 }
 
 // poolRuns starts n runs of per steps at once on a pool of maxConns and
 // returns the time until all completed, and how many lease generations
 // passed meanwhile.
-func (b *bench) poolRuns(ctx context.Context, maxConns, n, per int) (time.Duration, int, error) {
+func (b *bench) poolRuns(ctx context.Context, maxConns, n, per int) (phase, int, error) {
 	s, err := b.newSideSized(ctx, ScenarioPool, fmt.Sprintf("pool%d", maxConns), maxConns)
 	if err != nil {
-		return 0, 0, err
+		return phase{}, 0, err
 	}
 	defer s.close()
 	wf := workflow.Define("bench_pool", func(t *workflow.Task, _ struct{}) (int, error) {
@@ -73,14 +77,18 @@ func (b *bench) poolRuns(ctx context.Context, maxConns, n, per int) (time.Durati
 	})
 	eng, err := s.startEngine(&workflow.Config{Workflows: []workflow.Definition{wf}})
 	if err != nil {
-		return 0, 0, err
+		return phase{}, 0, err
 	}
-	// Let the leases settle before counting their changes.
-	time.Sleep(500 * time.Millisecond)
+	// beginCommits's pause also lets the leases settle before their
+	// changes are counted.
+	if err := s.beginCommits(); err != nil {
+		return phase{}, 0, err
+	}
 	generations := `SELECT coalesce(sum(generation), 0)::int FROM braid_leases`
 	var before, after int
+	s.reads.Add(1)
 	if err := s.pool.QueryRow(s.ctx, generations).Scan(&before); err != nil {
-		return 0, 0, err
+		return phase{}, 0, err
 	}
 	start := time.Now()
 	err = pgx.BeginFunc(s.ctx, s.pool, func(tx pgx.Tx) error {
@@ -92,14 +100,19 @@ func (b *bench) poolRuns(ctx context.Context, maxConns, n, per int) (time.Durati
 		return nil
 	})
 	if err != nil {
-		return 0, 0, err
+		return phase{}, 0, err
 	}
 	if err := s.waitFor(runsDone, n); err != nil {
-		return 0, 0, err
+		return phase{}, 0, err
 	}
 	elapsed := time.Since(start)
+	s.reads.Add(1)
 	if err := s.pool.QueryRow(s.ctx, generations).Scan(&after); err != nil {
-		return 0, 0, err
+		return phase{}, 0, err
 	}
-	return elapsed, after - before, nil
+	commits, err := s.endCommits()
+	if err != nil {
+		return phase{}, 0, err
+	}
+	return phase{elapsed: elapsed, commits: commits}, after - before, nil
 }

@@ -161,6 +161,56 @@ func (s *server) exec(ctx context.Context, sql string) error {
 	return err
 }
 
+// commits reads xact_commit of database name from pg_stat_database, on a
+// connection to the admin database, so that the reading itself is not
+// counted. Each reading is its own transaction, which sees the counters
+// the server holds at that moment, not a cached snapshot.
+func (s *server) commits(ctx context.Context, name string) (int64, error) {
+	conn, err := pgx.ConnectConfig(ctx, s.admin)
+	if err != nil {
+		return 0, fmt.Errorf("bench: reading the commits of %s: %w", name, err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var n int64
+	if err := conn.QueryRow(ctx, `SELECT xact_commit FROM pg_stat_database WHERE datname = $1`, name).Scan(&n); err != nil {
+		return 0, fmt.Errorf("bench: reading the commits of %s: %w", name, err)
+	}
+	return n, nil
+}
+
+// goneTimeout bounds how long waitGone waits for the backends of a closed
+// pool to exit.
+const goneTimeout = 30 * time.Second
+
+// waitGone waits until no backend is connected to database name. A backend
+// publishes its statistics as it exits, before it leaves
+// pg_stat_activity.
+func (s *server) waitGone(ctx context.Context, name string) error {
+	conn, err := pgx.ConnectConfig(ctx, s.admin)
+	if err != nil {
+		return fmt.Errorf("bench: waiting for the connections to %s to close: %w", name, err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	deadline := time.Now().Add(goneTimeout)
+	for {
+		var n int
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = $1`, name).Scan(&n); err != nil {
+			return fmt.Errorf("bench: waiting for the connections to %s to close: %w", name, err)
+		}
+		if n == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("bench: %d connections to %s still open %s after its pool closed", n, name, goneTimeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(pollEvery):
+		}
+	}
+}
+
 // drop drops a scratch database.
 func (s *server) drop(name string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

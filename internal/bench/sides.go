@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -34,11 +35,24 @@ const pollEvery = 5 * time.Millisecond
 type side struct {
 	b       *bench
 	name    string
+	db      string
 	pool    *pgxpool.Pool
 	release func()
 	stop    func(context.Context) error
 	ctx     context.Context
 	cancel  context.CancelFunc
+
+	// jobRetention, when set, is River's CompletedJobRetentionPeriod on
+	// this side, for the engine's queue or the River client alike.
+	jobRetention time.Duration
+
+	// reads counts the benchmark's own statements on the side's database,
+	// so that they are left out of its commits.
+	reads atomic.Int64
+	// commitsAt and readsAt are the readings of beginCommits.
+	commitsAt, readsAt int64
+	// profiled is set once the statements were printed.
+	profiled bool
 }
 
 // newSide creates a scratch database for one side of a scenario.
@@ -52,24 +66,89 @@ func (b *bench) newSideSized(ctx context.Context, scenario, name string, maxConn
 	if err != nil {
 		return nil, err
 	}
-	sctx, cancel := context.WithTimeout(ctx, b.cfg.ScenarioTimeout)
-	return &side{b: b, name: name, pool: pool, release: release, ctx: sctx, cancel: cancel}, nil
+	timeout := b.cfg.ScenarioTimeout
+	if scenario == ScenarioSustained {
+		timeout += b.sizes.Sustained
+	}
+	sctx, cancel := context.WithTimeout(ctx, timeout)
+	return &side{
+		b: b, name: name, db: pool.Config().ConnConfig.Database, pool: pool, release: release,
+		ctx: sctx, cancel: cancel,
+	}, nil
 }
 
 // close stops the engine or client and drops the side's database.
 func (s *side) close() {
+	s.halt()
+	s.cancel()
+	s.release()
+}
+
+// halt stops the engine or client, if still running, and prints the side's
+// costliest statements when Config.Statements asks for them.
+func (s *side) halt() {
 	if s.stop != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		if err := s.stop(ctx); err != nil {
 			s.b.say("%s: stopping: %v", s.name, err)
 		}
 		cancel()
+		s.stop = nil
 	}
-	if s.b.cfg.Statements > 0 {
+	if s.b.cfg.Statements > 0 && !s.profiled {
+		s.profiled = true
 		s.statements()
 	}
-	s.cancel()
-	s.release()
+}
+
+// beginCommits starts counting the transactions the side's database
+// commits; endCommits ends the count. It pauses for Config.StatsSettle,
+// then runs one statement on every idle connection of the pool, which
+// makes its backend publish the counters it held, and reads xact_commit.
+func (s *side) beginCommits() error {
+	select {
+	case <-s.ctx.Done():
+		return s.ctx.Err()
+	case <-time.After(s.b.cfg.StatsSettle):
+	}
+	for _, c := range s.pool.AcquireAllIdle(s.ctx) {
+		_, err := c.Exec(s.ctx, "SELECT 1")
+		c.Release()
+		if err != nil {
+			return fmt.Errorf("%s: settling statistics: %w", s.name, err)
+		}
+	}
+	n, err := s.b.srv.commits(s.ctx, s.db)
+	if err != nil {
+		return err
+	}
+	s.commitsAt, s.readsAt = n, s.reads.Load()
+	return nil
+}
+
+// endCommits stops the engine or client, closes the side's pool, waits
+// until every backend of its database has exited (an exiting backend
+// publishes all its counters) and returns the transactions committed since
+// beginCommits, less the benchmark's own statements meanwhile.
+func (s *side) endCommits() (int64, error) {
+	s.halt()
+	s.pool.Close()
+	if err := s.b.srv.waitGone(s.ctx, s.db); err != nil {
+		return 0, err
+	}
+	n, err := s.b.srv.commits(s.ctx, s.db)
+	if err != nil {
+		return 0, err
+	}
+	return n - s.commitsAt - (s.reads.Load() - s.readsAt), nil
+}
+
+// perUnit is commits per unit of work, rounded.
+func perUnit(commits int64, units int) float64 {
+	if units <= 0 {
+		return 0
+	}
+	return round(float64(commits)/float64(units), 3)
 }
 
 // queueConfig is the braid side's River configuration. riverConfig gives
@@ -97,6 +176,7 @@ func (b *bench) riverConfig(workers *river.Workers) *river.Config {
 func (s *side) startEngine(cfg *workflow.Config) (*workflow.Engine, error) {
 	c := *cfg
 	c.Queue = s.b.queueConfig()
+	c.Queue.CompletedJobRetentionPeriod = s.jobRetention
 	c.Leases = &leases.Config{Logger: s.b.logger}
 	c.Logger = s.b.logger
 	eng, err := workflow.NewEngine(s.pool, &c)
@@ -112,7 +192,9 @@ func (s *side) startEngine(cfg *workflow.Config) (*workflow.Engine, error) {
 
 // startRiver builds and starts a raw River client on the side's database.
 func (s *side) startRiver(workers *river.Workers) (*river.Client[pgx.Tx], error) {
-	client, err := river.NewClient(riverpgxv5.New(s.pool), s.b.riverConfig(workers))
+	rc := s.b.riverConfig(workers)
+	rc.CompletedJobRetentionPeriod = s.jobRetention
+	client, err := river.NewClient(riverpgxv5.New(s.pool), rc)
 	if err != nil {
 		return nil, err
 	}
@@ -128,6 +210,7 @@ func (s *side) startRiver(workers *river.Workers) (*river.Client[pgx.Tx], error)
 func (s *side) waitFor(query string, want int, args ...any) error {
 	for {
 		var done, failed int
+		s.reads.Add(1)
 		if err := s.pool.QueryRow(s.ctx, query, args...).Scan(&done, &failed); err != nil {
 			return fmt.Errorf("%s: waiting: %w", s.name, err)
 		}
@@ -249,6 +332,7 @@ func ratio(a, b float64) float64 {
 func (s *side) statements() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	s.reads.Add(1)
 	rows, err := s.pool.Query(ctx, `
 		SELECT calls, total_exec_time, mean_exec_time, regexp_replace(query, '\s+', ' ', 'g')
 		  FROM pg_stat_statements

@@ -53,20 +53,22 @@ func (b *bench) steps(ctx context.Context) (*StepsResult, error) {
 	b.say("steps: %d tasks of %d inline steps against %d River jobs of %d INSERTs", tasks, per, tasks, per)
 	res := &StepsResult{StepsPerTask: per, Tasks: tasks}
 
-	riverW, err := b.riverSteps(ctx)
+	river, err := b.riverSteps(ctx)
 	if err != nil {
 		return nil, err
 	}
-	res.RiverStepsPerSec = round(float64(tasks*per)/riverW.Seconds(), 1)
-	b.say("steps: river %.0f INSERTs/s", res.RiverStepsPerSec)
+	res.RiverStepsPerSec = round(float64(tasks*per)/river.elapsed.Seconds(), 1)
+	res.RiverCommitsPerRun = perUnit(river.commits, tasks*per)
+	b.say("steps: river %.0f INSERTs/s, %.2f commits per INSERT", res.RiverStepsPerSec, res.RiverCommitsPerRun)
 
-	braidW, err := b.braidSteps(ctx)
+	braid, err := b.braidSteps(ctx)
 	if err != nil {
 		return nil, err
 	}
-	res.BraidStepsPerSec = round(float64(tasks*per)/braidW.Seconds(), 1)
+	res.BraidStepsPerSec = round(float64(tasks*per)/braid.elapsed.Seconds(), 1)
 	res.Ratio = ratio(res.BraidStepsPerSec, res.RiverStepsPerSec)
-	b.say("steps: braid %.0f steps/s, ratio %.3f", res.BraidStepsPerSec, res.Ratio)
+	res.BraidCommitsPerRun = perUnit(braid.commits, tasks*per)
+	b.say("steps: braid %.0f steps/s, ratio %.3f, %.2f commits per step", res.BraidStepsPerSec, res.Ratio, res.BraidCommitsPerRun)
 	return res, nil
 }
 
@@ -90,10 +92,12 @@ func window(marks *stamps, n int) (time.Duration, error) {
 	return last.Sub(first), nil
 }
 
-func (b *bench) braidSteps(ctx context.Context) (time.Duration, error) {
+// braidSteps returns the steps' window (not the phase's whole time) and
+// the phase's commits, from the start of the runs to their completion.
+func (b *bench) braidSteps(ctx context.Context) (phase, error) {
 	s, err := b.newSide(ctx, ScenarioSteps, "braid")
 	if err != nil {
-		return 0, err
+		return phase{}, err
 	}
 	defer s.close()
 	marks := newStamps()
@@ -109,7 +113,10 @@ func (b *bench) braidSteps(ctx context.Context) (time.Duration, error) {
 	})
 	eng, err := s.startEngine(&workflow.Config{Workflows: []workflow.Definition{stepper}})
 	if err != nil {
-		return 0, err
+		return phase{}, err
+	}
+	if err := s.beginCommits(); err != nil {
+		return phase{}, err
 	}
 	// Every task becomes available at once, as the River side's do.
 	n := b.sizes.StepTasks
@@ -122,18 +129,30 @@ func (b *bench) braidSteps(ctx context.Context) (time.Duration, error) {
 		return nil
 	})
 	if err != nil {
-		return 0, err
+		return phase{}, err
 	}
 	if err := s.waitFor(runsDone, n); err != nil {
-		return 0, err
+		return phase{}, err
 	}
-	return window(marks, n)
+	return s.endWindow(marks, n)
 }
 
-func (b *bench) riverSteps(ctx context.Context) (time.Duration, error) {
+// endWindow ends a side's count of commits and returns it with the window
+// of n tasks stamped at 2i and 2i+1.
+func (s *side) endWindow(marks *stamps, n int) (phase, error) {
+	commits, err := s.endCommits()
+	if err != nil {
+		return phase{}, err
+	}
+	w, err := window(marks, n)
+	return phase{elapsed: w, commits: commits}, err
+}
+
+// riverSteps is braidSteps on the River side.
+func (b *bench) riverSteps(ctx context.Context) (phase, error) {
 	s, err := b.newSide(ctx, ScenarioSteps, "river")
 	if err != nil {
-		return 0, err
+		return phase{}, err
 	}
 	defer s.close()
 	if _, err := s.pool.Exec(s.ctx, `
@@ -144,14 +163,17 @@ func (b *bench) riverSteps(ctx context.Context) (time.Duration, error) {
 		    created_at timestamptz NOT NULL DEFAULT now(),
 		    PRIMARY KEY (job_id, name)
 		)`); err != nil {
-		return 0, err
+		return phase{}, err
 	}
 	marks := newStamps()
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &stepsWorker{pool: s.pool, marks: marks})
 	client, err := s.startRiver(workers)
 	if err != nil {
-		return 0, err
+		return phase{}, err
+	}
+	if err := s.beginCommits(); err != nil {
+		return phase{}, err
 	}
 	n := b.sizes.StepTasks
 	params := make([]river.InsertManyParams, n)
@@ -159,10 +181,10 @@ func (b *bench) riverSteps(ctx context.Context) (time.Duration, error) {
 		params[i] = river.InsertManyParams{Args: stepsArgs{I: i, Steps: b.sizes.StepsPerTask}}
 	}
 	if _, err := client.InsertMany(s.ctx, params); err != nil {
-		return 0, err
+		return phase{}, err
 	}
 	if err := s.waitFor(jobsDone, n); err != nil {
-		return 0, err
+		return phase{}, err
 	}
-	return window(marks, n)
+	return s.endWindow(marks, n)
 }
