@@ -281,26 +281,34 @@ func (q *Queue) recordClaimed(ctx context.Context, job *rivertype.JobRow, p *riv
 // own transaction completes its job there, so that the result and the
 // completion commit together. Jobs no longer running are left alone. The
 // caller fences on the attempt (by locking the job rows) when it matters.
+// Once tx has committed, call Finished with the same jobs.
 func (q *Queue) CompleteTx(ctx context.Context, tx pgx.Tx, jobs []*rivertype.JobRow) error {
 	if len(jobs) == 0 {
 		return nil
 	}
-	now := time.Now()
-	p := &riverdriver.JobSetStateIfRunningManyParams{
-		ID:              make([]int64, len(jobs)),
-		Attempt:         make([]*int, len(jobs)),
-		ErrData:         make([][]byte, len(jobs)),
-		FinalizedAt:     make([]*time.Time, len(jobs)),
-		MetadataDoMerge: make([]bool, len(jobs)),
-		MetadataUpdates: make([][]byte, len(jobs)),
-		ScheduledAt:     make([]*time.Time, len(jobs)),
-		State:           make([]rivertype.JobState, len(jobs)),
-	}
+	ids := make([]int64, len(jobs))
 	for i, j := range jobs {
-		p.ID[i], p.FinalizedAt[i], p.State[i] = j.ID, &now, rivertype.JobStateCompleted
+		ids[i] = j.ID
 	}
-	if _, err := q.pilot.JobSetStateIfRunningMany(ctx, q.driver.UnwrapExecutor(tx), p); err != nil {
+	if _, err := tx.Exec(ctx, `
+		UPDATE river_job SET state = 'completed', finalized_at = now()
+		 WHERE id = ANY($1) AND state = 'running'`, ids); err != nil {
 		return fmt.Errorf("queue: completing %d jobs: %w", len(jobs), err)
 	}
 	return nil
+}
+
+// Finished tells the Queue that jobs fetched by River were completed by a
+// committed CompleteTx, so that River's completer does not write their
+// completion again when their workers return. Leave out jobs that
+// WorkClaimed works: River never completes those.
+func (q *Queue) Finished(jobs []*rivertype.JobRow) {
+	if len(jobs) == 0 {
+		return
+	}
+	ids := make([]int64, len(jobs))
+	for i, j := range jobs {
+		ids[i] = j.ID
+	}
+	q.pilot.markFinished(ids)
 }

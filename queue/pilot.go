@@ -74,6 +74,12 @@ type pilot struct {
 	// reporting counts, by job ID, live attempts' outcomes handed to
 	// River and not yet seen here.
 	reporting map[int64]int
+	// finished holds the jobs that workers completed in their own
+	// committed transactions (Queue.Finished): River's completion of each
+	// is dropped, saving a statement per completer batch. An entry is
+	// forgotten when that completion arrives, or by Queue.Finished's
+	// caller for a job River never completes (a claimed one).
+	finished map[int64]struct{}
 	// changed is closed, and replaced, when either map loses an entry.
 	changed chan struct{}
 	dropped atomic.Int64 // outcomes dropped, for tests
@@ -88,6 +94,7 @@ func newPilot(maxErrorBytes int) *pilot {
 		maxErrorBytes: maxErrorBytes,
 		superseded:    make(map[int64]int),
 		reporting:     make(map[int64]int),
+		finished:      make(map[int64]struct{}),
 		changed:       make(chan struct{}),
 	}
 }
@@ -216,9 +223,16 @@ func (p *pilot) dropLocked(params *riverdriver.JobSetStateIfRunningManyParams, i
 			} else {
 				p.reporting[id] = c - 1
 			}
-			return false, true
+			seen = true
 		}
-		return false, false
+		if _, ok := p.finished[id]; ok && params.State[i] == rivertype.JobStateCompleted && len(params.MetadataUpdates[i]) == 0 {
+			// The worker completed its job in its own committed
+			// transaction (CompleteTx): River's completion would change
+			// nothing.
+			delete(p.finished, id)
+			return true, seen
+		}
+		return false, seen
 	}
 	var md map[string]json.RawMessage
 	if err := json.Unmarshal(params.MetadataUpdates[i], &md); err != nil {
@@ -307,4 +321,21 @@ func stripNUL(v any) any {
 		return out
 	}
 	return v
+}
+
+// finishedMax bounds the pilot's set of finished jobs; past it the set is
+// emptied, which only costs River's completer a statement that changes
+// nothing.
+const finishedMax = 100_000
+
+// markFinished records jobs completed by their workers' own transactions.
+func (p *pilot) markFinished(ids []int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.finished)+len(ids) > finishedMax {
+		clear(p.finished)
+	}
+	for _, id := range ids {
+		p.finished[id] = struct{}{}
+	}
 }

@@ -51,8 +51,14 @@ type outcome struct {
 	output  json.RawMessage
 	errJSON []byte
 
+	// claimed is set for a turn this process claimed itself
+	// (continueTurns), whose job River's completer never sees.
+	claimed bool
+
 	// Set by the flush.
 	owned bool
+	// finished: the batch completed the turn's job.
+	finished bool
 	err   error
 	// next is a turn this outcome made runnable, claimed for this
 	// process: the turn's worker runs it next, in the same slot.
@@ -179,10 +185,19 @@ func (e *Engine) flush(batch []*outcome) {
 		}
 		return
 	}
+	if err == nil {
+		var done []*rivertype.JobRow
+		for _, o := range batch {
+			if o.finished && !o.claimed {
+				done = append(done, o.job)
+			}
+		}
+		e.queue.Finished(done)
+	}
 	for _, o := range batch {
 		o.err = err
 		if err != nil {
-			o.next = nil
+			o.next, o.finished = nil, false
 		}
 		close(o.done)
 	}
@@ -207,7 +222,7 @@ type batchState struct {
 func (e *Engine) flushTx(ctx context.Context, batch []*outcome) error {
 	return e.withTx(ctx, func(tx pgx.Tx) error {
 		for _, o := range batch {
-			o.owned, o.next = false, nil
+			o.owned, o.next, o.finished = false, nil, false
 		}
 		st := &batchState{byTask: map[uuid.UUID]*outcome{}}
 		if err := e.lock(ctx, tx, batch, st); err != nil {
@@ -219,14 +234,14 @@ func (e *Engine) flushTx(ctx context.Context, batch []*outcome) error {
 			live := isRunnable(st.status[o.taskID])
 			switch o.kind {
 			case outcomeIdle:
-				st.complete = append(st.complete, o.job)
+				st.complete, o.finished = append(st.complete, o.job), true
 				if live {
 					tr := st.turnOf[o.taskID]
 					tr.by = o
 					st.wake = append(st.wake, tr)
 				}
 			case outcomeComplete, outcomeSuspend:
-				st.complete = append(st.complete, o.job)
+				st.complete, o.finished = append(st.complete, o.job), true
 				if !live {
 					o.logf(ctx, "workflow: task changed state during its turn (cancelled?); its outcome is dropped", "status", st.status[o.taskID])
 					continue
@@ -322,7 +337,7 @@ func (e *Engine) lock(ctx context.Context, tx pgx.Tx, batch []*outcome, st *batc
 		   FOR UPDATE OF j`, ids, attempts, ats)
 	b.Queue(`
 		SELECT id, status, workflow, queue, priority, max_attempts FROM braid_tasks
-		 WHERE id = ANY($1) OR id IN (SELECT parent_task_id FROM braid_tasks WHERE id = ANY($2))
+		 WHERE id IN (SELECT unnest($1::uuid[]) UNION SELECT parent_task_id FROM braid_tasks WHERE id = ANY($2))
 		 ORDER BY created_at DESC, id DESC
 		   FOR UPDATE`, tasks, finishing)
 	br := tx.SendBatch(ctx, b)

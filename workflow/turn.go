@@ -174,7 +174,7 @@ func (w *taskWorker) Timeout(*river.Job[taskArgs]) time.Duration { return -1 }
 // turn that the previous one's outcome made runnable and claimed for this
 // process (see claimContinuations), until an outcome claims none.
 func (w *taskWorker) Work(ctx context.Context, job *river.Job[taskArgs]) error {
-	next, err := w.eng.runTurn(ctx, job)
+	next, err := w.eng.runTurn(ctx, job, false)
 	w.eng.continueTurns(ctx, next)
 	return err
 }
@@ -199,7 +199,7 @@ func (e *Engine) continueTurns(ctx context.Context, next *rivertype.JobRow) {
 		stop := context.AfterFunc(e.hardStop(), func() { cancel(errStopped) })
 		_ = e.queue.WorkClaimed(cctx, row, queue.ClaimedWork{
 			Work: func(ctx context.Context) error {
-				n, err := e.runTurn(ctx, &river.Job[taskArgs]{JobRow: row, Args: args})
+				n, err := e.runTurn(ctx, &river.Job[taskArgs]{JobRow: row, Args: args}, true)
 				next = n
 				return err
 			},
@@ -231,9 +231,10 @@ func (e *Engine) turnTimeout(d *definition) time.Duration {
 
 const finalStatuses = `('completed', 'failed', 'cancelled', 'skipped')`
 
-// runTurn executes one turn of a task. It returns the turn that its
-// outcome claimed for this process to run next, if any.
-func (e *Engine) runTurn(ctx context.Context, job *river.Job[taskArgs]) (*rivertype.JobRow, error) {
+// runTurn executes one turn of a task; claimed is set for a turn this
+// process claimed itself. It returns the turn that its outcome claimed for
+// this process to run next, if any.
+func (e *Engine) runTurn(ctx context.Context, job *river.Job[taskArgs], claimed bool) (*rivertype.JobRow, error) {
 	taskID, err := uuid.Parse(job.Args.TaskID)
 	if err != nil {
 		return nil, river.JobCancel(fmt.Errorf("workflow: turn has an invalid task ID %q", job.Args.TaskID))
@@ -266,7 +267,7 @@ func (e *Engine) runTurn(ctx context.Context, job *river.Job[taskArgs]) (*rivert
 	if lt == nil || !isRunnable(lt.status) {
 		e.logger.DebugContext(ctx, "workflow: turn for a task that is not runnable, or gone; nothing to do", "task.id", taskID, "job.id", job.ID)
 		handedIn = true
-		o := &outcome{kind: outcomeIdle, job: job.JobRow, taskID: taskID}
+		o := &outcome{kind: outcomeIdle, job: job.JobRow, taskID: taskID, claimed: claimed}
 		if err := e.handIn(ctx, o); err != nil {
 			return nil, err
 		}
@@ -322,7 +323,7 @@ func (e *Engine) runTurn(ctx context.Context, job *river.Job[taskArgs]) (*rivert
 		span.SetAttributes(attribute.String("turn.outcome", "stopped"))
 		return nil, river.JobSnooze(stoppedTurnSnooze)
 	}
-	o := &outcome{job: job.JobRow, taskID: t.id, t: t}
+	o := &outcome{job: job.JobRow, taskID: t.id, t: t, claimed: claimed}
 	var ret error
 	switch {
 	case t.suspended && t.snoozing:

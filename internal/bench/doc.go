@@ -12,7 +12,7 @@
 //
 // # Scenarios
 //
-//   - runs: N no-op single-task workflow runs started (StartTx, a hundred
+//   - runs: N no-op single-task workflow runs started (StartMany, a hundred
 //     per transaction, from four goroutines) and completed, against N no-op
 //     River jobs inserted (InsertMany, a hundred per call, from four
 //     goroutines) and worked. Throughput from the first start to the last

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
 	"github.com/braidflow/braid/workflow"
@@ -107,14 +106,9 @@ func (b *bench) braidRuns(ctx context.Context, scenario string, n int) (phase, e
 	start := time.Now()
 	batches := (n + startBatch - 1) / startBatch
 	err = parallel(batches, starters, func(i int) error {
-		return pgx.BeginFunc(s.ctx, s.pool, func(tx pgx.Tx) error {
-			for j := i * startBatch; j < min(n, (i+1)*startBatch); j++ {
-				if _, err := noop.StartTx(s.ctx, tx, eng, struct{}{}, nil); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
+		params := make([]workflow.StartManyParams[struct{}], min(n, (i+1)*startBatch)-i*startBatch)
+		_, err := noop.StartMany(s.ctx, eng, params)
+		return err
 	})
 	if err != nil {
 		return phase{}, err

@@ -462,10 +462,8 @@ func (b *bench) braidSustained(ctx context.Context, rate float64, length time.Du
 			return err
 		}
 		defer func() { _ = tx.Rollback(context.WithoutCancel(s.ctx)) }()
-		for range n {
-			if _, err := wf.StartTx(s.ctx, tx, eng, struct{}{}, nil); err != nil {
-				return err
-			}
+		if _, err := wf.StartManyTx(s.ctx, tx, eng, make([]workflow.StartManyParams[struct{}], n)); err != nil {
+			return err
 		}
 		return commit(tx)
 	}
