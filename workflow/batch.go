@@ -59,7 +59,7 @@ type outcome struct {
 	owned bool
 	// finished: the batch completed the turn's job.
 	finished bool
-	err   error
+	err      error
 	// next is a turn this outcome made runnable, claimed for this
 	// process: the turn's worker runs it next, in the same slot.
 	next *rivertype.JobRow
