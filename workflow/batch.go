@@ -364,13 +364,10 @@ func (e *Engine) lock(ctx context.Context, tx pgx.Tx, batch []*outcome, st *batc
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var tr turn
-		var status string
-		var prio int16
-		if err := rows.Scan(&tr.taskID, &status, &tr.workflow, &tr.queue, &prio, &tr.maxAttempts); err != nil {
+		tr, status, err := scanTaskTurn(rows)
+		if err != nil {
 			return fmt.Errorf("workflow: locking %d tasks: %w", len(tasks), err)
 		}
-		tr.priority = queue.Priority(prio)
 		st.status[tr.taskID], st.turnOf[tr.taskID] = status, tr
 	}
 	if err := rows.Err(); err != nil {
@@ -378,6 +375,17 @@ func (e *Engine) lock(ctx context.Context, tx pgx.Tx, batch []*outcome, st *batc
 	}
 	rows.Close()
 	return br.Close()
+}
+
+// scanTaskTurn reads a task's id, status, workflow, queue, priority and
+// max_attempts: the turn it would be given, and its status.
+func scanTaskTurn(rows pgx.Rows) (turn, string, error) {
+	var tr turn
+	var status string
+	var prio int16
+	err := rows.Scan(&tr.taskID, &status, &tr.workflow, &tr.queue, &prio, &tr.maxAttempts)
+	tr.priority = queue.Priority(prio)
+	return tr, status, err
 }
 
 // isRunnable reports whether a task of this status takes turns. A task
@@ -583,15 +591,13 @@ func (e *Engine) suspendTasks(ctx context.Context, tx pgx.Tx, suspends []*outcom
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var tr turn
-		var status string
-		var prio int16
-		if err := rows.Scan(&tr.taskID, &status, &tr.workflow, &tr.queue, &prio, &tr.maxAttempts); err != nil {
+		tr, status, err := scanTaskTurn(rows)
+		if err != nil {
 			return fmt.Errorf("workflow: suspending %d tasks: %w", len(ids), err)
 		}
 		if status == "pending" {
 			// Every awaited child finished during the turn: continue now.
-			tr.priority, tr.by = queue.Priority(prio), st.byTask[tr.taskID]
+			tr.by = st.byTask[tr.taskID]
 			st.wake = append(st.wake, tr)
 		}
 	}

@@ -577,14 +577,11 @@ func (e *Engine) settleTx(ctx context.Context, tx pgx.Tx, settled []settlement, 
 	defer rows.Close()
 	var wake []turn
 	for rows.Next() {
-		var tr turn
-		var status string
-		var prio int16
-		if err := rows.Scan(&tr.taskID, &status, &tr.workflow, &tr.queue, &prio, &tr.maxAttempts); err != nil {
+		tr, status, err := scanTaskTurn(rows)
+		if err != nil {
 			return nil, fmt.Errorf("workflow: releasing parent tasks: %w", err)
 		}
 		if status == "pending" {
-			tr.priority = queue.Priority(prio)
 			wake = append(wake, tr)
 		}
 	}
