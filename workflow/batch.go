@@ -112,9 +112,14 @@ func (b *batcher) halt() {
 // failed. It returns the outcome with its result set.
 func (b *batcher) submit(ctx context.Context, o *outcome) error {
 	o.done = make(chan struct{})
+	// The turn stops counting as active only once its outcome is in the
+	// channel, so that a batcher that sees no active turn finds every
+	// outcome handed in.
 	select {
 	case b.in <- o:
+		b.active.Add(-1)
 	case <-ctx.Done():
+		b.active.Add(-1)
 		return fmt.Errorf("workflow: handing in the outcome of task %s: %w", o.taskID, context.Cause(ctx))
 	}
 	select {
@@ -153,7 +158,18 @@ func (b *batcher) run(ctx context.Context, done chan struct{}) {
 			default:
 			}
 			if b.active.Load() == 0 {
-				break collect // no turn is left to join this batch
+				// No turn is left to join this batch: take what was
+				// handed in before the last one stopped counting.
+				for len(pending) < size {
+					select {
+					case o := <-b.in:
+						pending = append(pending, o)
+						continue
+					default:
+					}
+					break
+				}
+				break collect
 			}
 			select {
 			case o := <-b.in:

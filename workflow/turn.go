@@ -373,7 +373,6 @@ func (e *Engine) runTurn(ctx context.Context, job *river.Job[taskArgs], claimed 
 // whose attempt lost its job returns an error wrapping
 // queue.ErrJobNotRunning, on which River records nothing.
 func (e *Engine) handIn(turnCtx context.Context, o *outcome) error {
-	e.batcher.active.Add(-1)
 	ctx, cancel := e.outcomeContext(turnCtx)
 	defer cancel()
 	if err := e.batcher.submit(ctx, o); err != nil {
