@@ -20,11 +20,12 @@ import (
 const SchedulerIntervalDefault = 5 * time.Second
 
 // ClaimTx claims jobs for this process in tx, by ID, as River's fetch
-// claims a job: each job of the list that is available moves to
-// running, its attempt counted, its attempted_at set to now on the
-// database clock and this client added to attempted_by. Jobs that are not
-// available, or whose kind declares no heartbeat (Config.Heartbeats), are
-// left to River's fetch. It returns the claimed jobs.
+// claims a job: each job of the list that is available moves to running,
+// its attempt counted, its attempted_at set to the moment of the claim on
+// the database clock (not the transaction's start) and this client added
+// to attempted_by. Jobs that are not available, or whose kind declares no
+// heartbeat (Config.Heartbeats), are left to River's fetch. It returns the
+// claimed jobs.
 //
 // A claimed job belongs to this process once tx commits, and must then be
 // worked with WorkClaimed. Should the process die first, nothing is lost:
@@ -37,7 +38,7 @@ func (q *Queue) ClaimTx(ctx context.Context, tx pgx.Tx, ids []int64) ([]*riverty
 	}
 	rows, err := tx.Query(ctx, `
 		UPDATE river_job
-		   SET state = 'running', attempt = attempt + 1, attempted_at = now(),
+		   SET state = 'running', attempt = attempt + 1, attempted_at = clock_timestamp(),
 		       attempted_by = array_append(attempted_by, $2::text)
 		 WHERE id = ANY($1) AND state = 'available' AND kind = ANY($3)
 		RETURNING id, args, attempt, attempted_at, attempted_by, created_at, kind, max_attempts,
@@ -73,13 +74,13 @@ func (q *Queue) ClaimAvailableTx(ctx context.Context, tx pgx.Tx, name string, n 
 	rows, err := tx.Query(ctx, `
 		WITH next AS (
 		    SELECT id FROM river_job
-		     WHERE state = 'available' AND queue = $1 AND scheduled_at <= now()
+		     WHERE state = 'available' AND queue = $1 AND scheduled_at <= clock_timestamp()
 		     ORDER BY priority, scheduled_at, id
 		     LIMIT $2
 		       FOR UPDATE SKIP LOCKED
 		)
 		UPDATE river_job j
-		   SET state = 'running', attempt = j.attempt + 1, attempted_at = now(),
+		   SET state = 'running', attempt = j.attempt + 1, attempted_at = clock_timestamp(),
 		       attempted_by = array_append(j.attempted_by, $3::text)
 		  FROM next
 		 WHERE j.id = next.id AND j.kind = ANY($4)

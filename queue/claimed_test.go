@@ -35,13 +35,24 @@ func claimQueue(t *testing.T) *Queue {
 func claimAvailable(t *testing.T, q *Queue, n int) []*rivertype.JobRow {
 	t.Helper()
 	var jobs []*rivertype.JobRow
+	var txStart time.Time
 	err := pgx.BeginFunc(context.Background(), q.pool, func(tx pgx.Tx) error {
+		// The claim comes well after the transaction's start: attempted_at
+		// must be the claim's moment, as River's fetch records it.
+		if err := tx.QueryRow(context.Background(), `SELECT now(), pg_sleep(0.05)::text`).Scan(&txStart, new(string)); err != nil {
+			return err
+		}
 		var err error
 		jobs, err = q.ClaimAvailableTx(context.Background(), tx, river.QueueDefault, n, []string{"claimed", "unclaimed"})
 		return err
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, j := range jobs {
+		if j.AttemptedAt == nil || j.AttemptedAt.Sub(txStart) < 50*time.Millisecond {
+			t.Fatalf("job %d attempted at %v, the claiming transaction began at %v; want the moment of the claim", j.ID, j.AttemptedAt, txStart)
+		}
 	}
 	return jobs
 }

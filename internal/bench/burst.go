@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
 	"github.com/braidflow/braid/workflow"
@@ -96,7 +95,7 @@ func (s *side) checkBurstSetup(at time.Time, setup time.Duration) error {
 }
 
 // braidBurst starts n runs that each delay until one instant, startBatch
-// per transaction from starters goroutines, and returns their lateness
+// per StartMany from starters goroutines, and returns their lateness
 // and the commits from the first start to the last completion. The set-up
 // (every run started and its delay set) is expected to take as long as n
 // no-op runs at braid's measured throughput; the instant is BurstLead after
@@ -132,14 +131,12 @@ func (b *bench) braidBurst(ctx context.Context, n int) ([]float64, int64, error)
 	}
 	batches := (n + startBatch - 1) / startBatch
 	err = parallel(batches, starters, func(i int) error {
-		return pgx.BeginFunc(s.ctx, s.pool, func(tx pgx.Tx) error {
-			for j := i * startBatch; j < min(n, (i+1)*startBatch); j++ {
-				if _, err := wait.StartTx(s.ctx, tx, eng, burstIn{At: at}, nil); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
+		params := make([]workflow.StartManyParams[burstIn], min(n, (i+1)*startBatch)-i*startBatch)
+		for j := range params {
+			params[j].Input = burstIn{At: at}
+		}
+		_, err := wait.StartMany(s.ctx, eng, params)
+		return err
 	})
 	if err != nil {
 		return nil, 0, err
