@@ -1,0 +1,216 @@
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/braidflow/braid/queue"
+	"github.com/braidflow/braid/scheduler"
+)
+
+// Channels the hub listens on: a run finished (payload: its ID), a job
+// reported progress (payload: queue.JobProgress as JSON), a schedule or
+// recurring job changed.
+const (
+	channelRunFinished = "braid_run_finished"
+	channelProgress    = queue.ProgressChannel
+	channelScheduler   = scheduler.NotifyChannel
+)
+
+// TickInterval is how often the event stream sends a tick. A page refreshes
+// what it shows on a tick, so changes that no NOTIFY announces (a run that
+// starts or suspends, a job that changes state) reach it within a second.
+const TickInterval = time.Second
+
+// Event is one message of the event stream (GET /api/events), sent as a
+// Server-Sent Event whose event name is Type and whose data is Data.
+//
+//   - "run": a run finished; data {"id": run ID}.
+//   - "progress": a job reported progress; data is queue.JobProgress.
+//   - "schedule": a schedule or recurring job changed; data {}.
+//   - "tick": sent every TickInterval; data {"at": server time}.
+type Event struct {
+	Type string          `json:"type"`
+	Data json.RawMessage `json:"data"`
+}
+
+// hub holds one LISTEN connection for the whole server and fans its
+// notifications out to the open event streams. It starts with the first
+// stream and reconnects after a lost connection.
+type hub struct {
+	pool *pgxpool.Pool
+	log  *slog.Logger
+
+	mu     sync.Mutex
+	subs   map[chan Event]struct{}
+	cancel context.CancelFunc
+	done   chan struct{}
+	closed bool
+}
+
+func newHub(pool *pgxpool.Pool, log *slog.Logger) *hub {
+	return &hub{pool: pool, log: log, subs: map[chan Event]struct{}{}}
+}
+
+// subscribe returns a channel of events and a function that ends the
+// subscription. It returns nil once the hub is closed.
+func (h *hub) subscribe() (chan Event, func()) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return nil, func() {}
+	}
+	ch := make(chan Event, 64)
+	h.subs[ch] = struct{}{}
+	if h.cancel == nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		h.cancel, h.done = cancel, make(chan struct{})
+		go h.listen(ctx, h.done)
+	}
+	return ch, func() {
+		h.mu.Lock()
+		delete(h.subs, ch)
+		h.mu.Unlock()
+	}
+}
+
+// close stops the LISTEN loop and waits for it.
+func (h *hub) close() {
+	h.mu.Lock()
+	h.closed = true
+	cancel, done := h.cancel, h.done
+	h.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
+}
+
+// publish sends ev to every subscriber; a subscriber whose buffer is full
+// misses it and catches up on the next tick.
+func (h *hub) publish(ev Event) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for ch := range h.subs {
+		select {
+		case ch <- ev:
+		default:
+		}
+	}
+}
+
+func (h *hub) listen(ctx context.Context, done chan struct{}) {
+	defer close(done)
+	for ctx.Err() == nil {
+		err := h.listenOnce(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		h.log.Warn("admin: live updates lost their connection; retrying", slog.String("error", err.Error()))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func (h *hub) listenOnce(ctx context.Context) error {
+	conn, err := pgx.ConnectConfig(ctx, h.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	for _, ch := range []string{channelRunFinished, channelProgress, channelScheduler} {
+		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
+			return err
+		}
+	}
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		switch n.Channel {
+		case channelRunFinished:
+			data, _ := json.Marshal(map[string]string{"id": n.Payload})
+			h.publish(Event{Type: "run", Data: data})
+		case channelProgress:
+			if json.Valid([]byte(n.Payload)) {
+				h.publish(Event{Type: "progress", Data: json.RawMessage(n.Payload)})
+			}
+		case channelScheduler:
+			h.publish(Event{Type: "schedule", Data: json.RawMessage(`{}`)})
+		}
+	}
+}
+
+func (s *Server) routeEvents() {
+	s.add(&route{
+		Method: "GET", Path: "/api/events", Tag: "events",
+		Summary:  "Live updates as Server-Sent Events: run, progress, schedule and tick events",
+		Response: Event{},
+		Handle:   s.events,
+	})
+}
+
+// events streams Server-Sent Events until the client goes away.
+func (s *Server) events(w http.ResponseWriter, r *http.Request) error {
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		return errorf(http.StatusInternalServerError, "streaming is not supported by this connection")
+	}
+	ch, unsubscribe := s.hub.subscribe()
+	defer unsubscribe()
+	if ch == nil {
+		return errorf(http.StatusServiceUnavailable, "the server is shutting down")
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	fmt.Fprint(w, "retry: 1000\n\n")
+	flusher.Flush()
+	tick := time.NewTicker(TickInterval)
+	defer tick.Stop()
+	for {
+		var ev Event
+		select {
+		case <-r.Context().Done():
+			return nil
+		case e, ok := <-ch:
+			if !ok {
+				return nil
+			}
+			ev = e
+		case t := <-tick.C:
+			data, _ := json.Marshal(map[string]time.Time{"at": t.UTC()})
+			ev = Event{Type: "tick", Data: data}
+		}
+		if _, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", ev.Type, compact(ev.Data)); err != nil {
+			return nil
+		}
+		flusher.Flush()
+	}
+}
+
+// compact puts JSON on one line, as an SSE data field needs.
+func compact(b json.RawMessage) []byte {
+	var out []byte
+	buf := make([]byte, 0, len(b))
+	out = append(buf, b...)
+	for i, c := range out {
+		if c == '\n' || c == '\r' {
+			out[i] = ' '
+		}
+	}
+	return out
+}

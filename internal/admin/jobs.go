@@ -1,0 +1,3 @@
+package admin
+
+func (s *Server) routeJobs() {}

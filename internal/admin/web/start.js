@@ -1,0 +1,1 @@
+braid.start();
