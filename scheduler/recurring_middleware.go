@@ -3,6 +3,7 @@ package scheduler
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,6 +15,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/braidflow/braid/queue"
 )
@@ -85,6 +88,12 @@ type RecurringConfig struct {
 //
 // A row whose run was reclaimed as stale, or that was deleted, ignores the
 // late outcome of the old run.
+//
+// The span of the run (the queue's river.job <kind> span, when the
+// middleware is installed after braid's own, as Config.Middleware of the
+// queue is) gets the attributes braid.recurring.kind,
+// braid.recurring.key and braid.recurring.id, so that the runs of one
+// entity can be found in a trace viewer.
 type RecurringMiddleware struct {
 	river.MiddlewareDefaults
 
@@ -166,6 +175,9 @@ func (m *RecurringMiddleware) Work(ctx context.Context, job *rivertype.JobRow, d
 	if !ok {
 		return doInner(ctx)
 	}
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(recurringAttributes(id, job)...)
+	}
 	st := &runState{}
 	err := callSafely(context.WithValue(ctx, runStateKey{}, st), doInner)
 
@@ -189,6 +201,33 @@ func (m *RecurringMiddleware) Work(ctx context.Context, job *rivertype.JobRow, d
 		m.fail(wctx, id, job, err)
 	}
 	return err
+}
+
+// Attribute keys that name a recurring job on the span of its run.
+const (
+	// AttributeRecurringKind is the recurring job's kind.
+	AttributeRecurringKind = "braid.recurring.kind"
+	// AttributeRecurringKey is its entity key (a feed, a tenant), the key
+	// given to Ensure.
+	AttributeRecurringKey = "braid.recurring.key"
+	// AttributeRecurringID is the ID of its row.
+	AttributeRecurringID = "braid.recurring.id"
+)
+
+// recurringAttributes name the recurring job that job runs: its kind, its
+// entity key and its row, so that the runs of one entity can be found
+// among the river.job spans of its kind.
+func recurringAttributes(id int64, job *rivertype.JobRow) []attribute.KeyValue {
+	attrs := []attribute.KeyValue{
+		attribute.String(AttributeRecurringKind, job.Kind),
+		attribute.Int64(AttributeRecurringID, id),
+	}
+	var md map[string]json.RawMessage
+	var key string
+	if json.Unmarshal(job.Metadata, &md) == nil && json.Unmarshal(md[MetadataRecurringKey], &key) == nil {
+		attrs = append(attrs, attribute.String(AttributeRecurringKey, key))
+	}
+	return attrs
 }
 
 // callSafely calls fn, turning a panic into an error with the stack.

@@ -7,6 +7,9 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync/atomic"
+
+	"github.com/google/uuid"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -103,6 +106,90 @@ func protocol(signalVar string) (string, error) {
 	}
 }
 
+// exporting holds the signals of the Setup in force, nil when none is.
+var exporting atomic.Pointer[Signals]
+
+// Exporting returns the signals that Setup installed exporters for and
+// whose shutdown function has not yet been called: what the program
+// actually exports, as opposed to what the environment asks for
+// (Enabled). It is empty when Setup was not called, changed nothing, or
+// failed.
+func Exporting() Signals {
+	if s := exporting.Load(); s != nil {
+		return *s
+	}
+	return Signals{}
+}
+
+// String names the signals, as in "traces and metrics", "traces",
+// "metrics" or "nothing".
+func (s Signals) String() string {
+	switch {
+	case s.Traces && s.Metrics:
+		return "traces and metrics"
+	case s.Traces:
+		return "traces"
+	case s.Metrics:
+		return "metrics"
+	}
+	return "nothing"
+}
+
+// instanceID is this process's service.instance.id: one random UUID per
+// process, so that the spans of two processes on one host, or of a
+// process and its restart, are told apart.
+var instanceID = uuid.NewString()
+
+// Resource returns the resource that Setup gives both providers. It
+// names the service (Config.ServiceName, or ServiceNameDefault, and
+// Config.ServiceVersion), the instance (service.instance.id, random per
+// process), the host (host.name, and host.id where the system provides
+// one, such as /etc/machine-id), the process (process.pid,
+// process.executable.name, process.runtime.name, .version and
+// .description) and the OTel SDK. OTEL_RESOURCE_ATTRIBUTES and
+// OTEL_SERVICE_NAME are merged last, so they win over every other source.
+// The process's command line and owner are left out: they can carry
+// secrets.
+//
+// A trace viewer such as Jaeger tells processes apart by these
+// attributes; without the host's and the process's, it mistakes spans of
+// different processes for one clock and warns of a skew that is not
+// there.
+func Resource(ctx context.Context, cfg Config) (*resource.Resource, error) {
+	name := cfg.ServiceName
+	if name == "" {
+		name = ServiceNameDefault
+	}
+	attrs := []attribute.KeyValue{
+		attribute.String("service.name", name),
+		attribute.String("service.instance.id", instanceID),
+	}
+	if cfg.ServiceVersion != "" {
+		attrs = append(attrs, attribute.String("service.version", cfg.ServiceVersion))
+	}
+	// A host ID is not available everywhere (a container without
+	// /etc/machine-id, say): it is added only when found.
+	if id, err := resource.New(ctx, resource.WithHostID()); err == nil {
+		attrs = append(attrs, id.Attributes()...)
+	}
+	// Later detectors win: the environment overrides everything else.
+	res, err := resource.New(ctx,
+		resource.WithAttributes(attrs...),
+		resource.WithHost(),
+		resource.WithProcessPID(),
+		resource.WithProcessExecutableName(),
+		resource.WithProcessRuntimeName(),
+		resource.WithProcessRuntimeVersion(),
+		resource.WithProcessRuntimeDescription(),
+		resource.WithTelemetrySDK(),
+		resource.WithFromEnv(),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("telemetry: building the resource: %w", err)
+	}
+	return res, nil
+}
+
 // Setup configures OTLP export of traces and metrics from the OTEL_*
 // environment variables and installs the providers as the OTel globals. It
 // returns a function that flushes and stops the exporters; call it before
@@ -134,14 +221,9 @@ func Setup(ctx context.Context, cfg Config) (shutdown func(context.Context) erro
 		}
 	}
 
-	attrs := []attribute.KeyValue{attribute.String("service.name", cfg.ServiceName)}
-	if cfg.ServiceVersion != "" {
-		attrs = append(attrs, attribute.String("service.version", cfg.ServiceVersion))
-	}
-	// Later detectors win: the environment overrides the configured name.
-	res, err := resource.New(ctx, resource.WithAttributes(attrs...), resource.WithTelemetrySDK(), resource.WithFromEnv())
+	res, err := Resource(ctx, cfg)
 	if err != nil {
-		return nothing, fmt.Errorf("telemetry: building the resource: %w", err)
+		return nothing, err
 	}
 
 	var shutdowns []func(context.Context) error
@@ -196,7 +278,9 @@ func Setup(ctx context.Context, cfg Config) (shutdown func(context.Context) erro
 	}))
 	logger.Info("telemetry: exporting over OTLP", slog.Bool("traces", on.Traces), slog.Bool("metrics", on.Metrics),
 		slog.String("traces_protocol", traceProto), slog.String("metrics_protocol", metricProto))
+	exporting.Store(&on)
 	return func(ctx context.Context) error {
+		exporting.CompareAndSwap(&on, nil)
 		if err := shutdownAll(ctx); err != nil {
 			return fmt.Errorf("telemetry: shutting down: %w", err)
 		}

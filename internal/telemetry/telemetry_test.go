@@ -7,6 +7,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -15,6 +18,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/sdk/resource"
 	collectormetrics "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
 	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	resourcepb "go.opentelemetry.io/proto/otlp/resource/v1"
@@ -307,5 +312,131 @@ func TestSetupRejectsUnsupportedProtocol(t *testing.T) {
 	}
 	if err := shutdown(context.Background()); err != nil {
 		t.Errorf("the shutdown of a failed Setup = %v", err)
+	}
+}
+
+func TestResource(t *testing.T) {
+	cleanEnv(t)
+	ctx := context.Background()
+	res, err := Resource(ctx, Config{ServiceName: "feedfetcher", ServiceVersion: "1.2.3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]attribute.Value{}
+	for _, kv := range res.Attributes() {
+		got[string(kv.Key)] = kv.Value
+	}
+	host, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]attribute.Value{
+		"service.name":            attribute.StringValue("feedfetcher"),
+		"service.version":         attribute.StringValue("1.2.3"),
+		"host.name":               attribute.StringValue(host),
+		"process.pid":             attribute.IntValue(os.Getpid()),
+		"process.executable.name": attribute.StringValue(filepath.Base(exe)),
+		"process.runtime.name":    attribute.StringValue("go"),
+		"process.runtime.version": attribute.StringValue(runtime.Version()),
+	}
+	// host.id comes from the system (/etc/machine-id on Linux) when it
+	// has one.
+	if id, err := resource.New(ctx, resource.WithHostID()); err == nil {
+		v, _ := id.Set().Value("host.id")
+		want["host.id"] = v
+	}
+	for k, w := range want {
+		if g, ok := got[k]; !ok || g != w {
+			t.Errorf("resource attribute %s = %v (present %t), want %v", k, g.Emit(), ok, w.Emit())
+		}
+	}
+	for _, k := range []string{"service.instance.id", "process.runtime.description", "telemetry.sdk.name"} {
+		if got[k].AsString() == "" {
+			t.Errorf("resource attribute %s is missing", k)
+		}
+	}
+	for _, k := range []string{"process.command_args", "process.owner", "process.command_line"} {
+		if _, ok := got[k]; ok {
+			t.Errorf("resource carries %s, which can hold secrets", k)
+		}
+	}
+
+	// The instance ID is the process's: the same on every call.
+	again, err := Resource(ctx, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := again.Set().Value("service.instance.id"); v != got["service.instance.id"] {
+		t.Errorf("service.instance.id changed between calls: %v, then %v", got["service.instance.id"].Emit(), v.Emit())
+	}
+	if v, _ := again.Set().Value("service.name"); v.AsString() != ServiceNameDefault {
+		t.Errorf("service.name without a configured name = %q, want %q", v.AsString(), ServiceNameDefault)
+	}
+}
+
+func TestResourceEnvironmentWins(t *testing.T) {
+	cleanEnv(t)
+	t.Setenv("OTEL_RESOURCE_ATTRIBUTES", "host.name=from-env,service.instance.id=instance-7,deployment.environment.name=test")
+	t.Setenv("OTEL_SERVICE_NAME", "svc-from-env")
+	res, err := Resource(context.Background(), Config{ServiceName: "feedfetcher"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, want := range map[string]string{
+		"host.name":                   "from-env",
+		"service.instance.id":         "instance-7",
+		"deployment.environment.name": "test",
+		"service.name":                "svc-from-env",
+	} {
+		if v, _ := res.Set().Value(attribute.Key(k)); v.AsString() != want {
+			t.Errorf("resource attribute %s = %q, want %q from the environment", k, v.AsString(), want)
+		}
+	}
+	if v, _ := res.Set().Value("process.pid"); v.AsInt64() != int64(os.Getpid()) {
+		t.Errorf("process.pid = %d, want %d beside the environment's attributes", v.AsInt64(), os.Getpid())
+	}
+}
+
+func TestExporting(t *testing.T) {
+	cleanEnv(t)
+	_, url := httpReceiver(t)
+	t.Setenv(EnvEndpoint, url)
+	t.Setenv(EnvMetricsExporter, "none")
+	ctx := context.Background()
+	if got := Exporting(); got != (Signals{}) {
+		t.Errorf("Exporting() before Setup = %+v, want nothing", got)
+	}
+	shutdown, err := Setup(ctx, Config{Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := Exporting(), (Signals{Traces: true}); got != want {
+		t.Errorf("Exporting() with OTEL_METRICS_EXPORTER=none = %+v, want %+v", got, want)
+	}
+	if err := shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := Exporting(); got != (Signals{}) {
+		t.Errorf("Exporting() after shutdown = %+v, want nothing", got)
+	}
+}
+
+func TestSignalsString(t *testing.T) {
+	for _, tt := range []struct {
+		s    Signals
+		want string
+	}{
+		{Signals{}, "nothing"},
+		{Signals{Traces: true}, "traces"},
+		{Signals{Metrics: true}, "metrics"},
+		{Signals{Traces: true, Metrics: true}, "traces and metrics"},
+	} {
+		if got := tt.s.String(); got != tt.want {
+			t.Errorf("%+v.String() = %q, want %q", tt.s, got, tt.want)
+		}
 	}
 }

@@ -6,7 +6,8 @@
 // binaries installed on the machine, in a temporary directory removed at
 // exit; with DATABASE_URL it uses that database, and a second run copes
 // with the rows of the first. When OTEL_EXPORTER_OTLP_ENDPOINT is set it
-// exports traces and metrics over OTLP.
+// exports traces and metrics over OTLP, less a signal whose
+// OTEL_TRACES_EXPORTER or OTEL_METRICS_EXPORTER is "none", and says which.
 //
 // Usage:
 //
@@ -114,8 +115,8 @@ func run(ctx context.Context, opts options) (err error) {
 		defer cancel()
 		err = errors.Join(err, shutdownTelemetry(sctx))
 	}()
-	if on := telemetry.Enabled(); on.Traces || on.Metrics {
-		say("Exporting traces and metrics over OTLP (OTEL_EXPORTER_OTLP_* is set).")
+	if on := telemetry.Exporting(); on.Traces || on.Metrics {
+		say("Exporting %s over OTLP (OTEL_EXPORTER_OTLP_* is set).", on)
 	}
 
 	url, database := opts.databaseURL, "DATABASE_URL"
