@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river/rivertype"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -34,53 +36,190 @@ type RunInfo struct {
 
 // TaskInfo describes a task of a run.
 type TaskInfo struct {
-	ID         string     `json:"id"`
-	ParentID   string     `json:"parent_id,omitempty"`
-	Key        string     `json:"key"`
-	Workflow   string     `json:"workflow"`
-	Status     string     `json:"status"`
-	Attempt    int        `json:"attempt"`
-	Turns      int        `json:"turns"`
-	Remaining  int        `json:"remaining"`
-	Error      string     `json:"error,omitempty"`
-	CreatedAt  time.Time  `json:"created_at"`
-	StartedAt  *time.Time `json:"started_at,omitempty"`
-	FinishedAt *time.Time `json:"finished_at,omitempty"`
-	Steps      []StepInfo `json:"steps,omitempty"`
+	ID       string `json:"id"`
+	ParentID string `json:"parent_id,omitempty"`
+	Key      string `json:"key"`
+	Workflow string `json:"workflow"`
+	Status   string `json:"status"`
+	Attempt  int    `json:"attempt"`
+	// MaxAttempts is how many attempts each of the task's turns gets.
+	MaxAttempts int `json:"max_attempts"`
+	// Turns counts the turns the task has ended (suspended or finished).
+	Turns     int    `json:"turns"`
+	Remaining int    `json:"remaining"`
+	Error     string `json:"error,omitempty"`
+	// ErrorKind is "panic" when the error is a panic's, with its stack in
+	// Error.
+	ErrorKind  string          `json:"error_kind,omitempty"`
+	Input      json.RawMessage `json:"input,omitempty"`
+	Output     json.RawMessage `json:"output,omitempty"`
+	CreatedAt  time.Time       `json:"created_at"`
+	StartedAt  *time.Time      `json:"started_at,omitempty"`
+	FinishedAt *time.Time      `json:"finished_at,omitempty"`
+	Steps      []StepInfo      `json:"steps,omitempty"`
+	// TurnJobs are the task's turns as River jobs, oldest first, with the
+	// errors of their failed attempts. River's job cleaner removes
+	// finished jobs after its retention period; the list then holds only
+	// the turns still kept.
+	TurnJobs []TurnInfo `json:"turn_jobs,omitempty"`
+	// Waits are the intervals the task spent suspended: on a delay, or on
+	// its children. See WaitInfo.
+	Waits []WaitInfo `json:"waits,omitempty"`
 }
 
 // StepInfo describes a recorded step or delay of a task.
 type StepInfo struct {
-	Name       string     `json:"name"`
-	Kind       string     `json:"kind"`
-	Status     string     `json:"status"`
-	Attempts   int        `json:"attempts"`
-	Error      string     `json:"error,omitempty"`
-	ResumeAt   *time.Time `json:"resume_at,omitempty"`
+	Name     string          `json:"name"`
+	Kind     string          `json:"kind"`
+	Status   string          `json:"status"`
+	Attempts int             `json:"attempts"`
+	Output   json.RawMessage `json:"output,omitempty"`
+	// Error is the full text of the step's error, a panic's stack
+	// included.
+	Error string `json:"error,omitempty"`
+	// ErrorKind is "panic" when the error is a panic's.
+	ErrorKind string     `json:"error_kind,omitempty"`
+	ResumeAt  *time.Time `json:"resume_at,omitempty"`
+	// CreatedAt is when the step was first recorded; for a delay, the
+	// moment its task suspended on it.
+	CreatedAt  time.Time  `json:"created_at"`
 	StartedAt  *time.Time `json:"started_at,omitempty"`
 	FinishedAt *time.Time `json:"finished_at,omitempty"`
 }
+
+// TurnInfo is one turn of a task: a River job of kind TaskKind.
+type TurnInfo struct {
+	JobID       int64  `json:"job_id"`
+	State       string `json:"state"` // River's job state
+	Attempt     int    `json:"attempt"`
+	MaxAttempts int    `json:"max_attempts"`
+	// CreatedAt is when the turn was inserted: when its task was started
+	// or woken.
+	CreatedAt time.Time `json:"created_at"`
+	// AttemptedAt is when its latest attempt started.
+	AttemptedAt *time.Time `json:"attempted_at,omitempty"`
+	// FinalizedAt is when it ended: completed (the task suspended or
+	// finished), discarded (its attempts ran out) or cancelled.
+	FinalizedAt *time.Time `json:"finalized_at,omitempty"`
+	// Errors are the errors of its failed attempts, oldest first.
+	Errors []rivertype.AttemptError `json:"errors,omitempty"`
+}
+
+// Wait kinds.
+const (
+	// WaitDelay is a task suspended on a delay step.
+	WaitDelay = "delay"
+	// WaitChildren is a task suspended until the children it awaits
+	// finish.
+	WaitChildren = "children"
+)
+
+// WaitInfo is an interval a task spent suspended.
+//
+// A delay's wait runs from its creation (the task suspended on it) to the
+// moment the delay processor fired it, or, while it waits, has no end and
+// ResumeAt says when it is due. A wait on children runs from the end of
+// the turn that suspended to the insertion of the continuation turn that
+// the last finishing child made; it is derived from the task's turn jobs,
+// so it is missing once River's job cleaner has removed them, except for
+// the wait in progress, which starts at the last turn's end or else at the
+// task's suspension.
+type WaitInfo struct {
+	Kind string `json:"kind"` // WaitDelay or WaitChildren
+	// Name is the delay step's name.
+	Name  string     `json:"name,omitempty"`
+	Start time.Time  `json:"start"`
+	End   *time.Time `json:"end,omitempty"`
+	// ResumeAt is when a delay is due.
+	ResumeAt *time.Time `json:"resume_at,omitempty"`
+	// Status is "waiting" while the task waits, "done" once woken, or a
+	// delay step's status (waiting, fired, cancelled).
+	Status string `json:"status"`
+}
+
+// ErrInvalidRunFilter is wrapped by the errors of ListRuns and CountRuns for
+// a filter they cannot apply; the message names the field and the limit.
+var ErrInvalidRunFilter = errors.New("workflow: invalid run filter")
+
+// RunStatuses lists the statuses a run can have, as ListRuns filters them.
+var RunStatuses = []string{"pending", "running", "waiting", "completed", "failed", "cancelled"}
+
+// Limits of RunFilter.
+const (
+	RunFilterLimitDefault = 100
+	RunFilterLimitMax     = 10_000
+)
 
 // RunFilter selects runs for ListRuns. The zero value lists the newest
 // runs.
 type RunFilter struct {
 	Status   string // one status, or "" for all
 	Workflow string
+	// IdempotencyKey selects the run started with this key.
+	IdempotencyKey string
 	// Limit is the most runs returned. Default 100, at most 10,000.
 	Limit int
+	// Offset skips that many runs of the list, for paging; 0 or more.
+	Offset int
 	// Before lists runs created before this time, for paging.
 	Before time.Time
+	// CreatedAfter and CreatedBefore bound the runs' creation time: at or
+	// after CreatedAfter, and before CreatedBefore. Zero means unbounded.
+	CreatedAfter  time.Time
+	CreatedBefore time.Time
+}
+
+// check validates the filter and fills the default limit.
+func (f *RunFilter) check(forCount bool) error {
+	if f.Limit == 0 {
+		f.Limit = RunFilterLimitDefault
+	}
+	if !forCount && (f.Limit < 0 || f.Limit > RunFilterLimitMax) {
+		return fmt.Errorf("%w: limit %d is outside 1-%d", ErrInvalidRunFilter, f.Limit, RunFilterLimitMax)
+	}
+	if f.Offset < 0 {
+		return fmt.Errorf("%w: offset %d is negative", ErrInvalidRunFilter, f.Offset)
+	}
+	if f.Status != "" && !strings.Contains(" "+strings.Join(RunStatuses, " ")+" ", " "+f.Status+" ") {
+		return fmt.Errorf("%w: unknown run status %q (want pending, running, waiting, completed, failed or cancelled)", ErrInvalidRunFilter, f.Status)
+	}
+	if !f.CreatedAfter.IsZero() && !f.CreatedBefore.IsZero() && !f.CreatedAfter.Before(f.CreatedBefore) {
+		return fmt.Errorf("%w: created after %s is not before created before %s", ErrInvalidRunFilter,
+			f.CreatedAfter.Format(time.RFC3339Nano), f.CreatedBefore.Format(time.RFC3339Nano))
+	}
+	return nil
+}
+
+// where is the filter's WHERE clause over braid_runs r and its arguments,
+// from $1.
+func (f *RunFilter) where() (string, []any) {
+	opt := func(t time.Time) any {
+		if t.IsZero() {
+			return nil
+		}
+		return t
+	}
+	return `($1 = '' OR ` + runStatusSQL + ` = $1) AND ($2 = '' OR r.workflow = $2) AND ($3 = '' OR r.idempotency_key = $3)
+		   AND ($4::timestamptz IS NULL OR r.created_at < $4) AND ($5::timestamptz IS NULL OR r.created_at >= $5)
+		   AND ($6::timestamptz IS NULL OR r.created_at < $6)`,
+		[]any{f.Status, f.Workflow, f.IdempotencyKey, opt(f.Before), opt(f.CreatedAfter), opt(f.CreatedBefore)}
 }
 
 func errorMessage(raw []byte) string {
+	msg, _ := errorText(raw)
+	return msg
+}
+
+// errorText is a stored error's full message and its kind.
+func errorText(raw []byte) (msg, kind string) {
 	if len(raw) == 0 {
-		return ""
+		return "", ""
 	}
 	var se storedError
 	if json.Unmarshal(raw, &se) == nil {
-		return se.Message
+		return se.Message, se.Kind
 	}
-	return string(raw)
+	return string(raw), ""
 }
 
 func traceID(traceParent *string) string {
@@ -140,13 +279,14 @@ type Querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
-// Run returns a run with its tasks and their steps.
+// Run returns a run with its tasks, their steps, turns and waits.
 func (e *Engine) Run(ctx context.Context, runID string) (*RunInfo, error) {
 	return Inspect(ctx, e.pool, runID)
 }
 
-// Inspect returns a run with its tasks and their steps, reading the
-// database directly; it needs no engine (the CLI uses it).
+// Inspect returns a run with its tasks, their steps, turns and waits,
+// reading the database directly; it needs no engine (the CLI uses it). It
+// reads in four queries whatever the number of tasks.
 func Inspect(ctx context.Context, db Querier, runID string) (*RunInfo, error) {
 	id, err := uuid.Parse(runID)
 	if err != nil {
@@ -162,22 +302,27 @@ func Inspect(ctx context.Context, db Querier, runID string) (*RunInfo, error) {
 	rows, err := db.Query(ctx, `
 		SELECT t.id, t.parent_task_id, t.key, t.workflow,
 		       CASE WHEN j.attempt IS NOT NULL OR t.status = 'running' THEN 'running' ELSE t.status END,
-		       coalesce(j.attempt, t.attempt), t.turns, t.remaining, t.error, t.created_at,
-		       coalesce(t.started_at, j.attempted_at), t.finished_at
+		       coalesce(j.attempt, t.attempt), t.max_attempts, t.turns, t.remaining, t.error, t.input, t.output,
+		       t.created_at, coalesce(t.started_at, j.attempted_at), t.finished_at, t.updated_at
 		  FROM braid_tasks t `+taskTurnSQL+`
 		 WHERE t.run_id = $1 ORDER BY t.created_at, t.id`, id)
 	if err != nil {
 		return nil, err
 	}
 	index := map[uuid.UUID]int{}
+	var taskIDs []string
+	var updated []time.Time
 	for rows.Next() {
 		var (
-			ti       TaskInfo
-			tid      uuid.UUID
-			parentID *uuid.UUID
-			errRaw   []byte
+			ti            TaskInfo
+			tid           uuid.UUID
+			parentID      *uuid.UUID
+			errRaw        []byte
+			input, output []byte
+			updatedAt     time.Time
 		)
-		if err := rows.Scan(&tid, &parentID, &ti.Key, &ti.Workflow, &ti.Status, &ti.Attempt, &ti.Turns, &ti.Remaining, &errRaw, &ti.CreatedAt, &ti.StartedAt, &ti.FinishedAt); err != nil {
+		if err := rows.Scan(&tid, &parentID, &ti.Key, &ti.Workflow, &ti.Status, &ti.Attempt, &ti.MaxAttempts, &ti.Turns, &ti.Remaining,
+			&errRaw, &input, &output, &ti.CreatedAt, &ti.StartedAt, &ti.FinishedAt, &updatedAt); err != nil {
 			rows.Close()
 			return nil, err
 		}
@@ -185,20 +330,38 @@ func Inspect(ctx context.Context, db Querier, runID string) (*RunInfo, error) {
 		if parentID != nil {
 			ti.ParentID = parentID.String()
 		}
-		ti.Error = errorMessage(errRaw)
+		ti.Error, ti.ErrorKind = errorText(errRaw)
+		ti.Input, ti.Output = input, output
 		index[tid] = len(run.Tasks)
 		run.Tasks = append(run.Tasks, ti)
+		taskIDs = append(taskIDs, ti.ID)
+		updated = append(updated, updatedAt)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	rows, err = db.Query(ctx, `
-		SELECT s.task_id, s.name, s.kind, s.status, s.attempts, s.error, s.resume_at, s.started_at, coalesce(s.finished_at, CASE WHEN s.status <> 'waiting' THEN s.created_at END)
-		  FROM braid_steps s JOIN braid_tasks t ON t.id = s.task_id
-		 WHERE t.run_id = $1 ORDER BY s.created_at, s.name`, id)
-	if err != nil {
+	if err := inspectSteps(ctx, db, id, run, index); err != nil {
 		return nil, err
+	}
+	if err := inspectTurns(ctx, db, taskIDs, run, index); err != nil {
+		return nil, err
+	}
+	for i := range run.Tasks {
+		run.Tasks[i].Waits = deriveWaits(&run.Tasks[i], updated[i])
+	}
+	return run, nil
+}
+
+// inspectSteps reads the steps of the run's tasks.
+func inspectSteps(ctx context.Context, db Querier, runID uuid.UUID, run *RunInfo, index map[uuid.UUID]int) error {
+	rows, err := db.Query(ctx, `
+		SELECT s.task_id, s.name, s.kind, s.status, s.attempts, s.output, s.error, s.resume_at, s.created_at, s.started_at,
+		       coalesce(s.finished_at, CASE WHEN s.status NOT IN ('waiting', 'retrying') THEN s.created_at END)
+		  FROM braid_steps s JOIN braid_tasks t ON t.id = s.task_id
+		 WHERE t.run_id = $1 ORDER BY s.created_at, s.name`, runID)
+	if err != nil {
+		return err
 	}
 	defer rows.Close()
 	for rows.Next() {
@@ -206,16 +369,121 @@ func Inspect(ctx context.Context, db Querier, runID string) (*RunInfo, error) {
 			si     StepInfo
 			tid    uuid.UUID
 			errRaw []byte
+			output []byte
 		)
-		if err := rows.Scan(&tid, &si.Name, &si.Kind, &si.Status, &si.Attempts, &errRaw, &si.ResumeAt, &si.StartedAt, &si.FinishedAt); err != nil {
-			return nil, err
+		if err := rows.Scan(&tid, &si.Name, &si.Kind, &si.Status, &si.Attempts, &output, &errRaw, &si.ResumeAt, &si.CreatedAt, &si.StartedAt, &si.FinishedAt); err != nil {
+			return err
 		}
-		si.Error = errorMessage(errRaw)
+		si.Output = output
+		si.Error, si.ErrorKind = errorText(errRaw)
 		if i, ok := index[tid]; ok {
 			run.Tasks[i].Steps = append(run.Tasks[i].Steps, si)
 		}
 	}
-	return run, rows.Err()
+	return rows.Err()
+}
+
+// inspectTurns reads the turn jobs of the run's tasks, in one query
+// served by the index on a turn job's task ID.
+func inspectTurns(ctx context.Context, db Querier, taskIDs []string, run *RunInfo, index map[uuid.UUID]int) error {
+	if len(taskIDs) == 0 {
+		return nil
+	}
+	rows, err := db.Query(ctx, `
+		SELECT j.args->>'task_id', j.id, j.state, j.attempt, j.max_attempts, j.created_at, j.attempted_at, j.finalized_at,
+		       coalesce(array_to_json(j.errors), '[]')
+		  FROM river_job j
+		 WHERE j.kind = $1 AND j.args->>'task_id' = ANY($2::text[])
+		 ORDER BY j.id`, TaskKind, taskIDs)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			tu      TurnInfo
+			taskID  string
+			state   string
+			errsRaw []byte
+		)
+		if err := rows.Scan(&taskID, &tu.JobID, &state, &tu.Attempt, &tu.MaxAttempts, &tu.CreatedAt, &tu.AttemptedAt, &tu.FinalizedAt, &errsRaw); err != nil {
+			return err
+		}
+		tu.State = state
+		if err := json.Unmarshal(errsRaw, &tu.Errors); err != nil {
+			return fmt.Errorf("workflow: decoding the errors of turn job %d: %w", tu.JobID, err)
+		}
+		if len(tu.Errors) == 0 {
+			tu.Errors = nil
+		}
+		tid, err := uuid.Parse(taskID)
+		if err != nil {
+			continue
+		}
+		if i, ok := index[tid]; ok {
+			run.Tasks[i].TurnJobs = append(run.Tasks[i].TurnJobs, tu)
+		}
+	}
+	return rows.Err()
+}
+
+// deriveWaits derives a task's waits from its delay steps and its turn
+// jobs; see WaitInfo. updatedAt is the task row's last change.
+func deriveWaits(t *TaskInfo, updatedAt time.Time) []WaitInfo {
+	var waits []WaitInfo
+	waitingDelay := false
+	var delays []time.Time
+	for _, s := range t.Steps {
+		if s.Kind != "delay" {
+			continue
+		}
+		w := WaitInfo{Kind: WaitDelay, Name: s.Name, Start: s.CreatedAt, ResumeAt: s.ResumeAt, Status: s.Status}
+		if s.Status != "waiting" {
+			w.End = s.FinishedAt
+		} else {
+			waitingDelay = true
+		}
+		waits = append(waits, w)
+		delays = append(delays, s.CreatedAt)
+	}
+	// A delay created between a turn's start and the next turn's
+	// insertion is that gap's cause.
+	delayIn := func(from, to time.Time) bool {
+		for _, d := range delays {
+			if !d.Before(from) && !d.After(to) {
+				return true
+			}
+		}
+		return false
+	}
+	jobs := t.TurnJobs
+	for i := 0; i+1 < len(jobs); i++ {
+		a, b := jobs[i], jobs[i+1]
+		// Only a turn that completed without finishing its task
+		// suspended it; a discarded or cancelled turn is followed by a
+		// retry's turn, not a wake.
+		if a.State != "completed" || a.FinalizedAt == nil || !b.CreatedAt.After(*a.FinalizedAt) {
+			continue
+		}
+		from := a.CreatedAt
+		if a.AttemptedAt != nil {
+			from = *a.AttemptedAt
+		}
+		if delayIn(from, b.CreatedAt) {
+			continue
+		}
+		end := b.CreatedAt
+		waits = append(waits, WaitInfo{Kind: WaitChildren, Start: *a.FinalizedAt, End: &end, Status: "done"})
+	}
+	if t.Status == "waiting" && !waitingDelay {
+		start := updatedAt
+		if n := len(jobs); n > 0 && jobs[n-1].State == "completed" && jobs[n-1].FinalizedAt != nil {
+			start = *jobs[n-1].FinalizedAt
+		}
+		waits = append(waits, WaitInfo{Kind: WaitChildren, Start: start, Status: "waiting"})
+	}
+	sort.SliceStable(waits, func(i, j int) bool { return waits[i].Start.Before(waits[j].Start) })
+	return waits
 }
 
 // ListRuns lists runs, newest first.
@@ -223,25 +491,18 @@ func (e *Engine) ListRuns(ctx context.Context, f RunFilter) ([]*RunInfo, error) 
 	return ListRuns(ctx, e.pool, f)
 }
 
-// ListRuns lists runs, newest first, reading the database directly.
+// ListRuns lists runs, newest first, reading the database directly. An
+// invalid filter returns an error wrapping ErrInvalidRunFilter.
 func ListRuns(ctx context.Context, db Querier, f RunFilter) ([]*RunInfo, error) {
-	if f.Limit == 0 {
-		f.Limit = 100
+	if err := f.check(false); err != nil {
+		return nil, err
 	}
-	if f.Limit < 0 || f.Limit > 10_000 {
-		return nil, fmt.Errorf("workflow: limit %d is outside 1-10000", f.Limit)
-	}
-	if f.Status != "" && !strings.Contains(" pending running waiting completed failed cancelled ", " "+f.Status+" ") {
-		return nil, fmt.Errorf("workflow: unknown run status %q (want pending, running, waiting, completed, failed or cancelled)", f.Status)
-	}
-	var before any
-	if !f.Before.IsZero() {
-		before = f.Before
-	}
+	where, args := f.where()
+	args = append(args, f.Limit, f.Offset)
 	rows, err := db.Query(ctx, `
 		SELECT `+runColumns+` FROM braid_runs r
-		 WHERE ($1 = '' OR `+runStatusSQL+` = $1) AND ($2 = '' OR r.workflow = $2) AND ($3::timestamptz IS NULL OR r.created_at < $3)
-		 ORDER BY r.created_at DESC, r.id DESC LIMIT $4`, f.Status, f.Workflow, before, f.Limit)
+		 WHERE `+where+`
+		 ORDER BY r.created_at DESC, r.id DESC LIMIT $7 OFFSET $8`, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -255,4 +516,16 @@ func ListRuns(ctx context.Context, db Querier, f RunFilter) ([]*RunInfo, error) 
 		out = append(out, r)
 	}
 	return out, rows.Err()
+}
+
+// CountRuns counts the runs that ListRuns would list with f, ignoring its
+// Limit and Offset.
+func CountRuns(ctx context.Context, db Querier, f RunFilter) (int64, error) {
+	if err := f.check(true); err != nil {
+		return 0, err
+	}
+	where, args := f.where()
+	var n int64
+	err := db.QueryRow(ctx, `SELECT count(*) FROM braid_runs r WHERE `+where, args...).Scan(&n)
+	return n, err
 }
