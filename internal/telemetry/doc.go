@@ -27,10 +27,25 @@
 //
 // A tracer provider with a batch span processor (OTEL_BSP_* apply) and the
 // sampler of OTEL_TRACES_SAMPLER, a meter provider with a periodic reader
-// (OTEL_METRIC_EXPORT_INTERVAL applies, 60 s by default), both with a
-// resource naming the service (OTEL_SERVICE_NAME and
-// OTEL_RESOURCE_ATTRIBUTES take precedence over Config.ServiceName), become
-// the OTel globals, together with the W3C trace-context and baggage
-// propagators and an error handler that logs export errors through slog.
-// The shutdown function flushes what is buffered and stops the exporters.
+// (OTEL_METRIC_EXPORT_INTERVAL applies, 60 s by default), both with the
+// resource of [Resource], become the OTel globals, together with the W3C
+// trace-context and baggage propagators and an error handler that logs
+// export errors through slog. The shutdown function flushes what is
+// buffered and stops the exporters. [Exporting] says which signals are
+// exported, for a program to tell its user; [Enabled] only says which the
+// environment asks for.
+//
+// # The resource
+//
+// The resource names the service (Config.ServiceName, service.version),
+// the instance (service.instance.id, random per process), the host
+// (host.name, and host.id where the system has one) and the process
+// (process.pid, process.executable.name, process.runtime.name, .version
+// and .description), and the OTel SDK. OTEL_RESOURCE_ATTRIBUTES and
+// OTEL_SERVICE_NAME are merged last and win. A trace viewer tells the
+// processes of one trace apart by the host and the process: without them,
+// Jaeger takes the spans of a run's turns, which run in several
+// processes, for one clock, and warns of a clock skew that is not there.
+// The process's command line and owner are left out, since they can
+// carry secrets.
 package telemetry
