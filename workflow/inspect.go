@@ -529,3 +529,52 @@ func CountRuns(ctx context.Context, db Querier, f RunFilter) (int64, error) {
 	err := db.QueryRow(ctx, `SELECT count(*) FROM braid_runs r WHERE `+where, args...).Scan(&n)
 	return n, err
 }
+
+// RunStats counts runs for an overview.
+type RunStats struct {
+	// ByStatus counts the runs of each status as ListRuns shows it (a run
+	// whose root turn runs is running); every status is present.
+	ByStatus map[string]int64 `json:"by_status"`
+	// FinishedLastWindow counts the runs that finished (completed, failed
+	// or were cancelled) within the window before now, and
+	// FailedLastWindow those of them that failed.
+	FinishedLastWindow int64 `json:"finished_last_window"`
+	FailedLastWindow   int64 `json:"failed_last_window"`
+}
+
+// CollectRunStats counts runs by status, and the runs finished and failed
+// within window before now on the database clock.
+func CollectRunStats(ctx context.Context, db Querier, window time.Duration) (*RunStats, error) {
+	if window <= 0 {
+		return nil, fmt.Errorf("workflow: run stats window %s is not positive", window)
+	}
+	st := &RunStats{ByStatus: map[string]int64{}}
+	for _, s := range RunStatuses {
+		st.ByStatus[s] = 0
+	}
+	rows, err := db.Query(ctx, `SELECT `+runStatusSQL+` AS status, count(*) FROM braid_runs r GROUP BY 1`)
+	if err != nil {
+		return nil, err
+	}
+	for rows.Next() {
+		var status string
+		var n int64
+		if err := rows.Scan(&status, &n); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		st.ByStatus[status] = n
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	err = db.QueryRow(ctx, `
+		SELECT count(*), count(*) FILTER (WHERE status = 'failed') FROM braid_runs
+		 WHERE status IN ('completed', 'failed', 'cancelled') AND finished_at > now() - $1::bigint * interval '1 microsecond'`,
+		window.Microseconds()).Scan(&st.FinishedLastWindow, &st.FailedLastWindow)
+	if err != nil {
+		return nil, err
+	}
+	return st, nil
+}

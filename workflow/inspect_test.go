@@ -267,6 +267,15 @@ func TestListRunsFilters(t *testing.T) {
 		t.Errorf("CountRuns ignoring paging = %d, %v; want 3", n, err)
 	}
 
+	st, err := workflow.CollectRunStats(ctx, pool, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantStats := &workflow.RunStats{ByStatus: map[string]int64{"pending": 5, "running": 0, "waiting": 0, "completed": 0, "failed": 0, "cancelled": 0}}
+	if diff := cmp.Diff(wantStats, st); diff != "" {
+		t.Errorf("run stats (-want +got):\n%s", diff)
+	}
+
 	now := time.Now()
 	bad := []struct {
 		f    workflow.RunFilter
