@@ -12,7 +12,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river/rivertype"
-	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/braidflow/braid/queue"
 )
@@ -64,6 +63,23 @@ type outcome struct {
 	// process: the turn's worker runs it next, in the same slot.
 	next *rivertype.JobRow
 	done chan struct{}
+
+	// tp is the W3C traceparent of the turn's span, once traceParent
+	// has read it.
+	tp     string
+	tpRead bool
+}
+
+// traceParent returns the W3C traceparent of the turn's span, or "" for
+// a turn that did not load its task.
+func (o *outcome) traceParent() string {
+	if !o.tpRead {
+		o.tpRead = true
+		if o.t != nil && o.t.ctx != nil {
+			o.tp = traceParent(o.t.ctx)
+		}
+	}
+	return o.tp
 }
 
 // batcher commits the outcomes of concurrent turns together: one
@@ -193,7 +209,10 @@ func (b *batcher) run(ctx context.Context, done chan struct{}) {
 func (e *Engine) flush(batch []*outcome) {
 	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.OutcomeTimeout)
 	defer cancel()
-	err := e.flushTx(ctx, batch)
+	waits, err := e.flushTx(ctx, batch)
+	if err == nil {
+		e.recordWaits(waits)
+	}
 	if err != nil && len(batch) > 1 {
 		e.logger.WarnContext(ctx, "workflow: a batch of turn outcomes failed; recording them one at a time", "outcomes", len(batch), "error", err)
 		for _, o := range batch {
@@ -234,9 +253,11 @@ type batchState struct {
 // flushTx is the transaction of one batch. Its locks follow the lock order
 // (invariant 9): the turns' job rows by ID, then the tasks it changes (the
 // turns' tasks and the parents they settle) children first, in one
-// statement, then the runs.
-func (e *Engine) flushTx(ctx context.Context, batch []*outcome) error {
-	return e.withTx(ctx, func(tx pgx.Tx) error {
+// statement, then the runs. It returns the waits on children that the
+// batch ended, to record once it has committed.
+func (e *Engine) flushTx(ctx context.Context, batch []*outcome) (waits []waitSpan, err error) {
+	err = e.withTx(ctx, func(tx pgx.Tx) error {
+		waits = nil
 		for _, o := range batch {
 			o.owned, o.next, o.finished = false, nil, false
 		}
@@ -280,12 +301,18 @@ func (e *Engine) flushTx(ctx context.Context, batch []*outcome) error {
 		}
 		for i := range wake {
 			// The parent continues in the worker of one of its children
-			// that finished in this batch.
+			// that finished in this batch, and its turn links to that
+			// child's turn: the last to finish, which released it.
 			for _, s := range settled {
 				if s.parentID != nil && *s.parentID == wake[i].taskID {
-					wake[i].by = st.byTask[s.taskID]
+					if by := st.byTask[s.taskID]; by != nil {
+						wake[i].by, wake[i].link = by, newTurnLink(by.traceParent(), linkReleasing)
+					}
 					break
 				}
+			}
+			if wake[i].wait != nil {
+				waits = append(waits, *wake[i].wait)
 			}
 		}
 		st.wake = append(st.wake, wake...)
@@ -311,6 +338,7 @@ func (e *Engine) flushTx(ctx context.Context, batch []*outcome) error {
 		}
 		return e.claimContinuations(ctx, tx, inserted, st)
 	})
+	return waits, err
 }
 
 // logf logs at info level with the turn's task.
@@ -460,7 +488,9 @@ func (e *Engine) insertSpawns(ctx context.Context, tx pgx.Tx, st *batchState) er
 	}
 	for _, id := range created {
 		d := defs[id]
-		st.fresh = append(st.fresh, turn{taskID: id, workflow: d.name, queue: d.queue, priority: d.priority, maxAttempts: d.maxAttempts, by: owners[id]})
+		o := owners[id]
+		st.fresh = append(st.fresh, turn{taskID: id, workflow: d.name, queue: d.queue, priority: d.priority, maxAttempts: d.maxAttempts,
+			by: o, link: newTurnLink(o.traceParent(), linkSpawning)})
 	}
 	return nil
 }
@@ -563,10 +593,8 @@ func (e *Engine) suspendTasks(ctx context.Context, tx pgx.Tx, suspends []*outcom
 			}
 			dUntil = append(dUntil, until)
 		}
-		carrier := propagation.MapCarrier{}
-		propagation.TraceContext{}.Inject(t.ctx, carrier)
 		var span *string
-		if tp := carrier.Get("traceparent"); tp != "" {
+		if tp := o.traceParent(); tp != "" {
 			span = &tp
 		}
 		ids = append(ids, o.taskID)
@@ -593,6 +621,7 @@ func (e *Engine) suspendTasks(ctx context.Context, tx pgx.Tx, suspends []*outcom
 		UPDATE braid_tasks t
 		   SET status = CASE WHEN u.wait AND c.n = 0 THEN 'pending' ELSE 'waiting' END,
 		       remaining = CASE WHEN u.wait THEN c.n ELSE 0 END,
+		       waiting_since = CASE WHEN u.wait AND c.n > 0 THEN now() END,
 		       suspended_span = u.span, attempt = u.attempt, job_id = u.job_id, turns = t.turns + 1,
 		       started_at = coalesce(t.started_at, u.at, now()), updated_at = now()
 		  FROM unnest($1::uuid[], $2::bool[], $3::text[], $4::int[], $5::bigint[], $6::timestamptz[])

@@ -105,23 +105,29 @@ const fireDueDelaysSQL = `
 	), fired AS (
 	    UPDATE braid_steps s SET status = 'fired', finished_at = clock_timestamp()
 	      FROM due WHERE s.task_id = due.task_id AND s.name = due.name
-	    RETURNING s.task_id, s.resume_at
+	    RETURNING s.task_id, s.name, s.resume_at, s.created_at, s.finished_at
 	)
 	UPDATE braid_tasks t SET status = 'pending', updated_at = now()
 	  FROM fired
 	 WHERE t.id = fired.task_id AND t.status = 'waiting'
 	RETURNING t.id, t.workflow, t.queue, t.priority, t.max_attempts,
-	          extract(epoch FROM (clock_timestamp() - fired.resume_at))::float8`
+	          extract(epoch FROM (clock_timestamp() - fired.resume_at))::float8,
+	          t.run_id, fired.name, fired.created_at, fired.finished_at,
+	          (SELECT r.trace_parent FROM braid_runs r WHERE r.id = t.run_id)`
 
 // fireDueDelays wakes up to DelayBatchSize due delays (or only the one
-// named by only) and inserts their tasks' turns, in one transaction.
+// named by only) and inserts their tasks' turns, in one transaction. Once
+// it has committed, each delay's wait becomes a span, from the moment the
+// delay was recorded as its task suspended to the moment it fired.
 func (e *Engine) fireDueDelays(ctx context.Context, only *delayKey) (int, error) {
 	var taskID, name any
 	if only != nil {
 		taskID, name = only.taskID, only.name
 	}
 	var n int
+	var waits []waitSpan
 	err := e.withTx(ctx, func(tx pgx.Tx) error {
+		waits = nil
 		rows, err := tx.Query(ctx, fireDueDelaysSQL, e.cfg.DelayBatchSize, taskID, name)
 		if err != nil {
 			return err
@@ -132,13 +138,17 @@ func (e *Engine) fireDueDelays(ctx context.Context, only *delayKey) (int, error)
 			var tr turn
 			var prio int16
 			var late float64
-			if err := rows.Scan(&tr.taskID, &tr.workflow, &tr.queue, &prio, &tr.maxAttempts, &late); err != nil {
+			var w waitSpan
+			if err := rows.Scan(&tr.taskID, &tr.workflow, &tr.queue, &prio, &tr.maxAttempts, &late,
+				&w.runID, &w.delay, &w.start, &w.end, &w.traceParent); err != nil {
 				rows.Close()
 				return err
 			}
 			tr.priority = queue.Priority(prio)
 			turns = append(turns, tr)
 			lateness = append(lateness, late)
+			w.taskID, w.workflow = tr.taskID, tr.workflow
+			waits = append(waits, w)
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
@@ -153,6 +163,9 @@ func (e *Engine) fireDueDelays(ctx context.Context, only *delayKey) (int, error)
 		}
 		return nil
 	})
+	if err == nil {
+		e.recordWaits(waits)
+	}
 	return n, err
 }
 

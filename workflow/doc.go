@@ -233,8 +233,29 @@
 //
 // # Tracing
 //
-// One run is one trace. Starting a run records a braid.run.start span; every
-// turn attempt is a braid.task <workflow> span, a child of it, linked to the
-// turn that suspended; every step is a braid.step <name> span inside its
-// turn.
+// One run is one trace. Starting a run records a braid.run.start span,
+// whose context the run keeps. Every turn attempt is a braid.task
+// <workflow> span, a child of braid.run.start, and every step a
+// braid.step <name> span inside its turn. The spans carry run.id,
+// task.id, workflow, attempt, job.id and queue; errors set their status.
+//
+// A turn's span links to the spans that explain why it runs, each link
+// naming its kind under the attribute [LinkAttribute] (braid.link):
+//
+//   - "suspended turn": the task's previous turn, which suspended it;
+//   - "spawning turn": for a child's first turn, the parent's turn that
+//     started it with Go or Map (kept in the turn job's metadata);
+//   - "releasing child": for a parent's turn after a wait on children, the
+//     turn of the child whose finish released it (kept likewise).
+//
+// A wait is a span too, so that a trace shows why nothing ran: braid.wait
+// delay <name> for a delay, from the turn's suspension (when the delay was
+// recorded) to the moment the delay processor fired it, and braid.wait
+// children for a wait on children, from the suspension to the batch in
+// which the last child finished, with the number of children the task
+// started. Both are children of braid.run.start, with run.id, task.id and
+// workflow, and are recorded whole, with the recorded times (the
+// database's clock), once the wake has committed: no span stays open
+// while a task waits, however long. A wait that Retry begins, or that the
+// reconciler ends, records no span.
 package workflow

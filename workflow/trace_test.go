@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
@@ -70,7 +71,8 @@ func TestOneTracePerRun(t *testing.T) {
 		t.Fatal("no braid.run.start span")
 	}
 	traceID := start.SpanContext().TraceID()
-	var turns, steps, linked int
+	var turns, steps int
+	linked := map[string]int{}
 	for _, s := range spans {
 		switch {
 		case s.Name() == "braid.task traced" || s.Name() == "braid.task traced_child":
@@ -81,10 +83,14 @@ func TestOneTracePerRun(t *testing.T) {
 			if s.Parent().SpanID() != start.SpanContext().SpanID() {
 				t.Errorf("turn span %s has parent %s, want braid.run.start", s.Name(), s.Parent().SpanID())
 			}
-			if len(s.Links()) > 0 {
-				linked++
-				if _, ok := byID[s.Links()[0].SpanContext.SpanID().String()]; !ok {
+			for _, l := range s.Links() {
+				if _, ok := byID[l.SpanContext.SpanID().String()]; !ok {
 					t.Errorf("turn span %s links to an unknown span", s.Name())
+				}
+				for _, kv := range l.Attributes {
+					if kv.Key == workflow.LinkAttribute {
+						linked[kv.Value.AsString()]++
+					}
 				}
 			}
 		case len(s.Name()) > len("braid.step ") && s.Name()[:len("braid.step ")] == "braid.step ":
@@ -102,7 +108,11 @@ func TestOneTracePerRun(t *testing.T) {
 	if steps != 3 {
 		t.Errorf("%d step spans, want 3", steps)
 	}
-	if linked != 2 {
-		t.Errorf("%d turns carry a link to the turn that suspended, want 2 (after the delay, after the join)", linked)
+	// The parent's turns after the delay and after the join link to the
+	// turn that suspended; each child's first turn to the parent's turn
+	// that spawned it; the parent's turn after the join to the child that
+	// released it.
+	if diff := cmp.Diff(map[string]int{"suspended turn": 2, "spawning turn": 2, "releasing child": 1}, linked); diff != "" {
+		t.Errorf("links of the turn spans by %s (-want +got):\n%s", workflow.LinkAttribute, diff)
 	}
 }

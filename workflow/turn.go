@@ -1,6 +1,7 @@
 package workflow
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -48,6 +49,133 @@ type turn struct {
 	// by is the outcome whose batch made the task runnable, if any: its
 	// worker may run the turn next (claimContinuations).
 	by *outcome
+	// link is a turn span that the turn's span links to: the turn that
+	// spawned a child, for a child's first turn; the child that released
+	// a parent, for the parent's next turn. It travels in the turn job's
+	// metadata.
+	link *turnLink
+	// wait is the wait on children that giving this turn ends, for its
+	// span (recordWaits).
+	wait *waitSpan
+}
+
+// LinkAttribute is the attribute key that says, on every span link braid
+// makes, what the linked span is to the linking one. Its values:
+//
+//   - "suspended turn": a task's turn links to the turn that suspended it;
+//   - "spawning turn": a child's first turn links to the parent's turn that
+//     started it;
+//   - "releasing child": a parent's turn after a wait on children links to
+//     the turn of the child whose finish released it.
+//
+// Code that links its own spans to braid's (the example links each
+// digest's run to the fetch that found its entries) uses it too, so that
+// a trace viewer shows every link under one key.
+const LinkAttribute = "braid.link"
+
+// Values of LinkAttribute.
+const (
+	linkSuspended = "suspended turn"
+	linkSpawning  = "spawning turn"
+	linkReleasing = "releasing child"
+)
+
+// metadataLink is the turn job's metadata key that carries its turnLink.
+const metadataLink = "braid_link"
+
+// turnLink is a span that a turn links to, as kept in its job's metadata.
+type turnLink struct {
+	TraceParent string `json:"traceparent"`
+	Kind        string `json:"kind"`
+}
+
+// newTurnLink returns a link of kind to the span whose W3C traceparent is
+// tp, or nil when there is none.
+func newTurnLink(tp, kind string) *turnLink {
+	if tp == "" {
+		return nil
+	}
+	return &turnLink{TraceParent: tp, Kind: kind}
+}
+
+// linkOf reads the link a turn job carries, if any.
+func linkOf(job *rivertype.JobRow) (trace.Link, bool) {
+	if !bytes.Contains(job.Metadata, []byte(`"`+metadataLink+`"`)) {
+		return trace.Link{}, false
+	}
+	var md map[string]json.RawMessage
+	var l turnLink
+	if json.Unmarshal(job.Metadata, &md) != nil || json.Unmarshal(md[metadataLink], &l) != nil {
+		return trace.Link{}, false
+	}
+	return spanLink(l.TraceParent, l.Kind)
+}
+
+// spanLink is a link of kind to the span whose W3C traceparent is tp.
+func spanLink(tp, kind string) (trace.Link, bool) {
+	sc := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier{"traceparent": tp}))
+	if !sc.IsValid() {
+		return trace.Link{}, false
+	}
+	return trace.Link{SpanContext: sc, Attributes: []attribute.KeyValue{attribute.String(LinkAttribute, kind)}}, true
+}
+
+// traceParent is the W3C traceparent of the span in ctx, or "".
+func traceParent(ctx context.Context) string {
+	carrier := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(ctx, carrier)
+	return carrier.Get("traceparent")
+}
+
+// waitSpan is a wait of a task, from suspension to wake, recorded as a
+// span once the wake has committed. A wait is an empty stretch of a
+// trace otherwise: no turn runs while a task waits.
+type waitSpan struct {
+	runID       uuid.UUID
+	taskID      uuid.UUID
+	workflow    string
+	traceParent *string // the run's braid.run.start
+	// delay is the delay's name; empty for a wait on children.
+	delay string
+	// children is how many children the task has started, for a wait on
+	// children.
+	children   int
+	start, end time.Time
+}
+
+// recordWaits records waits as spans: braid.wait delay <name> or
+// braid.wait children, children of the run's braid.run.start span, from
+// the moment the task suspended to the moment it was woken (both by the
+// database's clock, as recorded), so that nothing stays open while the
+// task waits.
+func (e *Engine) recordWaits(waits []waitSpan) {
+	for _, w := range waits {
+		if w.traceParent == nil || w.start.IsZero() || w.end.IsZero() {
+			continue
+		}
+		parent := propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier{"traceparent": *w.traceParent})
+		if !trace.SpanContextFromContext(parent).IsValid() {
+			continue
+		}
+		name := "braid.wait children"
+		attrs := []attribute.KeyValue{
+			attribute.String("run.id", w.runID.String()),
+			attribute.String("task.id", w.taskID.String()),
+			attribute.String("workflow", w.workflow),
+		}
+		if w.delay != "" {
+			name = "braid.wait delay " + w.delay
+			attrs = append(attrs, attribute.String("delay", w.delay))
+		} else {
+			attrs = append(attrs, attribute.Int("children", w.children))
+		}
+		end := w.end
+		if end.Before(w.start) {
+			end = w.start
+		}
+		_, span := e.tracer.Start(parent, name, trace.WithTimestamp(w.start), trace.WithAttributes(attrs...))
+		span.End(trace.WithTimestamp(end))
+	}
 }
 
 // insertedTurn is a turn job enqueueTurns inserted.
@@ -121,6 +249,13 @@ func (e *Engine) enqueueTurns(ctx context.Context, tx pgx.Tx, wake, fresh []turn
 				MaxAttempts: tr.maxAttempts,
 				UniqueOpts:  turnUnique,
 			},
+		}
+		if tr.link != nil {
+			md, err := json.Marshal(map[string]*turnLink{metadataLink: tr.link})
+			if err != nil {
+				return nil, fmt.Errorf("workflow: encoding the link of task %s's turn: %w", tr.taskID, err)
+			}
+			params[i].InsertOpts.Metadata = md
 		}
 	}
 	res, err := e.queue.River().InsertManyTx(ctx, tx, params)
@@ -281,17 +416,20 @@ func (e *Engine) runTurn(ctx context.Context, job *river.Job[taskArgs], claimed 
 	}
 
 	// One trace per run: the turn's span is a child of braid.run.start,
-	// linked to the turn that suspended.
+	// linked to the turn that suspended, and to the turn that spawned the
+	// task or the child that released it, as its job records.
 	parent := ctx
 	if lt.traceParent != nil {
 		parent = propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier{"traceparent": *lt.traceParent})
 	}
 	var links []trace.Link
 	if lt.suspended != nil {
-		sc := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier{"traceparent": *lt.suspended}))
-		if sc.IsValid() {
-			links = append(links, trace.Link{SpanContext: sc, Attributes: []attribute.KeyValue{attribute.String("braid.link", "suspended turn")}})
+		if l, ok := spanLink(*lt.suspended, linkSuspended); ok {
+			links = append(links, l)
 		}
+	}
+	if l, ok := linkOf(job.JobRow); ok {
+		links = append(links, l)
 	}
 	spanCtx, span := e.tracer.Start(parent, "braid.task "+t.workflow, trace.WithLinks(links...), trace.WithAttributes(
 		attribute.String("run.id", t.runID.String()),
@@ -562,6 +700,10 @@ func (e *Engine) settleTx(ctx context.Context, tx pgx.Tx, settled []settlement, 
 	for i, p := range parents {
 		ns[i] = counts[p]
 	}
+	// A released parent's wait on its children ends now: the wait's span
+	// (recordWaits) needs the run's trace and the number of children,
+	// read for the released parents only. A parent that Retry set waiting
+	// (attempt 0) has no recorded start: its wait gets no span.
 	rows, err := tx.Query(ctx, `
 		UPDATE braid_tasks t
 		   SET remaining = greatest(t.remaining - u.n, 0),
@@ -569,20 +711,35 @@ func (e *Engine) settleTx(ctx context.Context, tx pgx.Tx, settled []settlement, 
 		       updated_at = now()
 		  FROM unnest($1::uuid[], $2::int[]) AS u(id, n)
 		 WHERE t.id = u.id AND t.status = 'waiting' AND t.remaining > 0
-		RETURNING t.id, t.status, t.workflow, t.queue, t.priority, t.max_attempts`, parents, ns)
+		RETURNING t.id, t.status, t.workflow, t.queue, t.priority, t.max_attempts, t.run_id, t.waiting_since, clock_timestamp(),
+		          CASE WHEN t.status = 'pending' AND t.waiting_since IS NOT NULL AND t.attempt > 0 THEN (SELECT r.trace_parent FROM braid_runs r WHERE r.id = t.run_id) END,
+		          CASE WHEN t.status = 'pending' AND t.waiting_since IS NOT NULL AND t.attempt > 0 THEN (SELECT count(*)::int FROM braid_tasks k WHERE k.parent_task_id = t.id) END`,
+		parents, ns)
 	if err != nil {
 		return nil, fmt.Errorf("workflow: releasing %d parent tasks: %w", len(parents), err)
 	}
 	defer rows.Close()
 	var wake []turn
 	for rows.Next() {
-		tr, status, err := scanTaskTurn(rows)
-		if err != nil {
+		var tr turn
+		var status string
+		var prio int16
+		var w waitSpan
+		var since *time.Time
+		var children *int32
+		if err := rows.Scan(&tr.taskID, &status, &tr.workflow, &tr.queue, &prio, &tr.maxAttempts,
+			&w.runID, &since, &w.end, &w.traceParent, &children); err != nil {
 			return nil, fmt.Errorf("workflow: releasing parent tasks: %w", err)
 		}
-		if status == "pending" {
-			wake = append(wake, tr)
+		tr.priority = queue.Priority(prio)
+		if status != "pending" {
+			continue
 		}
+		if since != nil && children != nil {
+			w.taskID, w.workflow, w.start, w.children = tr.taskID, tr.workflow, *since, int(*children)
+			tr.wait = &w
+		}
+		wake = append(wake, tr)
 	}
 	return wake, rows.Err()
 }

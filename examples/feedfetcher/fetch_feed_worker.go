@@ -103,7 +103,7 @@ func (a *App) startDigestsTx(ctx context.Context, tx pgx.Tx, feedID int64, fresh
 	for _, e := range fresh {
 		in.Entries = append(in.Entries, ArticleInput{EntryID: e.ID, Title: e.Title, Link: e.Link})
 	}
-	link := trace.LinkFromContext(ctx, attribute.String("link", "fetch that found the entries"))
+	link := trace.LinkFromContext(ctx, attribute.String(workflow.LinkAttribute, "fetch that found the entries"))
 	for _, userID := range users {
 		in.UserID = userID
 		spanCtx, span := a.tracer.Start(ctx, "feedfetcher.digest", trace.WithNewRoot(), trace.WithLinks(link),
