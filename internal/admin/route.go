@@ -51,9 +51,11 @@ func (s *Server) add(rt *route) {
 			writeError(w, r, errorf(http.StatusForbidden, "forbidden: %s %s changes state and needs an admin token; this token is read-only", rt.Method, rt.Path))
 			return
 		}
-		if rt.Body != nil || rt.Mutates {
-			r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+		if r.ContentLength > s.cfg.MaxBodyBytes {
+			writeError(w, r, errorf(http.StatusRequestEntityTooLarge, "request body too large: %d bytes; the limit is %d", r.ContentLength, s.cfg.MaxBodyBytes))
+			return
 		}
+		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
 		if err := rt.Handle(w, r); err != nil {
 			writeError(w, r, s.apiErr(err))
 		}
