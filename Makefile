@@ -36,7 +36,7 @@ demo: ## Run the feed-fetcher example end to end (DURATION=60s; DATABASE_URL opt
 
 .PHONY: bench
 bench: setup ## Benchmarks beside raw River, as JSON on stdout (QUICK=1 for a short run)
-	@$(GO) run ./cmd/braid bench $(if $(QUICK),-quick)
+	@$(GO) run ./cmd/braid bench -run $(if $(QUICK),-quick)
 
 .PHONY: chaos
 chaos: setup ## Fault suite: kill workers and PostgreSQL under load, as JSON on stdout (QUICK=1 for the smoke size)

@@ -18,6 +18,23 @@ const IDsMax = 10_000
 // SetPriority for a job that is completed, cancelled or discarded.
 var ErrJobFinalized = errors.New("queue: job is finalized")
 
+// finalizedError is the error of an operation that only an unfinished job
+// takes: it names the job, its state and what was refused, says "queue: "
+// once, and matches ErrJobFinalized.
+type finalizedError struct {
+	id    int64
+	state string
+	// refused completes "only an unfinished job …", such as "takes a new
+	// priority".
+	refused string
+}
+
+func (e *finalizedError) Error() string {
+	return fmt.Sprintf("queue: job %d is %s; only an unfinished job %s", e.id, e.state, e.refused)
+}
+
+func (e *finalizedError) Unwrap() error { return ErrJobFinalized }
+
 // JobFilter selects jobs for Jobs. Empty fields match everything.
 type JobFilter struct {
 	// State keeps only jobs in this state.
@@ -140,7 +157,7 @@ func (q *Queue) SetPriorityTx(ctx context.Context, tx pgx.Tx, id int64, p Priori
 	}
 	switch rivertype.JobState(state) {
 	case rivertype.JobStateCompleted, rivertype.JobStateCancelled, rivertype.JobStateDiscarded:
-		return nil, fmt.Errorf("queue: job %d is %s; only an unfinished job takes a new priority: %w", id, state, ErrJobFinalized)
+		return nil, &finalizedError{id: id, state: state, refused: "takes a new priority"}
 	}
 	job, err := q.client.JobGetTx(ctx, tx, id)
 	if err != nil {

@@ -117,7 +117,7 @@ func validateKindKey(kind, key string) error {
 }
 
 func notFound(kind, key string) error {
-	return fmt.Errorf("scheduler: recurring job %s/%s: %w", kind, key, ErrRecurringNotFound)
+	return &wrappedError{fmt.Sprintf("scheduler: recurring job %s/%s not found", kind, key), ErrRecurringNotFound}
 }
 
 // Ensure makes sure the recurring job (kind, key) exists and is enabled,

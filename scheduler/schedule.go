@@ -139,6 +139,23 @@ func (e *ArgsTooLargeError) Error() string {
 // Is reports whether target is ErrArgsTooLarge.
 func (e *ArgsTooLargeError) Is(target error) bool { return target == ErrArgsTooLarge }
 
+// wrappedError is an error of this package that wraps err, most often one
+// of the sentinels above, under a text of its own, so that a message names
+// the package once ("scheduler: schedule "x" not found") rather than once
+// per layer. errors.Is and errors.As see err.
+type wrappedError struct {
+	msg string
+	err error
+}
+
+func (e *wrappedError) Error() string { return e.msg }
+func (e *wrappedError) Unwrap() error { return e.err }
+
+// scheduleNotFound is the error for a schedule name that no row has.
+func scheduleNotFound(name string) error {
+	return &wrappedError{fmt.Sprintf("scheduler: schedule %q not found", name), ErrScheduleNotFound}
+}
+
 // Schedule is a durable cron entry: a row of braid_schedules.
 type Schedule struct {
 	ID            int64           `json:"id"`
@@ -386,7 +403,9 @@ func encodeArgs(args any) (json.RawMessage, error) {
 // validate checks a complete schedule and returns its parsed expression.
 func (sch *Schedule) validate() (*Expression, error) {
 	fail := func(err error) (*Expression, error) {
-		return nil, fmt.Errorf("scheduler: schedule %q: %w", sch.Name, err)
+		// An *ExpressionError says "scheduler: " itself; name the package once.
+		msg := fmt.Sprintf("scheduler: schedule %q: %s", sch.Name, strings.TrimPrefix(err.Error(), "scheduler: "))
+		return nil, &wrappedError{msg, err}
 	}
 	if err := validateName(sch.Name); err != nil {
 		return nil, fmt.Errorf("scheduler: %w", err)
@@ -602,7 +621,7 @@ RETURNING `+scheduleColumns,
 		sch.Name, sch.Description, sch.Expression, sch.TimeZone, sch.TargetType, sch.Target, sch.Args, sch.Queue,
 		sch.Priority, nullIfZero(sch.MaxAttempts), sch.Enabled, sch.OverlapPolicy, sch.CatchUpPolicy, sch.NextRunAt, sch.CreatedBy))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("scheduler: schedule %q: %w", sch.Name, ErrScheduleExists)
+		return nil, &wrappedError{fmt.Sprintf("scheduler: schedule %q already exists", sch.Name), ErrScheduleExists}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("scheduler: creating schedule %q: %w", sch.Name, err)
@@ -636,7 +655,7 @@ func (s *Scheduler) Get(ctx context.Context, name string) (*Schedule, error) {
 func getSchedule(ctx context.Context, db dbtx, name, lock string) (*Schedule, error) {
 	sch, err := scanSchedule(db.QueryRow(ctx, `SELECT `+scheduleColumns+` FROM braid_schedules WHERE name = $1 `+lock, name))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("scheduler: schedule %q: %w", name, ErrScheduleNotFound)
+		return nil, scheduleNotFound(name)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("scheduler: reading schedule %q: %w", name, err)
@@ -796,7 +815,7 @@ func (s *Scheduler) DeleteTx(ctx context.Context, tx pgx.Tx, name string) error 
 		return fmt.Errorf("scheduler: deleting schedule %q: %w", name, err)
 	}
 	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("scheduler: schedule %q: %w", name, ErrScheduleNotFound)
+		return scheduleNotFound(name)
 	}
 	return notify(ctx, tx)
 }

@@ -9,6 +9,10 @@ import (
 	"runtime/pprof"
 	"slices"
 	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/braidflow/braid/internal/bench"
 	"github.com/braidflow/braid/queue"
@@ -17,7 +21,7 @@ import (
 func init() {
 	register(&command{
 		name:    "bench",
-		summary: "measure braid beside raw River on the same database; prints JSON",
+		summary: "measure braid beside raw River on the same database, with --run; prints JSON",
 		run:     benchCmd,
 	})
 }
@@ -25,9 +29,11 @@ func init() {
 // benchCmd runs the benchmark: braid beside raw River doing the same work,
 // in this process, on a private PostgreSQL or in scratch databases on the
 // server of --database-url (or DATABASE_URL). Progress goes to stderr, one
-// JSON object to stdout; --json changes nothing.
+// JSON object to stdout; --json changes nothing. It takes minutes, so
+// without --run it only says what it would do.
 func benchCmd(ctx context.Context, c *cli, args []string) error {
 	fs := c.flags("bench")
+	start := fs.Bool("run", false, "run the benchmark; without it, braid bench says what it would do and runs nothing")
 	var cfg bench.Config
 	fs.BoolVar(&cfg.Quick, "quick", false, "smaller sizes, for a run of well under two minutes")
 	fs.BoolVar(&cfg.Long, "long", false, "run the sustained scenario for 10 minutes")
@@ -68,6 +74,14 @@ func benchCmd(ctx context.Context, c *cli, args []string) error {
 	if cfg.DatabaseURL == "" {
 		cfg.DatabaseURL = os.Getenv("DATABASE_URL")
 	}
+	if !*start {
+		plan, err := benchPlan(cfg)
+		if err != nil {
+			return err
+		}
+		fmt.Fprint(c.stderr, plan)
+		return usagef("nothing was run: add --run to start the benchmark, or run `make bench` (QUICK=1 for the quick sizes)")
+	}
 	cfg.Progress = c.stderr
 	if *verbose {
 		cfg.Logger = slog.New(slog.NewTextHandler(c.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -93,4 +107,83 @@ func benchCmd(ctx context.Context, c *cli, args []string) error {
 	enc.SetIndent("", "  ")
 	enc.SetEscapeHTML(false)
 	return enc.Encode(rep)
+}
+
+// benchPlan says what a benchmark with cfg would do: its scenarios with
+// their sizes, where it would run, and what it prints.
+func benchPlan(cfg bench.Config) (string, error) {
+	sz, size := bench.FullSizes, "full"
+	if cfg.Quick {
+		sz, size = bench.QuickSizes, "quick"
+	}
+	over := func(v *int, o int) {
+		if o != 0 {
+			*v = o
+		}
+	}
+	overD := func(v *time.Duration, o time.Duration) {
+		if o != 0 {
+			*v = o
+		}
+	}
+	o := cfg.Sizes
+	over(&sz.Runs, o.Runs)
+	over(&sz.Chains, o.Chains)
+	over(&sz.Fanout, o.Fanout)
+	over(&sz.Delays, o.Delays)
+	over(&sz.StepTasks, o.StepTasks)
+	over(&sz.BurstDelays, o.BurstDelays)
+	overD(&sz.DelayMin, o.DelayMin)
+	overD(&sz.DelayMax, o.DelayMax)
+	if cfg.Long {
+		sz.Sustained = bench.SustainedLong
+	}
+	overD(&sz.Sustained, o.Sustained)
+	rate := fmt.Sprintf("%.0f%% of braid's runs throughput", bench.SustainedLoad*100)
+	if o.SustainedRate > 0 {
+		rate = fmt.Sprintf("%g runs a second", o.SustainedRate)
+	}
+	what := map[string]string{
+		bench.ScenarioRuns:       fmt.Sprintf("%d single-task runs, and as many River jobs", sz.Runs),
+		bench.ScenarioHop:        fmt.Sprintf("%d chains of %d hops", sz.Chains, sz.Hops),
+		bench.ScenarioFanout:     fmt.Sprintf("a Map over %d children, and as many River jobs", sz.Fanout),
+		bench.ScenarioDelay:      fmt.Sprintf("%d delays of %s to %s, and as many scheduled River jobs", sz.Delays, sz.DelayMin, sz.DelayMax),
+		bench.ScenarioDelayBurst: fmt.Sprintf("%d delays due at one instant, and as many River jobs", sz.BurstDelays),
+		bench.ScenarioSteps:      fmt.Sprintf("%d tasks of %d steps, and as many River jobs", sz.StepTasks, sz.StepsPerTask),
+		bench.ScenarioPool:       fmt.Sprintf("%d runs of four steps on pools of 4 and 16 connections", sz.PoolRuns),
+		bench.ScenarioSustained:  fmt.Sprintf("runs offered at %s for %s on each side", rate, sz.Sustained),
+	}
+	scenarios := cfg.Scenarios
+	if len(scenarios) == 0 {
+		scenarios = bench.Scenarios
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "braid bench measures braid beside raw River doing the same work, in this process, at the %s sizes:\n", size)
+	w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	for _, name := range bench.Scenarios {
+		if slices.Contains(scenarios, name) {
+			fmt.Fprintf(w, "  %s\t%s\n", name, what[name])
+		}
+	}
+	_ = w.Flush()
+	if cfg.DatabaseURL == "" {
+		b.WriteString("It starts a private PostgreSQL from the local server binaries, with fsync on, in a temporary directory it removes at the end.\n")
+	} else {
+		pc, err := pgx.ParseConfig(cfg.DatabaseURL)
+		if err != nil {
+			return "", usagef("invalid database URL: %v", err)
+		}
+		fmt.Fprintf(&b, "It works on the server at %s:%d in scratch databases it creates and drops (the role needs CREATEDB); database %s is never written to.\n",
+			pc.Host, pc.Port, pc.Database)
+	}
+	switch {
+	case cfg.Quick && !cfg.Long:
+		b.WriteString("A quick run takes well under two minutes.\n")
+	case cfg.Long:
+		b.WriteString("A long run takes over twenty minutes.\n")
+	default:
+		b.WriteString("A full run takes about five minutes.\n")
+	}
+	b.WriteString("It prints its progress on stderr and one JSON object on stdout.\n\n")
+	return b.String(), nil
 }

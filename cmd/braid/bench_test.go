@@ -10,7 +10,7 @@ import (
 
 func TestBenchPrintsOneJSONObject(t *testing.T) {
 	t.Parallel()
-	code, out, errOut := braid(t, "bench", "--database-url", testutil.URL(t),
+	code, out, errOut := braid(t, "bench", "--run", "--database-url", testutil.URL(t),
 		"--scenarios", "runs,steps", "--runs", "10", "--step-tasks", "2", "--workers", "10")
 	if code != 0 {
 		t.Fatalf("bench: code %d\n%s", code, errOut)
@@ -58,6 +58,53 @@ func TestBenchUsageErrors(t *testing.T) {
 		code, _, errOut := braid(t, tc.args...)
 		if code != 2 || !strings.Contains(errOut, tc.want) {
 			t.Errorf("braid %s: code %d, stderr %q; want code 2 and %q", strings.Join(tc.args, " "), code, errOut, tc.want)
+		}
+	}
+}
+
+// TestBenchWithoutRunSaysWhatItWouldDo runs bench without --run: it
+// describes the benchmark its flags ask for, asks for --run or make bench,
+// and runs nothing.
+func TestBenchWithoutRunSaysWhatItWouldDo(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want []string
+		not  []string
+	}{
+		{nil, []string{
+			"at the full sizes:\n",
+			"  runs         5000 single-task runs, and as many River jobs\n",
+			"  fanout       a Map over 10000 children",
+			"  sustained    runs offered at 70% of braid's runs throughput for 1m0s on each side\n",
+			"It starts a private PostgreSQL",
+			"A full run takes about five minutes.",
+		}, nil},
+		{[]string{"--quick", "--scenarios", "runs,sustained", "--runs", "20", "--database-url", "postgres://bench@db.example:5433/prod"}, []string{
+			"at the quick sizes:\n",
+			"  runs       20 single-task runs",
+			"  sustained  runs offered at 70% of braid's runs throughput for 20s on each side\n",
+			"on the server at db.example:5433 in scratch databases it creates and drops (the role needs CREATEDB); database prod is never written to.",
+			"A quick run takes well under two minutes.",
+		}, []string{"fanout", "private PostgreSQL"}},
+		{[]string{"--long", "--sustained-rate", "50"}, []string{
+			"runs offered at 50 runs a second for 10m0s on each side",
+		}, nil},
+	} {
+		code, out, errOut := braid(t, append([]string{"bench"}, tc.args...)...)
+		last := "braid bench: nothing was run: add --run to start the benchmark, or run `make bench` (QUICK=1 for the quick sizes)\n"
+		if code != 2 || out != "" || !strings.HasSuffix(errOut, last) || strings.Contains(errOut, "bench: runs: braid") {
+			t.Errorf("braid bench %v: code %d, stdout %q, stderr:\n%s\nwant code 2, nothing on stdout and stderr ending %q", tc.args, code, out, errOut, last)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(errOut, w) {
+				t.Errorf("braid bench %v does not say %q:\n%s", tc.args, w, errOut)
+			}
+		}
+		for _, w := range tc.not {
+			if strings.Contains(errOut, w) {
+				t.Errorf("braid bench %v says %q:\n%s", tc.args, w, errOut)
+			}
 		}
 	}
 }

@@ -13,14 +13,48 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// command is one subcommand of braid.
+// command is one command of braid: either a command of its own (run), or a
+// group of subcommands (subs) such as `braid runs`.
 type command struct {
 	name    string
 	summary string
 	run     func(ctx context.Context, c *cli, args []string) error
+	subs    []sub
+}
+
+// sub is one subcommand of a group, such as `braid runs show ID`.
+type sub struct {
+	name string
+	// args names its positional arguments as usage shows them: "ID",
+	// "ID...", "KIND KEY"; empty when it takes none.
+	args    string
+	summary string
+	run     func(ctx context.Context, c *cli, args []string) error
+}
+
+// synopsis is the subcommand with its positional arguments.
+func (s sub) synopsis() string {
+	if s.args == "" {
+		return s.name
+	}
+	return s.name + " " + s.args
+}
+
+// groupSummary is a group's summary followed by its subcommands with their
+// positional arguments, as `braid help` lists it.
+func (c *command) groupSummary() string {
+	if len(c.subs) == 0 {
+		return c.summary
+	}
+	list := make([]string, len(c.subs))
+	for i, s := range c.subs {
+		list[i] = s.synopsis()
+	}
+	return c.summary + ": " + c.name + " " + strings.Join(list, " | ")
 }
 
 // commands is filled by each subcommand's file in its init.
@@ -34,6 +68,11 @@ type cli struct {
 	stdout, stderr io.Writer
 	databaseURL    string
 	json           bool
+	// usageArgs names the positional arguments of the subcommand being
+	// run, for its usage line.
+	usageArgs string
+	// database is the name of the database connect opened, for messages.
+	database string
 }
 
 // usageError is a mistake in the command line; it prints usage.
@@ -57,12 +96,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "braid: unknown command %q (run `braid help`)\n", args[0])
 		return 2
 	}
-	err := cmd.run(ctx, c, args[1:])
+	var err error
+	if cmd.subs != nil {
+		err = dispatch(ctx, c, cmd, args[1:])
+	} else {
+		err = cmd.run(ctx, c, args[1:])
+	}
 	if err == nil {
 		return 0
 	}
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
+	}
+	if hint := c.migrateHint(err); hint != "" && cmd.name != "migrate" {
+		fmt.Fprintf(stderr, "braid %s: %s\n", cmd.name, hint)
+		return 1
 	}
 	fmt.Fprintf(stderr, "braid %s: %s\n", cmd.name, oneLine(err))
 	var ue *usageError
@@ -85,7 +133,7 @@ func (c *cli) usage() {
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		fmt.Fprintf(c.stdout, "  %-10s %s\n", n, commands[n].summary)
+		fmt.Fprintf(c.stdout, "  %-10s %s\n", n, commands[n].groupSummary())
 	}
 	fmt.Fprintln(c.stdout, "\nEvery command reads --database-url or DATABASE_URL, and prints tables, or JSON with --json.")
 	fmt.Fprintln(c.stdout, "Tables show times in UTC. Run `braid <command> <subcommand> -h` for its flags.")
@@ -102,7 +150,7 @@ func (c *cli) flags(name string) *flag.FlagSet {
 			sink.wrote = false
 			return
 		}
-		fmt.Fprintf(c.stderr, "Usage: braid %s [flags]\n\nFlags:\n", name)
+		fmt.Fprintf(c.stderr, "Usage: braid %s [flags]\n\nFlags:\n", withArgs(name, c.usageArgs))
 		fs.SetOutput(c.stderr)
 		fs.PrintDefaults()
 		fs.SetOutput(sink)
@@ -110,6 +158,14 @@ func (c *cli) flags(name string) *flag.FlagSet {
 	fs.StringVar(&c.databaseURL, "database-url", "", "PostgreSQL connection string (default $DATABASE_URL)")
 	fs.BoolVar(&c.json, "json", false, "print JSON instead of a table")
 	return fs
+}
+
+// withArgs appends a subcommand's positional arguments to its name.
+func withArgs(name, args string) string {
+	if args == "" {
+		return name
+	}
+	return name + " " + args
 }
 
 // flagErrors swallows what the flag package prints about a mistake, and
@@ -169,7 +225,34 @@ func (c *cli) connect(ctx context.Context) (*pgxpool.Pool, error) {
 		pool.Close()
 		return nil, fmt.Errorf("cannot reach the database at %s: %w", cfg.ConnConfig.Host, err)
 	}
+	c.database = cfg.ConnConfig.Database
 	return pool, nil
+}
+
+// undefinedTable is PostgreSQL's SQLSTATE for a table that does not exist.
+const undefinedTable = "42P01"
+
+// migrateHint turns an error about a missing table (SQLSTATE 42P01,
+// undefined_table) into one sentence that names the table and says to run
+// `braid migrate up`: braid's and River's tables are made by braid's
+// migrations, so a database without one is not migrated, or not fully. It
+// returns "" for any other error.
+func (c *cli) migrateHint(err error) string {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != undefinedTable {
+		return ""
+	}
+	table := "a table braid needs"
+	if i := strings.IndexByte(pgErr.Message, '"'); i >= 0 {
+		if j := strings.IndexByte(pgErr.Message[i+1:], '"'); j > 0 {
+			table = "table " + pgErr.Message[i+1:i+1+j]
+		}
+	}
+	where := "the database"
+	if c.database != "" {
+		where = "database " + c.database
+	}
+	return fmt.Sprintf("%s has no %s: its schema is not migrated; run `braid migrate up` first", where, table)
 }
 
 // emit prints v as JSON when --json is set, and otherwise calls table.
@@ -203,26 +286,49 @@ func ts(t *time.Time) string {
 	return t.UTC().Format("2006-01-02 15:04:05")
 }
 
-// subcommand dispatches a two-level command such as `braid runs list`.
-func subcommand(ctx context.Context, c *cli, group string, args []string, subs map[string]func(context.Context, *cli, []string) error) error {
-	names := make([]string, 0, len(subs))
-	for n := range subs {
-		names = append(names, n)
+// dispatch runs a subcommand of a group such as `braid runs list`.
+func dispatch(ctx context.Context, c *cli, cmd *command, args []string) error {
+	names := make([]string, 0, len(cmd.subs))
+	for _, s := range cmd.subs {
+		names = append(names, s.name)
 	}
 	sort.Strings(names)
+	choices := strings.Join(names, "|")
 	if len(args) == 0 {
-		return usagef("missing subcommand: braid %s %s", group, strings.Join(names, "|"))
+		return usagef("missing subcommand: braid %s %s", cmd.name, choices)
 	}
 	switch {
 	case args[0] == "help" || args[0] == "-h" || args[0] == "--help":
-		fmt.Fprintf(c.stderr, "Usage: braid %s %s [flags]\n", group, strings.Join(names, "|"))
+		c.groupUsage(cmd)
 		return flag.ErrHelp
 	case strings.HasPrefix(args[0], "-"):
-		return usagef("missing subcommand: braid %s %s, then flags such as %s", group, strings.Join(names, "|"), args[0])
+		return usagef("missing subcommand: braid %s %s, then flags such as %s", cmd.name, choices, args[0])
 	}
-	fn, ok := subs[args[0]]
-	if !ok {
-		return usagef("unknown subcommand %q: braid %s %s", args[0], group, strings.Join(names, "|"))
+	for _, s := range cmd.subs {
+		if s.name == args[0] {
+			c.usageArgs = s.args
+			return s.run(ctx, c, args[1:])
+		}
 	}
-	return fn(ctx, c, args[1:])
+	return usagef("unknown subcommand %q: braid %s %s", args[0], cmd.name, choices)
+}
+
+// groupUsage prints a group's subcommands, each with its positional
+// arguments and summary.
+func (c *cli) groupUsage(cmd *command) {
+	fmt.Fprintf(c.stderr, "Usage: braid %s <subcommand> [flags]\n\n%s.\n\nSubcommands:\n", cmd.name, upperFirst(cmd.summary))
+	w := tabwriter.NewWriter(c.stderr, 0, 0, 2, ' ', 0)
+	for _, s := range cmd.subs {
+		fmt.Fprintf(w, "  braid %s %s\t%s\n", cmd.name, s.synopsis(), s.summary)
+	}
+	_ = w.Flush()
+	fmt.Fprintf(c.stderr, "\nRun `braid %s <subcommand> -h` for its flags.\n", cmd.name)
+}
+
+// upperFirst capitalises the first letter of s.
+func upperFirst(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
 }

@@ -27,6 +27,19 @@ func clip(s string, n int) string {
 	return string(r[:n-1]) + "…"
 }
 
+// firstLine returns the first line of s, cut to at most n characters, and
+// says so when there is more: a table shows the start of an error, and
+// `runs show` prints the whole of it below the table.
+func firstLine(s string, n int) string {
+	s = strings.TrimSpace(s)
+	line, rest, more := strings.Cut(s, "\n")
+	line = clip(line, n)
+	if more && strings.TrimSpace(rest) != "" && !strings.HasSuffix(line, "…") {
+		line += " …"
+	}
+	return line
+}
+
 // orDash returns s, or "-" when it is empty, so that table cells are never
 // blank.
 func orDash(s string) string {

@@ -19,6 +19,9 @@ const (
 	failedRun  = "0195a1b2-0000-7000-8000-000000000001"
 	waitingRun = "0195a1b2-0000-7000-8000-000000000003"
 	pendingRun = "0195a1b2-0000-7000-8000-000000000004"
+	panicRun   = "0195a1b2-0000-7000-8000-000000000005"
+	// deadTurnJob is the dead turn job of panicRun's root task.
+	deadTurnJob = "9"
 )
 
 // seeded returns the URL of a fresh database holding testdata/seed.sql.
@@ -70,12 +73,17 @@ func TestGolden(t *testing.T) {
 		{"runs-show-failed", []string{"runs", "show", failedRun}},
 		{"runs-show-waiting", []string{"runs", "show", waitingRun}},
 		{"runs-show-pending", []string{"runs", "show", pendingRun}},
+		{"runs-show-panic", []string{"runs", "show", panicRun}},
 		{"jobs-stats", []string{"jobs", "stats"}},
 		{"jobs-list", []string{"jobs", "list"}},
 		{"jobs-list-default-available", []string{"jobs", "list", "--queue", "default", "--state", "available"}},
 		{"jobs-list-limit", []string{"jobs", "list", "--kind", "send_email", "--limit", "2"}},
 		{"jobs-dead", []string{"jobs", "dead"}},
 		{"jobs-dead-media", []string{"jobs", "dead", "--queue", "media"}},
+		{"jobs-show-running", []string{"jobs", "show", "3"}},
+		{"jobs-show-retryable", []string{"jobs", "show", "4"}},
+		{"jobs-show-dead-turn", []string{"jobs", "show", deadTurnJob}},
+		{"jobs-show-completed", []string{"jobs", "show", "1"}},
 		{"schedules-list", []string{"schedules", "list"}},
 		{"schedules-list-disabled", []string{"schedules", "list", "--enabled=false"}},
 		{"schedules-get", []string{"schedules", "get", "nightly-report"}},

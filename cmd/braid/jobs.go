@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"sort"
 	"strconv"
@@ -16,20 +17,20 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/braidflow/braid/queue"
+	"github.com/braidflow/braid/workflow"
 )
 
 func init() {
 	register(&command{
 		name:    "jobs",
-		summary: "inspect and steer queue jobs and dead letters: jobs stats|list|dead|retry|priority",
-		run: func(ctx context.Context, c *cli, args []string) error {
-			return subcommand(ctx, c, "jobs", args, map[string]func(context.Context, *cli, []string) error{
-				"stats":    jobsStats,
-				"list":     jobsList,
-				"dead":     jobsDead,
-				"retry":    jobsRetry,
-				"priority": jobsPriority,
-			})
+		summary: "inspect and steer queue jobs and dead letters",
+		subs: []sub{
+			{"stats", "", "count jobs by queue and state", jobsStats},
+			{"list", "", "list jobs, newest first", jobsList},
+			{"show", "ID", "show a job with its progress, its errors and, for a turn job, its run", jobsShow},
+			{"dead", "", "list dead letters (discarded jobs), with the run of each turn job", jobsDead},
+			{"retry", "ID...", "retry jobs; a turn job retries its run", jobsRetry},
+			{"priority", "ID LEVEL", "set an unfinished job's priority: critical, high, normal, low or 1 to 4", jobsPriority},
 		},
 	})
 }
@@ -66,6 +67,36 @@ type jobView struct {
 	Errors      []rivertype.AttemptError `json:"errors,omitempty"`
 	// LastError is the latest attempt's error.
 	LastError string `json:"last_error,omitempty"`
+	// Run is the run of a turn job (kind workflow.TaskKind) whose task
+	// still exists.
+	Run *workflow.TurnRun `json:"run,omitempty"`
+	// Progress is the job's latest progress report (jobs show only).
+	Progress *queue.JobProgress `json:"progress,omitempty"`
+	// Retried says what jobs retry retried: "job" for the job itself, or
+	// "run" for a turn job, whose run was retried.
+	Retried string `json:"retried,omitempty"`
+}
+
+// addRuns fills in the run of each turn job among views, from jobs.
+func addRuns(ctx context.Context, pool *pgxpool.Pool, jobs []*rivertype.JobRow, views []jobView) error {
+	runs, err := workflow.TurnRuns(ctx, pool, jobs)
+	if err != nil {
+		return err
+	}
+	for i := range views {
+		if r, ok := runs[views[i].ID]; ok {
+			views[i].Run = &r
+		}
+	}
+	return nil
+}
+
+// runCell formats a turn job's run for tables: its ID and workflow, or "-".
+func runCell(r *workflow.TurnRun) string {
+	if r == nil {
+		return "-"
+	}
+	return r.RunID + " (" + r.Workflow + ")"
 }
 
 func viewJob(j *rivertype.JobRow) jobView {
@@ -112,7 +143,7 @@ func jobTable(w *tabwriter.Writer, jobs []jobView) {
 	row(w, "ID", "KIND", "QUEUE", "STATE", "PRIORITY", "ATTEMPT", "SCHEDULED", "LAST ERROR")
 	for _, j := range jobs {
 		row(w, j.ID, j.Kind, j.Queue, j.State, priorityName(j.Priority), fmt.Sprintf("%d/%d", j.Attempt, j.MaxAttempts),
-			at(j.ScheduledAt), orDash(clip(j.LastError, clipDefault)))
+			at(j.ScheduledAt), orDash(firstLine(j.LastError, clipDefault)))
 	}
 }
 
@@ -245,18 +276,23 @@ func jobsDead(ctx context.Context, c *cli, args []string) error {
 		return err
 	}
 	views := make([]jobView, len(dead))
+	rows := make([]*rivertype.JobRow, len(dead))
 	for i, d := range dead {
 		views[i] = viewJob(d.JobRow)
 		views[i].LastError = d.LastError.Error
+		rows[i] = d.JobRow
+	}
+	if err := addRuns(ctx, pool, rows, views); err != nil {
+		return err
 	}
 	return c.emit(views, func(w *tabwriter.Writer) {
 		if len(views) == 0 {
 			row(w, "no dead letters")
 			return
 		}
-		row(w, "ID", "KIND", "QUEUE", "ATTEMPTS", "DISCARDED", "LAST ERROR")
+		row(w, "ID", "KIND", "QUEUE", "ATTEMPTS", "DISCARDED", "RUN", "LAST ERROR")
 		for _, j := range views {
-			row(w, j.ID, j.Kind, j.Queue, fmt.Sprintf("%d/%d", j.Attempt, j.MaxAttempts), ts(j.FinalizedAt), orDash(clip(j.LastError, clipDefault)))
+			row(w, j.ID, j.Kind, j.Queue, fmt.Sprintf("%d/%d", j.Attempt, j.MaxAttempts), ts(j.FinalizedAt), runCell(j.Run), orDash(firstLine(j.LastError, clipDefault)))
 		}
 	})
 }
@@ -309,12 +345,237 @@ func jobsRetry(ctx context.Context, c *cli, args []string) error {
 		return err
 	}
 	defer pool.Close()
-	jobs, err := q.Retry(ctx, ids...)
-	if err != nil {
-		return jobError(ctx, q, ids, err)
+
+	// A turn job is retried through its run: retried alone it would find
+	// its task failed and do nothing. Look every job up first, so that an
+	// unknown ID or a run that cannot be retried changes nothing.
+	rows := make([]*rivertype.JobRow, 0, len(ids))
+	for i, id := range ids {
+		if slices.Contains(ids[:i], id) {
+			continue
+		}
+		j, err := q.River().JobGet(ctx, id)
+		if errors.Is(err, rivertype.ErrNotFound) {
+			return fmt.Errorf("job %d not found", id)
+		}
+		if err != nil {
+			return err
+		}
+		rows = append(rows, j)
 	}
-	views := viewJobs(jobs)
-	return c.emit(views, func(w *tabwriter.Writer) { jobTable(w, views) })
+	runs, err := workflow.TurnRuns(ctx, pool, rows)
+	if err != nil {
+		return err
+	}
+	var bare []int64
+	var runIDs []string
+	for _, j := range rows {
+		r, ok := runs[j.ID]
+		switch {
+		case ok:
+			if !slices.Contains(runIDs, r.RunID) {
+				runIDs = append(runIDs, r.RunID)
+			}
+		case j.Kind == workflow.TaskKind:
+			return fmt.Errorf("job %d is a turn job whose task no longer exists (its run was deleted); there is nothing to retry", j.ID)
+		default:
+			bare = append(bare, j.ID)
+		}
+	}
+	for _, id := range runIDs {
+		if info, err := workflow.Inspect(ctx, pool, id); err != nil {
+			return runError(ctx, pool, id, err)
+		} else if info.Status != "failed" && info.Status != "cancelled" {
+			return fmt.Errorf("run %s is %s; only a failed or cancelled run can be retried, so its turn jobs cannot be", id, info.Status)
+		}
+	}
+
+	byID := map[int64]jobView{}
+	if len(bare) > 0 {
+		jobs, err := q.Retry(ctx, bare...)
+		if err != nil {
+			return jobError(ctx, q, bare, err)
+		}
+		for _, j := range jobs {
+			v := viewJob(j)
+			v.Retried = "job"
+			byID[j.ID] = v
+		}
+	}
+	status := map[string]string{}
+	if len(runIDs) > 0 {
+		eng, err := runEngine(pool)
+		if err != nil {
+			return err
+		}
+		for _, id := range runIDs {
+			if err = eng.Retry(ctx, id); err != nil {
+				err = runError(ctx, pool, id, err)
+				break
+			}
+			status[id] = runStatus(ctx, pool, id)
+		}
+		_ = eng.Stop(context.WithoutCancel(ctx))
+		if err != nil {
+			return err
+		}
+	}
+	views := make([]jobView, 0, len(rows))
+	for _, j := range rows {
+		if v, ok := byID[j.ID]; ok {
+			views = append(views, v)
+			continue
+		}
+		r := runs[j.ID]
+		v := viewJob(j)
+		v.Run, v.Retried = &r, "run"
+		views = append(views, v)
+	}
+	return c.emit(views, func(w *tabwriter.Writer) {
+		var plain []jobView
+		for _, v := range views {
+			if v.Retried == "job" {
+				plain = append(plain, v)
+			}
+		}
+		if len(plain) > 0 {
+			jobTable(w, plain)
+		}
+		for _, v := range views {
+			if v.Retried == "run" {
+				row(w, fmt.Sprintf("job %d is a turn job of run %s (%s): retried the run, which is now %s", v.ID, v.Run.RunID, v.Run.Workflow, status[v.Run.RunID]))
+			}
+		}
+	})
+}
+
+// progressBarWidth is the width of the bar jobs show draws.
+const progressBarWidth = 20
+
+// progressBar draws a percentage as a bar of progressBarWidth cells.
+func progressBar(percent int) string {
+	n := max(0, min(progressBarWidth, percent*progressBarWidth/100))
+	return "[" + strings.Repeat("#", n) + strings.Repeat(".", progressBarWidth-n) + "]"
+}
+
+func jobsShow(ctx context.Context, c *cli, args []string) error {
+	fs := c.flags("jobs show")
+	rest, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(rest, "ID"); err != nil {
+		return err
+	}
+	ids, err := jobIDs(rest)
+	if err != nil {
+		return err
+	}
+	pool, q, err := c.openQueue(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	job, err := q.River().JobGet(ctx, ids[0])
+	if errors.Is(err, rivertype.ErrNotFound) {
+		return fmt.Errorf("job %d not found", ids[0])
+	}
+	if err != nil {
+		return err
+	}
+	views := viewJobs([]*rivertype.JobRow{job})
+	if err := addRuns(ctx, pool, []*rivertype.JobRow{job}, views); err != nil {
+		return err
+	}
+	v := &views[0]
+	p, err := q.JobProgress(ctx, job.ID)
+	switch {
+	case err == nil:
+		v.Progress = p
+	case !errors.Is(err, rivertype.ErrNotFound):
+		return err
+	}
+	if c.json {
+		return c.emit(v, nil)
+	}
+	w := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
+	printJob(w, v)
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	// Below the table, so that multi-line errors and their tabs stay out
+	// of its columns.
+	return printAttemptErrors(c.stdout, v.Errors)
+}
+
+// jobArgsClip is how many characters of a job's args jobs show prints;
+// --json prints them all.
+const jobArgsClip = 200
+
+// printJob writes a job's fields, its run and its progress.
+func printJob(w io.Writer, v *jobView) {
+	row(w, "job:", v.ID)
+	row(w, "kind:", v.Kind)
+	row(w, "queue:", v.Queue)
+	row(w, "state:", v.State)
+	row(w, "priority:", priorityName(v.Priority))
+	row(w, "attempt:", fmt.Sprintf("%d/%d", v.Attempt, v.MaxAttempts))
+	if len(v.Tags) > 0 {
+		row(w, "tags:", strings.Join(v.Tags, ", "))
+	}
+	row(w, "created:", at(v.CreatedAt))
+	row(w, "scheduled:", at(v.ScheduledAt))
+	row(w, "attempted:", ts(v.AttemptedAt))
+	row(w, "finalized:", ts(v.FinalizedAt))
+	if len(v.Args) > 0 {
+		row(w, "args:", clip(string(v.Args), jobArgsClip))
+	}
+	if v.Run != nil {
+		row(w, "run:", runCell(v.Run))
+		row(w, "task:", v.Run.TaskID)
+	}
+	switch p := v.Progress; {
+	case p == nil:
+		row(w, "progress:", "-")
+	default:
+		line := fmt.Sprintf("%s %d%%", progressBar(p.Percent), p.Percent)
+		if p.Message != "" {
+			line += " " + clip(p.Message, clipDefault)
+		}
+		row(w, "progress:", line)
+		row(w, "reported:", fmt.Sprintf("%s by attempt %d", at(p.UpdatedAt), p.Attempt))
+		if p.HeartbeatAt != nil {
+			row(w, "heartbeat:", ts(p.HeartbeatAt))
+		}
+	}
+	if len(v.Errors) == 0 {
+		row(w, "errors:", "-")
+	} else {
+		row(w, "errors:", fmt.Sprintf("%d, below", len(v.Errors)))
+	}
+}
+
+// printAttemptErrors writes each attempt's error in full, with its trace,
+// indented under a line naming the attempt.
+func printAttemptErrors(w io.Writer, errs []rivertype.AttemptError) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	var b strings.Builder
+	b.WriteString("\nERRORS\n")
+	for _, e := range errs {
+		fmt.Fprintf(&b, "\nattempt %d at %s:\n", e.Attempt, at(e.At))
+		text := strings.TrimRight(e.Error, "\n")
+		if t := strings.TrimSpace(e.Trace); t != "" {
+			text += "\n" + t
+		}
+		for _, line := range strings.Split(text, "\n") {
+			b.WriteString(strings.TrimRight("    "+line, " \t"))
+			b.WriteString("\n")
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
 }
 
 func jobsPriority(ctx context.Context, c *cli, args []string) error {

@@ -5,10 +5,13 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/braidflow/braid/queue"
 	"github.com/braidflow/braid/testutil"
+	"github.com/braidflow/braid/workflow"
 )
 
 func TestJobsRetryAndPriority(t *testing.T) {
@@ -42,9 +45,10 @@ func TestJobsRetryAndPriority(t *testing.T) {
 	if state, _, maxAttempts := job(6); state != "available" || maxAttempts != 4 {
 		t.Errorf("dead letter 6 after retry: %s with %d max attempts; want available with one more attempt (4)", state, maxAttempts)
 	}
-	_, out, _ = braid(t, "jobs", "dead", "--database-url", url)
-	if strings.TrimSpace(out) != "no dead letters" {
-		t.Errorf("jobs dead after retrying both dead letters:\n%s", out)
+	_, out, _ = braid(t, "jobs", "dead", "--json", "--database-url", url)
+	var dead []jobView
+	if err := json.Unmarshal([]byte(out), &dead); err != nil || len(dead) != 1 || dead[0].ID != 9 {
+		t.Errorf("jobs dead after retrying dead letters 6 and 7: %v; want only the turn job 9:\n%s", err, out)
 	}
 
 	code, out, errOut = braid(t, "jobs", "priority", "2", "low", "--database-url", url)
@@ -59,5 +63,156 @@ func TestJobsRetryAndPriority(t *testing.T) {
 	}
 	if _, p, _ := job(2); p != 1 {
 		t.Errorf("job 2 has priority %d after jobs priority 1; want 1", p)
+	}
+}
+
+// TestJobsDeadShowsTurnRuns lists the dead turn job of the seed with its
+// run, in the table and in JSON; other dead letters have none.
+func TestJobsDeadShowsTurnRuns(t *testing.T) {
+	t.Parallel()
+	url := seeded(t)
+	code, out, errOut := braid(t, "jobs", "dead", "--json", "--database-url", url)
+	if code != 0 {
+		t.Fatalf("jobs dead --json: code %d: %s", code, errOut)
+	}
+	var dead []jobView
+	if err := json.Unmarshal([]byte(out), &dead); err != nil {
+		t.Fatalf("jobs dead --json: %v\n%s", err, out)
+	}
+	runs := map[int64]*workflow.TurnRun{}
+	for _, j := range dead {
+		runs[j.ID] = j.Run
+	}
+	want := map[int64]*workflow.TurnRun{
+		9: {RunID: panicRun, TaskID: "0195a1b2-1000-7000-8000-000000000007", Workflow: "import"},
+		6: nil,
+		7: nil,
+	}
+	if diff := cmp.Diff(want, runs); diff != "" {
+		t.Errorf("runs of the dead letters (-want +got):\n%s", diff)
+	}
+}
+
+// TestJobsShowJSON shows a running job with its progress and a dead turn
+// job with its run and its errors, stack included.
+func TestJobsShowJSON(t *testing.T) {
+	t.Parallel()
+	url := seeded(t)
+	show := func(id string) jobView {
+		t.Helper()
+		code, out, errOut := braid(t, "jobs", "show", id, "--json", "--database-url", url)
+		if code != 0 {
+			t.Fatalf("jobs show %s: code %d: %s", id, code, errOut)
+		}
+		var v jobView
+		if err := json.Unmarshal([]byte(out), &v); err != nil {
+			t.Fatalf("jobs show %s --json: %v\n%s", id, err, out)
+		}
+		return v
+	}
+	running := show("3")
+	beat := time.Date(2026, 3, 2, 9, 6, 30, 0, time.UTC)
+	want := &queue.JobProgress{JobID: 3, Kind: "fetch_feed", Attempt: 1, Percent: 40, Message: "fetched 4 of 10 entries", HeartbeatAt: &beat, UpdatedAt: beat}
+	if diff := cmp.Diff(want, running.Progress, cmp.Comparer(func(a, b time.Time) bool { return a.Equal(b) })); diff != "" || running.State != "running" || running.Run != nil {
+		t.Errorf("jobs show 3: state %s, run %v, progress (-want +got):\n%s", running.State, running.Run, diff)
+	}
+	turn := show(deadTurnJob)
+	if turn.Run == nil || turn.Run.RunID != panicRun || turn.Progress != nil || len(turn.Errors) != 2 ||
+		!strings.Contains(turn.Errors[1].Trace, "example.com/importer.parseRow") || turn.LastError != "PanicError: runtime error: index out of range [3] with length 3" {
+		t.Errorf("jobs show %s: %+v", deadTurnJob, turn)
+	}
+}
+
+// TestJobsRetryTurnJob retries a dead turn job: its run is retried through
+// the engine, so the failed task gets a new turn, and the dead job itself
+// stays as it was.
+func TestJobsRetryTurnJob(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := seeded(t)
+	pool := testutil.Pool(t, url)
+	const task = "0195a1b2-1000-7000-8000-000000000007"
+
+	code, out, errOut := braid(t, "jobs", "retry", deadTurnJob, "--database-url", url)
+	if want := "job 9 is a turn job of run " + panicRun + " (import): retried the run, which is now running\n"; code != 0 || out != want {
+		t.Fatalf("jobs retry 9: code %d, stdout %q, stderr %q; want %q", code, out, errOut, want)
+	}
+	run, err := workflow.Inspect(ctx, pool, panicRun)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if run.Status != "running" || run.Tasks[0].Status != "pending" {
+		t.Errorf("after jobs retry 9 the run is %s and its root %s; want running and pending", run.Status, run.Tasks[0].Status)
+	}
+	var state string
+	if err := pool.QueryRow(ctx, `SELECT state::text FROM river_job WHERE id = 9`).Scan(&state); err != nil {
+		t.Fatal(err)
+	}
+	var turns int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = $1 AND args->>'task_id' = $2 AND state = 'available'`, workflow.TaskKind, task).Scan(&turns); err != nil {
+		t.Fatal(err)
+	}
+	if state != "discarded" || turns != 1 {
+		t.Errorf("after jobs retry 9: job 9 is %s and the task has %d available turns; want discarded and 1", state, turns)
+	}
+
+	// The run is running now: a second retry changes nothing and says why.
+	code, out, errOut = braid(t, "jobs", "retry", "6", deadTurnJob, "--database-url", url)
+	if want := "braid jobs: run " + panicRun + " is running; only a failed or cancelled run can be retried, so its turn jobs cannot be\n"; code != 1 || out != "" || errOut != want {
+		t.Errorf("jobs retry 6 9 again: code %d, stdout %q, stderr %q; want %q", code, out, errOut, want)
+	}
+	if err := pool.QueryRow(ctx, `SELECT state::text FROM river_job WHERE id = 6`).Scan(&state); err != nil || state != "discarded" {
+		t.Errorf("a jobs retry refused for its turn job retried job 6 anyway: %s, %v", state, err)
+	}
+
+	// Cancelled, the run can be retried again through its turn job, beside
+	// a plain job; JSON says which was retried how.
+	if code, _, errOut := braid(t, "runs", "cancel", panicRun, "--database-url", url); code != 0 {
+		t.Fatalf("runs cancel: %s", errOut)
+	}
+	code, out, errOut = braid(t, "jobs", "retry", "6", deadTurnJob, "--json", "--database-url", url)
+	if code != 0 {
+		t.Fatalf("jobs retry 6 9 --json: code %d: %s", code, errOut)
+	}
+	var retried []jobView
+	if err := json.Unmarshal([]byte(out), &retried); err != nil {
+		t.Fatalf("jobs retry --json: %v\n%s", err, out)
+	}
+	type line struct {
+		ID      int64
+		State   string
+		Retried string
+		Run     string
+	}
+	var got []line
+	for _, j := range retried {
+		l := line{j.ID, string(j.State), j.Retried, ""}
+		if j.Run != nil {
+			l.Run = j.Run.RunID
+		}
+		got = append(got, l)
+	}
+	if diff := cmp.Diff([]line{{6, "available", "job", ""}, {9, "discarded", "run", panicRun}}, got); diff != "" {
+		t.Errorf("jobs retry 6 9 --json (-want +got):\n%s", diff)
+	}
+}
+
+// TestJobsRetryTurnJobWithoutTask refuses a turn job whose task is gone:
+// there is no run to retry.
+func TestJobsRetryTurnJobWithoutTask(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := seeded(t)
+	pool := testutil.Pool(t, url)
+	if _, err := pool.Exec(ctx, `INSERT INTO river_job (id, state, attempt, max_attempts, finalized_at, args, kind, queue)
+		VALUES (50, 'discarded', 1, 1, now(), '{"task_id": "0195a1b2-1000-7000-8000-0000000000ff", "workflow": "gone"}', $1, 'default')`, workflow.TaskKind); err != nil {
+		t.Fatal(err)
+	}
+	checkErrors(t, []string{"--database-url", url}, []errorCase{
+		{[]string{"jobs", "retry", "50"}, 1, "job 50 is a turn job whose task no longer exists (its run was deleted); there is nothing to retry"},
+	})
+	code, out, _ := braid(t, "jobs", "dead", "--database-url", url)
+	if code != 0 || !strings.Contains(out, "\n50  braid_task") {
+		t.Errorf("jobs dead with a turn job without its task:\n%s", out)
 	}
 }

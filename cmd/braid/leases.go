@@ -11,11 +11,9 @@ import (
 func init() {
 	register(&command{
 		name:    "leases",
-		summary: "show who holds the leases (delay processor, scheduler, maintenance): leases list",
-		run: func(ctx context.Context, c *cli, args []string) error {
-			return subcommand(ctx, c, "leases", args, map[string]func(context.Context, *cli, []string) error{
-				"list": leasesList,
-			})
+		summary: "show who holds the leases (delay processor, scheduler, maintenance)",
+		subs: []sub{
+			{"list", "", "list the leases with their holders, generations and expiry", leasesList},
 		},
 	})
 }

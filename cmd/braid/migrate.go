@@ -11,14 +11,12 @@ import (
 func init() {
 	register(&command{
 		name:    "migrate",
-		summary: "apply or revert the schema: migrate up|down|status|redo",
-		run: func(ctx context.Context, c *cli, args []string) error {
-			return subcommand(ctx, c, "migrate", args, map[string]func(context.Context, *cli, []string) error{
-				"up":     migrateRun("up"),
-				"down":   migrateRun("down"),
-				"redo":   migrateRun("redo"),
-				"status": migrateStatus,
-			})
+		summary: "apply or revert the schema",
+		subs: []sub{
+			{"up", "", "apply every pending version", migrateRun("up")},
+			{"down", "", "revert the most recently applied version", migrateRun("down")},
+			{"redo", "", "revert the most recently applied version and apply it again", migrateRun("redo")},
+			{"status", "", "list every version and whether it is applied", migrateStatus},
 		},
 	})
 }

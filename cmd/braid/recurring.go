@@ -13,14 +13,12 @@ import (
 func init() {
 	register(&command{
 		name:    "recurring",
-		summary: "inspect and switch per-entity recurring jobs: recurring list|enable|disable|revive",
-		run: func(ctx context.Context, c *cli, args []string) error {
-			return subcommand(ctx, c, "recurring", args, map[string]func(context.Context, *cli, []string) error{
-				"list":    recurringList,
-				"enable":  recurringSet("enable", (*scheduler.Scheduler).Enable),
-				"disable": recurringSet("disable", (*scheduler.Scheduler).Disable),
-				"revive":  recurringSet("revive", (*scheduler.Scheduler).Revive),
-			})
+		summary: "inspect and switch per-entity recurring jobs",
+		subs: []sub{
+			{"list", "", "list recurring jobs by kind and key", recurringList},
+			{"enable", "KIND KEY", "enable a recurring job", recurringSet("enable", (*scheduler.Scheduler).Enable)},
+			{"disable", "KIND KEY", "disable a recurring job", recurringSet("disable", (*scheduler.Scheduler).Disable)},
+			{"revive", "KIND KEY", "bring a dead recurring job back from the dead letters, due now", recurringSet("revive", (*scheduler.Scheduler).Revive)},
 		},
 	})
 }

@@ -21,14 +21,12 @@ import (
 func init() {
 	register(&command{
 		name:    "runs",
-		summary: "list, inspect, cancel and retry workflow runs: runs list|show|cancel|retry",
-		run: func(ctx context.Context, c *cli, args []string) error {
-			return subcommand(ctx, c, "runs", args, map[string]func(context.Context, *cli, []string) error{
-				"list":   runsList,
-				"show":   runsShow,
-				"cancel": runsCancel,
-				"retry":  runsRetry,
-			})
+		summary: "list, inspect, cancel and retry workflow runs",
+		subs: []sub{
+			{"list", "", "list runs, newest first", runsList},
+			{"show", "ID", "show a run's tree of tasks, steps and delays, and the full error of each failure", runsShow},
+			{"cancel", "ID", "cancel an unfinished run", runsCancel},
+			{"retry", "ID", "retry a failed or cancelled run from its failed tasks", runsRetry},
 		},
 	})
 }
@@ -77,7 +75,7 @@ func runsList(ctx context.Context, c *cli, args []string) error {
 		}
 		row(w, "ID", "WORKFLOW", "STATUS", "CREATED", "DURATION", "ERROR")
 		for _, r := range runs {
-			row(w, r.ID, r.Workflow, r.Status, at(r.CreatedAt), between(r.StartedAt, r.FinishedAt), orDash(clip(r.Error, clipDefault)))
+			row(w, r.ID, r.Workflow, r.Status, at(r.CreatedAt), between(r.StartedAt, r.FinishedAt), orDash(firstLine(r.Error, clipDefault)))
 		}
 	})
 }
@@ -132,7 +130,12 @@ func runsShow(ctx context.Context, c *cli, args []string) error {
 	if err != nil {
 		return runError(ctx, pool, id, err)
 	}
-	return c.emit(run, func(w *tabwriter.Writer) { printRun(w, run) })
+	if err := c.emit(run, func(w *tabwriter.Writer) { printRun(w, run) }); err != nil || c.json {
+		return err
+	}
+	// Below the table, so that multi-line errors and their tabs stay out
+	// of its columns.
+	return printFailures(c.stdout, run)
 }
 
 // printRun writes a run's summary and then its tree: each task with its
@@ -156,7 +159,7 @@ func printRun(w io.Writer, r *workflow.RunInfo) {
 		row(w, "output:", clip(string(r.Output), clipDefault))
 	}
 	if r.Error != "" {
-		row(w, "error:", clip(r.Error, clipDefault))
+		row(w, "error:", firstLine(r.Error, clipDefault))
 	}
 	if len(r.Tasks) == 0 {
 		return
@@ -202,9 +205,9 @@ func printTask(w io.Writer, t *workflow.TaskInfo, children map[string][]*workflo
 		detail += fmt.Sprintf(", awaiting %d", t.Remaining)
 	}
 	if t.Error != "" {
-		detail += ": " + clip(t.Error, clipDefault)
+		detail += ": " + firstLine(t.Error, clipDefault)
 	}
-	row(w, indent+t.Key, "task", t.Status, t.Attempt, between(t.StartedAt, t.FinishedAt), detail)
+	row(w, indent+t.Key, "task", mark(t.Status), t.Attempt, between(t.StartedAt, t.FinishedAt), detail)
 
 	// Steps are recorded in order; a child task goes where it was created
 	// among them, so the tree reads in the order the task did things.
@@ -242,11 +245,11 @@ func printTask(w io.Writer, t *workflow.TaskInfo, children map[string][]*workflo
 		case "delay":
 			detail := "until " + ts(s.ResumeAt)
 			if s.Error != "" {
-				detail += ": " + clip(s.Error, clipDefault)
+				detail += ": " + firstLine(s.Error, clipDefault)
 			}
-			row(w, inner+s.Name, "delay", s.Status, "-", "-", detail)
+			row(w, inner+s.Name, "delay", mark(s.Status), "-", "-", detail)
 		default:
-			row(w, inner+s.Name, s.Kind, s.Status, s.Attempts, between(s.StartedAt, s.FinishedAt), orDash(clip(s.Error, clipDefault)))
+			row(w, inner+s.Name, s.Kind, mark(s.Status), s.Attempts, between(s.StartedAt, s.FinishedAt), orDash(firstLine(s.Error, clipDefault)))
 		}
 	}
 }
@@ -302,4 +305,82 @@ func runsAct(ctx context.Context, c *cli, name string, args []string, op func(*w
 	return c.emit(run, func(w *tabwriter.Writer) {
 		row(w, fmt.Sprintf("%s run %s (%s); it is now %s", done, run.ID, run.Workflow, run.Status))
 	})
+}
+
+// failedMark marks the rows of failed tasks and steps in a run's tree.
+const failedMark = "✗ "
+
+// mark returns a status as the tree shows it: a failed one marked, so that
+// the failed step stands out among the completed ones.
+func mark(status string) string {
+	if status == "failed" {
+		return failedMark + status
+	}
+	return status
+}
+
+// failure is a failed task or step of a run, with its full error.
+type failure struct {
+	what, err string
+}
+
+// failures lists a run's failed tasks and steps in the order of its tree
+// (a task before its steps, then its child tasks), with their full
+// errors, and the run's own error when no task carries the same text.
+func failures(r *workflow.RunInfo) []failure {
+	var out []failure
+	seen := map[string]bool{}
+	for i := range r.Tasks {
+		t := &r.Tasks[i]
+		if t.Error != "" && (t.Status == "failed" || t.Status == "cancelled") {
+			seen[t.Error] = true
+			// A task that failed because a step did carries the step's
+			// error; a long one, such as a panic's stack, is printed once,
+			// under the step.
+			text := t.Error
+			for j := range t.Steps {
+				s := &t.Steps[j]
+				if strings.Contains(s.Error, "\n") && strings.Contains(text, s.Error) {
+					head, _, _ := strings.Cut(s.Error, "\n")
+					text = strings.Replace(text, s.Error, fmt.Sprintf("%s (in full under %s %s below)", head, s.Kind, s.Name), 1)
+				}
+			}
+			out = append(out, failure{fmt.Sprintf("task %s (%s, %s, attempt %d)", t.Key, t.Workflow, t.Status, t.Attempt), text})
+		}
+		for j := range t.Steps {
+			s := &t.Steps[j]
+			if s.Error == "" {
+				continue
+			}
+			attempts := fmt.Sprintf("%d attempts", s.Attempts)
+			if s.Attempts == 1 {
+				attempts = "1 attempt"
+			}
+			out = append(out, failure{fmt.Sprintf("%s %s of task %s (%s, %s)", s.Kind, s.Name, t.Key, s.Status, attempts), s.Error})
+		}
+	}
+	if r.Error != "" && !seen[r.Error] {
+		out = append([]failure{{fmt.Sprintf("run (%s)", r.Status), r.Error}}, out...)
+	}
+	return out
+}
+
+// printFailures writes each failed task and step of a run with its full
+// error, a panic's stack included, indented under a line naming it.
+func printFailures(w io.Writer, r *workflow.RunInfo) error {
+	list := failures(r)
+	if len(list) == 0 {
+		return nil
+	}
+	var b strings.Builder
+	b.WriteString("\nFAILURES\n")
+	for _, f := range list {
+		fmt.Fprintf(&b, "\n%s%s:\n", failedMark, f.what)
+		for _, line := range strings.Split(strings.TrimRight(f.err, "\n"), "\n") {
+			b.WriteString(strings.TrimRight("    "+line, " \t"))
+			b.WriteString("\n")
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
 }

@@ -3,11 +3,14 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/braidflow/braid/queue"
 	"github.com/braidflow/braid/testutil"
 	"github.com/braidflow/braid/workflow"
 )
@@ -159,5 +162,98 @@ func TestRunsRetrySeededFailedRun(t *testing.T) {
 	_, out, _ = braid(t, "runs", "show", failedRun, "--database-url", url)
 	if !strings.Contains(out, "root         task   pending") || strings.Contains(out, "  send ") {
 		t.Errorf("runs show after the retry:\n%s", out)
+	}
+}
+
+// crashParse panics in a step, so that the run fails with the panic's
+// stack recorded.
+func crashParse(rows []string) string { return rows[len(rows)] }
+
+// TestRunsShowPanicStack runs a workflow whose step panics on a real
+// engine, then shows the run: the failed step is marked in the tree, and
+// its whole error, the panic's stack included, is printed below it.
+func TestRunsShowPanicStack(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	url := testutil.URL(t)
+	pool := testutil.Pool(t, url)
+	importer := workflow.Define("import", func(t *workflow.Task, file string) (string, error) {
+		return workflow.Step(t, "parse", func(context.Context) (string, error) {
+			return crashParse([]string{file}), nil
+		}, workflow.Retry{MaxAttempts: 1})
+	}, workflow.WithMaxAttempts(1))
+	eng, err := workflow.NewEngine(pool, &workflow.Config{Workflows: []workflow.Definition{importer}, DisableDelayProcessor: true, Logger: quiet,
+		Queue: &queue.Config{Logger: quiet}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = eng.Stop(context.Background()) })
+	run, err := importer.Start(ctx, eng, "orders.csv", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run.Result(ctx); err == nil || !strings.Contains(err.Error(), "failed") {
+		t.Fatalf("the run of a panicking step ended with %v; want it failed", err)
+	}
+
+	code, out, errOut := braid(t, "runs", "show", run.ID, "--database-url", url)
+	if code != 0 {
+		t.Fatalf("runs show: code %d: %s", code, errOut)
+	}
+	table, failures, ok := strings.Cut(out, "\nFAILURES\n")
+	if !ok {
+		t.Fatalf("runs show of a failed run has no FAILURES section:\n%s", out)
+	}
+	var parseRow string
+	for _, line := range strings.Split(table, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "parse ") {
+			parseRow = line
+		}
+	}
+	if !strings.Contains(parseRow, "✗ failed") || !strings.Contains(parseRow, "panic: runtime error: index out of range [1] with length 1") || strings.Contains(table, "goroutine ") {
+		t.Errorf("the tree shows the failed step as %q; want it marked, with the panic's first line and no stack:\n%s", parseRow, table)
+	}
+	for _, want := range []string{
+		"✗ step parse of task root (failed, 1 attempt):\n    panic: runtime error: index out of range [1] with length 1\n",
+		"✗ task root (import, failed, attempt 1):\n    step \"parse\" failed after 1 attempts: panic: runtime error: index out of range [1] with length 1 (in full under step parse below)\n",
+		"    goroutine ",
+		"cmd/braid.crashParse(",
+		"cmd/braid/runs_test.go:",
+	} {
+		if !strings.Contains(failures, want) {
+			t.Errorf("the FAILURES section does not hold %q:\n%s", want, failures)
+		}
+	}
+	if n := strings.Count(out, "cmd/braid.crashParse("); n != 1 {
+		t.Errorf("the stack is printed %d times; want once:\n%s", n, out)
+	}
+
+	// --json keeps the whole error too.
+	_, out, _ = braid(t, "runs", "show", run.ID, "--json", "--database-url", url)
+	var info workflow.RunInfo
+	if err := json.Unmarshal([]byte(out), &info); err != nil || len(info.Tasks) != 1 || len(info.Tasks[0].Steps) != 1 ||
+		!strings.Contains(info.Tasks[0].Steps[0].Error, "cmd/braid.crashParse(") {
+		t.Errorf("runs show --json does not carry the stack: %v\n%s", err, out)
+	}
+
+	// The turn job that failed is a dead letter that shows its run, and
+	// retrying it retries the run. The engine is stopped first, so that
+	// the run stays where the CLI puts it.
+	if err := eng.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, out, _ = braid(t, "jobs", "dead", "--json", "--database-url", url)
+	var dead []jobView
+	if err := json.Unmarshal([]byte(out), &dead); err != nil || len(dead) != 1 || dead[0].Kind != workflow.TaskKind || dead[0].Run == nil || dead[0].Run.RunID != run.ID {
+		t.Fatalf("jobs dead after the run failed: %v\n%s", err, out)
+	}
+	id := strconv.FormatInt(dead[0].ID, 10)
+	code, out, errOut = braid(t, "jobs", "retry", id, "--database-url", url)
+	if want := "job " + id + " is a turn job of run " + run.ID + " (import): retried the run, which is now running\n"; code != 0 || out != want {
+		t.Errorf("jobs retry %s: code %d, stdout %q, stderr %q; want %q", id, code, out, errOut, want)
 	}
 }

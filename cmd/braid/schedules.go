@@ -20,16 +20,14 @@ import (
 func init() {
 	register(&command{
 		name:    "schedules",
-		summary: "manage cron schedules: schedules list|get|create|update|toggle|delete",
-		run: func(ctx context.Context, c *cli, args []string) error {
-			return subcommand(ctx, c, "schedules", args, map[string]func(context.Context, *cli, []string) error{
-				"list":   schedulesList,
-				"get":    schedulesGet,
-				"create": schedulesCreate,
-				"update": schedulesUpdate,
-				"toggle": schedulesToggle,
-				"delete": schedulesDelete,
-			})
+		summary: "manage cron schedules",
+		subs: []sub{
+			{"list", "", "list schedules by name", schedulesList},
+			{"get", "NAME", "show a schedule with its last error", schedulesGet},
+			{"create", "[NAME]", "create a schedule (the name as argument or --name)", schedulesCreate},
+			{"update", "NAME", "change the given fields of a schedule", schedulesUpdate},
+			{"toggle", "NAME", "enable a schedule, or disable it with --enabled=false", schedulesToggle},
+			{"delete", "NAME", "delete a schedule", schedulesDelete},
 		},
 	})
 }

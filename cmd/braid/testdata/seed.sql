@@ -13,7 +13,10 @@ INSERT INTO braid_runs (id, workflow, status, input, output, error, idempotency_
 ('0195a1b2-0000-7000-8000-000000000003', 'report', 'waiting', '{"period": "day"}', NULL, NULL, NULL, NULL,
  '2026-03-02 09:30:00+00', '2026-03-02 09:30:00.5+00', NULL),
 ('0195a1b2-0000-7000-8000-000000000004', 'report', 'pending', '{"period": "week"}', NULL, NULL, NULL, NULL,
- '2026-03-02 09:45:00+00', NULL, NULL);
+ '2026-03-02 09:45:00+00', NULL, NULL),
+('0195a1b2-0000-7000-8000-000000000005', 'import', 'failed', '{"file": "orders.csv"}', NULL,
+ '{"message": "step \"parse\" failed after 1 attempts: panic: runtime error: index out of range [3] with length 3\ngoroutine 42 [running]:\nruntime/debug.Stack()\n\t/usr/local/go/src/runtime/debug/stack.go:26 +0x5e\ngithub.com/braidflow/braid/workflow.runStep.func1()\n\t/src/braid/workflow/step.go:164 +0x7a\npanic({0x9a1c40?, 0xc0001b2018?})\n\t/usr/local/go/src/runtime/panic.go:792 +0x132\nexample.com/importer.parseRow(...)\n\t/src/importer/parse.go:17\nexample.com/importer.parse({0xc0002a4000, 0x3, 0x3})\n\t/src/importer/parse.go:9 +0x1d"}', NULL, NULL,
+ '2026-03-02 09:50:00+00', '2026-03-02 09:50:00.5+00', '2026-03-02 09:50:02+00');
 
 INSERT INTO braid_tasks (id, run_id, parent_task_id, key, workflow, status, input, output, error, attempt, turns, remaining, created_at, started_at, finished_at) VALUES
 -- The failed digest: a root that fanned out to two children, waited out a
@@ -39,7 +42,11 @@ INSERT INTO braid_tasks (id, run_id, parent_task_id, key, workflow, status, inpu
 -- The pending report.
 ('0195a1b2-1000-7000-8000-000000000006', '0195a1b2-0000-7000-8000-000000000004', NULL, 'root', 'report', 'pending',
  '{"period": "week"}', NULL, NULL, 0, 0, 0,
- '2026-03-02 09:45:00+00', NULL, NULL);
+ '2026-03-02 09:45:00+00', NULL, NULL),
+-- The failed import: its step panicked, and the stack is in the error.
+('0195a1b2-1000-7000-8000-000000000007', '0195a1b2-0000-7000-8000-000000000005', NULL, 'root', 'import', 'failed',
+ '{"file": "orders.csv"}', NULL, '{"message": "step \"parse\" failed after 1 attempts: panic: runtime error: index out of range [3] with length 3\ngoroutine 42 [running]:\nruntime/debug.Stack()\n\t/usr/local/go/src/runtime/debug/stack.go:26 +0x5e\ngithub.com/braidflow/braid/workflow.runStep.func1()\n\t/src/braid/workflow/step.go:164 +0x7a\npanic({0x9a1c40?, 0xc0001b2018?})\n\t/usr/local/go/src/runtime/panic.go:792 +0x132\nexample.com/importer.parseRow(...)\n\t/src/importer/parse.go:17\nexample.com/importer.parse({0xc0002a4000, 0x3, 0x3})\n\t/src/importer/parse.go:9 +0x1d"}', 1, 1, 0,
+ '2026-03-02 09:50:00+00', '2026-03-02 09:50:00.5+00', '2026-03-02 09:50:02+00');
 
 INSERT INTO braid_steps (task_id, name, kind, status, output, error, attempts, resume_at, started_at, created_at, finished_at) VALUES
 ('0195a1b2-1000-7000-8000-000000000001', 'load', 'step', 'completed', '{"entries": 2}', NULL, 1, NULL,
@@ -57,7 +64,11 @@ INSERT INTO braid_steps (task_id, name, kind, status, output, error, attempts, r
 ('0195a1b2-1000-7000-8000-000000000005', 'build', 'step', 'completed', '{"rows": 1200}', NULL, 1, NULL,
  '2026-03-02 09:30:00.5+00', '2026-03-02 09:30:02+00', '2026-03-02 09:30:02+00'),
 ('0195a1b2-1000-7000-8000-000000000005', 'until-midnight', 'delay', 'waiting', NULL, NULL, 1, '2026-03-03 00:00:00+00',
- NULL, '2026-03-02 09:30:02+00', NULL);
+ NULL, '2026-03-02 09:30:02+00', NULL),
+('0195a1b2-1000-7000-8000-000000000007', 'read', 'step', 'completed', '{"rows": 3}', NULL, 1, NULL,
+ '2026-03-02 09:50:00.6+00', '2026-03-02 09:50:01+00', '2026-03-02 09:50:01+00'),
+('0195a1b2-1000-7000-8000-000000000007', 'parse', 'step', 'failed', NULL, '{"message": "panic: runtime error: index out of range [3] with length 3\ngoroutine 42 [running]:\nruntime/debug.Stack()\n\t/usr/local/go/src/runtime/debug/stack.go:26 +0x5e\ngithub.com/braidflow/braid/workflow.runStep.func1()\n\t/src/braid/workflow/step.go:164 +0x7a\npanic({0x9a1c40?, 0xc0001b2018?})\n\t/usr/local/go/src/runtime/panic.go:792 +0x132\nexample.com/importer.parseRow(...)\n\t/src/importer/parse.go:17\nexample.com/importer.parse({0xc0002a4000, 0x3, 0x3})\n\t/src/importer/parse.go:9 +0x1d"}', 1, NULL,
+ '2026-03-02 09:50:01+00', '2026-03-02 09:50:02+00', '2026-03-02 09:50:02+00');
 
 INSERT INTO river_job (id, state, attempt, max_attempts, attempted_at, created_at, finalized_at, scheduled_at, priority, args, kind, queue, errors) VALUES
 (1, 'completed', 1, 25, '2026-03-02 09:00:01+00', '2026-03-02 09:00:00+00', '2026-03-02 09:00:02+00', '2026-03-02 09:00:00+00', 3,
@@ -82,7 +93,18 @@ INSERT INTO river_job (id, state, attempt, max_attempts, attempted_at, created_a
    '{"at": "2026-03-02T08:50:00Z", "attempt": 25, "error": "smtp: 550 mailbox unavailable", "trace": ""}'::jsonb]),
 (8, 'cancelled', 1, 25, '2026-03-02 08:39:00+00', '2026-03-02 08:38:00+00', '2026-03-02 08:40:00+00', '2026-03-02 08:38:00+00', 3,
  '{"to": "linus@example.com"}', 'send_email', 'default', NULL);
+-- A dead turn job: the turn of the failed import's root, whose worker
+-- crashed on every attempt.
+INSERT INTO river_job (id, state, attempt, max_attempts, attempted_at, created_at, finalized_at, scheduled_at, priority, args, kind, queue, errors) VALUES
+(9, 'discarded', 2, 2, '2026-03-02 09:50:01+00', '2026-03-02 09:50:00+00', '2026-03-02 09:50:02+00', '2026-03-02 09:50:01+00', 3,
+ '{"task_id": "0195a1b2-1000-7000-8000-000000000007", "workflow": "import"}', 'braid_task', 'default', ARRAY[
+   '{"at": "2026-03-02T09:50:00.5Z", "attempt": 1, "error": "turn: pool closed", "trace": ""}'::jsonb,
+   '{"at": "2026-03-02T09:50:02Z", "attempt": 2, "error": "PanicError: runtime error: index out of range [3] with length 3", "trace": "goroutine 42 [running]:\nruntime/debug.Stack()\n\t/usr/local/go/src/runtime/debug/stack.go:26 +0x5e\ngithub.com/braidflow/braid/workflow.runStep.func1()\n\t/src/braid/workflow/step.go:164 +0x7a\npanic({0x9a1c40?, 0xc0001b2018?})\n\t/usr/local/go/src/runtime/panic.go:792 +0x132\nexample.com/importer.parseRow(...)\n\t/src/importer/parse.go:17\nexample.com/importer.parse({0xc0002a4000, 0x3, 0x3})\n\t/src/importer/parse.go:9 +0x1d"}'::jsonb]);
 SELECT setval(pg_get_serial_sequence('river_job', 'id'), 100);
+
+-- The running feed fetch has reported progress.
+INSERT INTO braid_job_progress (job_id, kind, attempt, percent, message, heartbeat_at, updated_at) VALUES
+(3, 'fetch_feed', 1, 40, 'fetched 4 of 10 entries', '2026-03-02 09:06:30+00', '2026-03-02 09:06:30+00');
 
 INSERT INTO braid_schedules (name, description, expression, time_zone, target_type, target, args, queue, priority, max_attempts, enabled,
                              overlap_policy, catch_up_policy, next_run_at, last_run_at, last_job_id, last_run_id, created_by, created_at, updated_at) VALUES
