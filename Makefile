@@ -9,14 +9,18 @@ TESTFLAGS ?=
 
 .PHONY: help
 help: ## List the targets
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: setup
 setup: ## Install the PostgreSQL server binaries if missing (apt-get, as root), else say what to install
 	@./scripts/setup-postgres.sh $(firstword $(MAKECMDGOALS))
 
+.PHONY: setup-browser
+setup-browser: ## Install Chromium for the dashboard's browser test if missing (apt-get, as root), else say what to install
+	@./scripts/setup-chromium.sh
+
 .PHONY: test
-test: setup verify ## go vet, then every test under the race detector
+test: setup setup-browser verify ## go vet, then every test under the race detector (the dashboard's in headless Chromium)
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 25m $(TESTFLAGS) ./...
 
@@ -41,6 +45,10 @@ bench: setup ## Benchmarks beside raw River, as JSON on stdout (QUICK=1 for a sh
 .PHONY: chaos
 chaos: setup ## Fault suite: kill workers and PostgreSQL under load, as JSON on stdout (QUICK=1 for the smoke size)
 	@$(GO) run ./cmd/braid chaos $(if $(QUICK),-quick)
+
+.PHONY: screenshots
+screenshots: setup setup-browser ## Drive the dashboard in headless Chromium and write its screenshots to docs/screenshots
+	BRAID_SCREENSHOTS=$(CURDIR)/docs/screenshots $(GO) test -count=1 -run TestDashboardInABrowser ./internal/admin
 
 .PHONY: build
 build: ## Build the braid CLI into bin/braid

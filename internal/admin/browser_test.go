@@ -1,0 +1,252 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/riverqueue/river"
+
+	"github.com/braidflow/braid/queue"
+	"github.com/braidflow/braid/workflow"
+)
+
+// EnvChromium names the Chrome or Chromium binary of the browser test; by
+// default it is looked up on PATH.
+const EnvChromium = "BRAID_CHROMIUM"
+
+// EnvScreenshots names the directory the browser test writes its
+// screenshots to; by default a temporary one. `make screenshots` sets it to
+// docs/screenshots.
+const EnvScreenshots = "BRAID_SCREENSHOTS"
+
+// chromium finds the browser, or fails the test saying what to install.
+func chromium(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv(EnvChromium); p != "" {
+		if _, err := exec.LookPath(p); err != nil {
+			t.Fatalf("%s=%s: %v", EnvChromium, p, err)
+		}
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	t.Fatalf("the browser test needs Chromium, and none is on PATH. Install it: as root on Debian/Ubuntu `apt-get install -y chromium` (make test does this itself when run as root), on Fedora `dnf install -y chromium`, on macOS `brew install --cask chromium`; or set %s to a Chrome or Chromium binary", EnvChromium)
+	return ""
+}
+
+// exportArgs is a job that reports its progress step by step, so the test
+// can watch the progress bar move.
+type exportArgs struct {
+	Steps int `json:"steps"`
+}
+
+func (exportArgs) Kind() string { return "browser_export" }
+
+// TestDashboardInABrowser drives the dashboard in headless Chromium: it
+// logs in with the token, watches a running job's progress bar advance with
+// no reload, opens a failed run, sees the failed step and its error, clicks
+// Retry, and sees the run complete. It writes screenshots of the overview,
+// the run with its timeline, and the jobs page.
+func TestDashboardInABrowser(t *testing.T) {
+	t.Parallel()
+	bin := chromium(t)
+	shots := os.Getenv(EnvScreenshots)
+	if shots == "" {
+		shots = t.TempDir()
+	} else if err := os.MkdirAll(shots, 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	f := newFixture(t, func(c *Config) { c.JaegerURL = "http://localhost:16686" })
+	ctx := context.Background()
+
+	// A job that advances its progress every 400 ms until released.
+	var release atomic.Bool
+	workers := river.NewWorkers()
+	river.AddWorker(workers, river.WorkFunc(func(ctx context.Context, job *river.Job[exportArgs]) error {
+		for i := 1; i <= job.Args.Steps; i++ {
+			pct := i * 100 / job.Args.Steps
+			if pct == 100 && !release.Load() {
+				pct = 95
+			}
+			if err := queue.Progress(ctx, pct, fmt.Sprintf("exported %d of %d parts", i, job.Args.Steps)); err != nil {
+				return err
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(400 * time.Millisecond):
+			}
+		}
+		return nil
+	}))
+
+	// A workflow whose render step fails until the test mends it.
+	var mended atomic.Bool
+	report := workflow.Define("monthly_report", func(t *workflow.Task, month string) (string, error) {
+		rows, err := workflow.Step(t, "load", func(ctx context.Context) (int, error) { return 1200, nil })
+		if err != nil {
+			return "", err
+		}
+		return workflow.Step(t, "render", func(ctx context.Context) (string, error) {
+			if !mended.Load() {
+				return "", errors.New("render: template \"summary\" is missing")
+			}
+			return fmt.Sprintf("%s: %d rows", month, rows), nil
+		})
+	}, workflow.WithMaxAttempts(1))
+	eng, err := workflow.NewEngine(f.pool, &workflow.Config{
+		Workflows: []workflow.Definition{report},
+		Queue:     &queue.Config{Workers: workers},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = eng.Stop(context.Background()) })
+
+	run, err := report.Start(ctx, eng, "2026-10", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run.Result(ctx); err == nil {
+		t.Fatal("the report run completed; it should fail at render")
+	}
+	job, err := eng.Queue().Insert(ctx, exportArgs{Steps: 40}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release.Store(true)
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(bin),
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.WindowSize(1400, 1000),
+	)
+	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
+	defer cancelAlloc()
+	bctx, cancelBrowser := chromedp.NewContext(actx, chromedp.WithErrorf(t.Logf))
+	defer cancelBrowser()
+	// The first action starts the browser, on a context without a timeout
+	// (a timeout there would stop the browser); every later step has one.
+	if err := chromedp.Do(bctx, chromedp.Navigate("about:blank")); err != nil {
+		t.Fatalf("start Chromium (%s): %v", bin, err)
+	}
+
+	shot := func(name string) chromedp.Action[chromedp.Void] {
+		return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+			png, err := chromedp.FullScreenshot(90)(ctx, tg)
+			if err != nil {
+				return err
+			}
+			return os.WriteFile(filepath.Join(shots, name), png, 0o644)
+		})
+	}
+	step := func(what string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		sctx, cancel := context.WithTimeout(bctx, 45*time.Second)
+		defer cancel()
+		if err := chromedp.Do(sctx, actions...); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	read := func(what string, a chromedp.Action[string]) string {
+		t.Helper()
+		sctx, cancel := context.WithTimeout(bctx, 45*time.Second)
+		defer cancel()
+		v, err := chromedp.Run(sctx, a)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		return v
+	}
+	mark := chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		_, err := chromedp.Evaluate[bool](`window.braidNoReload = "kept"; true`)(ctx, tg)
+		return err
+	})
+	noReload := func(where string) {
+		t.Helper()
+		if m := read("check for a reload", chromedp.Evaluate[string](`window.braidNoReload || "gone"`)); m != "kept" {
+			t.Fatalf("%s: the page reloaded", where)
+		}
+	}
+
+	// Log in with the token.
+	step("log in",
+		chromedp.Navigate(f.http.URL+"/"),
+		chromedp.WaitVisible(chromedp.ID("token")),
+		chromedp.SendKeys(chromedp.ID("token"), adminSecret),
+		chromedp.Click(chromedp.ID("login-submit")),
+		chromedp.WaitVisible(chromedp.ID("alerts")),
+	)
+	step("overview", chromedp.Sleep(1500*time.Millisecond), shot("overview.png"))
+
+	// The running job's progress bar advances with no reload.
+	step("open the job", chromedp.Navigate(fmt.Sprintf("%s/#/jobs/%d", f.http.URL, job.Job.ID)), chromedp.WaitVisible(chromedp.ID("job-progress")), mark)
+	percent := func() int {
+		text := read("read the progress", chromedp.Text(chromedp.ID("job-progress-text")))
+		n, _ := strconv.Atoi(strings.TrimSuffix(strings.Fields(text + " 0")[0], "%"))
+		return n
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	first := percent()
+	for ; first == 0 && time.Now().Before(deadline); first = percent() {
+		time.Sleep(100 * time.Millisecond)
+	}
+	later := percent()
+	for ; later <= first && time.Now().Before(deadline); later = percent() {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if later <= first {
+		t.Fatalf("the progress bar stayed at %d%%", first)
+	}
+	if w := read("read the bar", chromedp.Evaluate[string](`document.querySelector("#job-progress > div").style.width`)); w == "" || w == "0%" {
+		t.Errorf("the progress bar's width is %q at %d%%", w, later)
+	}
+	noReload("job page")
+	step("jobs page", chromedp.Navigate(f.http.URL+"/#/jobs"), chromedp.Sleep(1500*time.Millisecond), shot("jobs.png"))
+
+	// The failed run shows its failed step and error; Retry completes it.
+	step("open the run",
+		chromedp.Navigate(fmt.Sprintf("%s/#/runs/%s", f.http.URL, run.ID)),
+		chromedp.WaitVisible(chromedp.CSS(".step-failed")),
+		mark,
+	)
+	stepErr := read("read the step error", chromedp.Text(chromedp.CSS(".step-error")))
+	status := read("read the status", chromedp.Text(chromedp.ID("run-status")))
+	if !strings.Contains(stepErr, `template "summary" is missing`) || strings.TrimSpace(status) != "failed" {
+		t.Fatalf("run page: status %q, step error %q", status, stepErr)
+	}
+	step("run page", shot("run.png"))
+	mended.Store(true)
+	step("retry", chromedp.Click(chromedp.ID("run-retry")))
+	deadline = time.Now().Add(60 * time.Second)
+	for strings.TrimSpace(status) != "completed" && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+		status = read("read the status", chromedp.Text(chromedp.ID("run-status")))
+	}
+	if strings.TrimSpace(status) != "completed" {
+		t.Fatalf("after Retry the run page shows %q, want completed", status)
+	}
+	noReload("run page")
+	step("run page, completed", chromedp.Sleep(500*time.Millisecond), shot("run-completed.png"))
+	if !strings.Contains(f.auditLog(), run.ID) {
+		t.Errorf("the retry from the dashboard was not audited with the run's ID")
+	}
+}
