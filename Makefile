@@ -34,7 +34,7 @@ generate: ## Render River's migrations into migrations/sql again
 	$(GO) run ./internal/rivergen
 
 .PHONY: demo
-demo: ## Run the feed-fetcher example end to end (DURATION=60s; DATABASE_URL optional)
+demo: ## Run the feed-fetcher example end to end, with the dashboard on 127.0.0.1:8080 (DURATION=60s; DATABASE_URL optional)
 	@$(if $(DATABASE_URL),,./scripts/setup-postgres.sh demo)
 	$(GO) run ./examples/feedfetcher/cmd/feedfetcher -duration $(DURATION)
 

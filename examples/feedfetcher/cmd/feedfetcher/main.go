@@ -9,9 +9,13 @@
 // exports traces and metrics over OTLP, less a signal whose
 // OTEL_TRACES_EXPORTER or OTEL_METRICS_EXPORTER is "none", and says which.
 //
+// Beside itself it serves braid's dashboard and admin API on a loopback
+// address (127.0.0.1:8080, or a free port when that one is taken), behind a
+// random admin token printed at start; -dashboard "" turns it off.
+//
 // Usage:
 //
-//	feedfetcher [-duration 60s] [-fetch-min 2s] [-fetch-max 10s] [-digest-window 4s]
+//	feedfetcher [-duration 60s] [-fetch-min 2s] [-fetch-max 10s] [-digest-window 4s] [-dashboard 127.0.0.1:8080]
 package main
 
 import (
@@ -49,6 +53,7 @@ type options struct {
 	publishEvery time.Duration
 	renewEvery   string
 	slowDelay    time.Duration
+	dashboard    string // address of the dashboard, or "" for none
 
 	out    io.Writer
 	width  int  // terminal columns; 0 when out is not a terminal
@@ -64,6 +69,7 @@ func main() {
 	flag.DurationVar(&opts.digestWindow, "digest-window", 4*time.Second, "how long a digest waits before it is sent")
 	flag.DurationVar(&opts.publishEvery, "publish-every", 10*time.Second, "base cadence at which the sample feeds gain entries")
 	flag.StringVar(&opts.renewEvery, "websub-schedule", "@every 10s", "schedule of the renew_websub job")
+	flag.StringVar(&opts.dashboard, "dashboard", DashboardAddrDefault, "loopback address of braid's dashboard, or \"\" for none")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "feedfetcher: unexpected argument %q\n", flag.Arg(0))
@@ -209,6 +215,15 @@ func run(ctx context.Context, opts options) (err error) {
 	if err := pool.QueryRow(ctx, `SELECT now()`).Scan(&since); err != nil {
 		return err
 	}
+	if opts.dashboard != "" {
+		url, token, stopDashboard, derr := startDashboard(ctx, app, opts.dashboard, quiet)
+		if derr != nil {
+			return derr
+		}
+		defer func() { err = errors.Join(err, stopDashboard()) }()
+		say("Dashboard: %s  (log in with the token %s; it stops with the demo)", url, token)
+	}
+
 	d := &demo{app: app, srv: srv, logger: logger, start: time.Now()}
 	if err := d.setUp(ctx, events); err != nil {
 		return err

@@ -44,6 +44,7 @@ func TestRunTwice(t *testing.T) {
 			publishEvery: time.Second,
 			renewEvery:   "@every 1s",
 			slowDelay:    200 * time.Millisecond,
+			dashboard:    "127.0.0.1:0",
 			out:          &out,
 		})
 		cancel()
@@ -52,6 +53,9 @@ func TestRunTwice(t *testing.T) {
 			t.Fatalf("run %d: %v\n%s", i+1, err, out.String())
 		}
 		got := out.String()
+		if !regexp.MustCompile(`Dashboard: http://127\.0\.0\.1:\d+/  \(log in with the token [0-9a-f]{32};`).MatchString(got) {
+			t.Errorf("run %d did not print the dashboard's URL and token:\n%s", i+1, got)
+		}
 		_, summary, ok := strings.Cut(got, "\nSummary after ")
 		if !ok {
 			t.Fatalf("run %d printed no summary:\n%s", i+1, got)
