@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -16,7 +15,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/braidflow/braid/queue"
 	"github.com/braidflow/braid/scheduler"
 	"github.com/braidflow/braid/workflow"
 )
@@ -154,47 +152,9 @@ var (
 	schedScheduleParam = "the schedule's name (URL-escaped), or its numeric id"
 )
 
-// schedWriter returns the scheduler that writes and fires schedules for
-// the API. A scheduler given in Config.Scheduler is a process's own and
-// knows its workers and workflows: it is used as it is. Otherwise the
-// server serves processes it knows nothing of, as the braid CLI does: the
-// schedules it writes are checked as far as a remote can check them (any
-// job kind; any workflow name), and "run now" inserts jobs through an
-// insert-only queue and starts runs with workflow.Engine.StartByName,
-// which gives a workflow this server does not register the queue of its
-// earlier runs.
-func (s *Server) schedWriter() *scheduler.Scheduler {
-	if s.cfg.Scheduler != nil {
-		return s.sched
-	}
-	q, err := queue.New(s.pool, &queue.Config{Logger: quietLogger})
-	if err != nil {
-		s.log.Error("admin: building the insert-only queue of schedules; using the server's", slog.String("error", err.Error()))
-		return s.sched
-	}
-	w, err := scheduler.New(s.pool, &scheduler.Config{Queue: q, Workflows: schedStarter{s.eng}, Leases: s.leases, Logger: quietLogger})
-	if err != nil {
-		s.log.Error("admin: building the scheduler of schedules; using the server's", slog.String("error", err.Error()))
-		return s.sched
-	}
-	return w
-}
-
-// schedStarter starts the runs of workflow schedules by name, through the
-// server's engine, whether or not it registers the workflow.
-type schedStarter struct{ eng *workflow.Engine }
-
-func (a schedStarter) StartWorkflowTx(ctx context.Context, tx pgx.Tx, name string, input json.RawMessage, idempotencyKey string) (string, error) {
-	run, err := a.eng.StartByNameTx(ctx, tx, name, input, &workflow.StartByNameOpts{IdempotencyKey: idempotencyKey})
-	if err != nil {
-		return "", err
-	}
-	return run.ID, nil
-}
-
 func (s *Server) routeSchedules() {
 	const base = "/api/admin/scheduled-jobs"
-	sw := s.schedWriter()
+	sw := s.sched
 	s.add(&route{
 		Method: "GET", Path: base, Tag: "schedules",
 		Summary:  "List scheduled jobs (cron schedules) in name order",

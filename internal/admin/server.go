@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/braidflow/braid/leases"
@@ -194,7 +196,17 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Server, error) {
 		s.q = s.eng.Queue()
 	}
 	if s.sched == nil {
-		s.sched, err = scheduler.New(pool, &scheduler.Config{Queue: s.q, Logger: quietLogger})
+		// A server that is not given a process's scheduler serves
+		// processes it knows nothing of, as the braid CLI does: it checks
+		// schedules as far as a remote can (any job kind, any workflow
+		// name), inserts the jobs of "run now" through an insert-only
+		// queue, and starts runs by name with the turn options of their
+		// workflow's earlier runs.
+		insertOnly, err := queue.New(pool, &queue.Config{Logger: quietLogger, MaintenanceDisabled: true})
+		if err != nil {
+			return nil, fmt.Errorf("admin: %w", err)
+		}
+		s.sched, err = scheduler.New(pool, &scheduler.Config{Queue: insertOnly, Workflows: byName{s.eng}, Leases: s.q.Leases(), Logger: quietLogger})
 		if err != nil {
 			return nil, fmt.Errorf("admin: %w", err)
 		}
@@ -310,6 +322,18 @@ func (s *Server) Close() {
 			_ = s.eng.Stop(context.Background())
 		}
 	})
+}
+
+// byName starts the runs of workflow schedules by name through the
+// server's engine, whether or not it registers the workflow.
+type byName struct{ eng *workflow.Engine }
+
+func (b byName) StartWorkflowTx(ctx context.Context, tx pgx.Tx, name string, input json.RawMessage, idempotencyKey string) (string, error) {
+	run, err := b.eng.StartByNameTx(ctx, tx, name, input, &workflow.StartByNameOpts{IdempotencyKey: idempotencyKey})
+	if err != nil {
+		return "", err
+	}
+	return run.ID, nil
 }
 
 // quietLogger drops the logs of the engine and queue the server builds,
