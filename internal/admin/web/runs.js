@@ -121,9 +121,14 @@
     function renderCards(stats) {
       cards.replaceChildren(...STATUSES.map(s => {
         const n = stats.by_status[s] || 0;
-        return h("a", {href: "#/runs" + braid.qs(Object.assign({}, f, {status: s === f.status ? "" : s, offset: "0"})),
-          class: "card" + (s === f.status ? " active" : ""), title: s === f.status ? "show every status" : "only " + s + " runs"},
+        const card = h("a", {href: "#/runs" + braid.qs(Object.assign({}, f, {status: s === f.status ? "" : s, offset: "0"})),
+          class: "card status-card" + (s === f.status ? " active" : ""), "data-status": s,
+          title: s === f.status ? "show every status" : "only " + s + " runs"},
           h("div", {class: "n"}, String(n)), h("div", {class: "l"}, status(s)));
+        card.style.textDecoration = "none";
+        card.style.color = "inherit";
+        if (s === f.status) card.style.borderColor = "var(--accent)";
+        return card;
       }),
       h("div", {class: "card"}, h("div", {class: "n"}, String(stats.finished_last_hour)),
         h("div", {class: "l"}, "finished in the last hour, " + stats.failed_last_hour + " failed")));
@@ -170,8 +175,8 @@
       sections.querySelectorAll("details[data-key]").forEach(el => {
         if (el.open) open.add(el.dataset.key); else open.delete(el.dataset.key);
       });
-      header.replaceChildren(...renderHeader(d));
-      sections.replaceChildren(...renderBody(d, open));
+      header.replaceChildren(h("div", {}, renderHeader(d)));
+      sections.replaceChildren(h("div", {}, renderBody(d, open)));
     }
 
     await refresh();
@@ -226,10 +231,13 @@
   function renderBody(d, open) {
     const r = d.run;
     const byID = new Map(d.tasks.map(t => [t.id, t]));
+    const errCard = r.error ? h("div", {class: "card"}, h("div", {class: "l"}, "Error of the run"), h("pre", {class: "run-error"}, r.error)) : null;
+    if (errCard) errCard.style.gridColumn = "1 / -1";
     const io = h("div", {class: "cards run-io"},
       h("div", {class: "card"}, h("div", {class: "l"}, "Input"), jsonPre(r.input)),
       h("div", {class: "card"}, h("div", {class: "l"}, "Output"), jsonPre(r.output)),
-      r.error ? h("div", {class: "card"}, h("div", {class: "l"}, "Error"), h("pre", {class: "run-error"}, r.error)) : null);
+      errCard);
+    io.style.gridTemplateColumns = "repeat(2, minmax(0, 1fr))";
     return [
       io,
       h("h2", {}, "Timeline"), gantt(d, byID),
@@ -310,7 +318,12 @@
         ],
       });
     }
-    return braid.table(["Task", "Step", "Kind", "Status", "Attempts", "Recorded", "Output or error"], rows, {id: "run-steps"});
+    const table = braid.table(["Task", "Step", "Kind", "Status", "Attempts", "Recorded", "Output or error"], rows, {id: "run-steps"});
+    table.querySelectorAll("tr.step-failed").forEach(tr => {
+      tr.style.background = "#fef3f2";
+      tr.style.boxShadow = "inset 3px 0 0 #f04438";
+    });
+    return table;
   }
 
   // bigJSON shows a short value inline and a long one folded.
@@ -363,7 +376,12 @@
     const entries = d.timeline || [];
     if (!entries.length) return h("div", {class: "gantt", id: "run-timeline"}, h("p", {class: "muted"}, "Nothing has run yet."));
     const now = Date.now();
-    const endOf = (e) => e.end ? new Date(e.end).getTime() : now;
+    const unfinished = UNFINISHED.includes(d.run.status);
+    // What has not ended yet (a turn that runs, a wait, a delay due
+    // later) is drawn up to now, so that an hour's delay does not squeeze
+    // what already happened into a sliver; its tooltip says when it ends.
+    const due = (e) => e.end ? new Date(e.end).getTime() : now;
+    const endOf = (e) => unfinished ? Math.min(due(e), Math.max(now, new Date(e.start).getTime())) : due(e);
     let t0 = Infinity, t1 = -Infinity;
     for (const e of entries) {
       t0 = Math.min(t0, new Date(e.start).getTime());
@@ -385,8 +403,9 @@
       const cls = {turn: "turn", step: "step", wait: "wait", delay: "wait delay"}[e.kind] || e.kind;
       const start = new Date(e.start).getTime();
       const end = endOf(e);
+      const clipped = end < due(e);
       const el = h("div", {
-        class: "bar " + cls + (failed ? " failed" : "") + (e.end ? "" : " open"),
+        class: "bar " + cls + (failed ? " failed" : "") + (e.end && !clipped ? "" : " open"),
         "data-kind": e.kind, "data-status": e.status,
         title: `${e.kind} ${e.name} (${e.task_key}): ${e.status}\n${fmt.time(e.start)} → ${e.end ? fmt.time(e.end) : "now"}` +
           ` · ${fmt.seconds(Math.max(end - start, 0) / 1000)}` + (e.resume_at ? `\nresumes at ${fmt.time(e.resume_at)}` : "") +
@@ -397,7 +416,10 @@
       if (e.kind === "delay") {
         el.style.backgroundImage = "repeating-linear-gradient(135deg, rgba(255,255,255,.45) 0 4px, transparent 4px 8px)";
       }
-      if (!e.end) el.style.opacity = "0.55";
+      if (!e.end || clipped) {
+        el.style.opacity = "0.6";
+        el.style.borderRight = "2px dashed #b54708";
+      }
       return el;
     };
 
@@ -406,7 +428,7 @@
       for (let p = t && byID.get(t.parent_id); p; p = byID.get(p.parent_id)) n++;
       return n;
     };
-    const rows = [axis(t0, span, now)];
+    const rows = [axis(t0, span, unfinished ? now : null)];
     for (const [taskID, lane] of lanes) {
       const t = byID.get(taskID);
       const key = t ? t.key : taskID.slice(-8);
@@ -440,12 +462,15 @@
   }
 
   // axis labels the time axis at five points, relative to the first entry.
+  // now is null for a finished run.
   function axis(t0, span, now) {
     const lane = h("div", {class: "lane axis"});
     lane.style.background = "transparent";
     for (let i = 0; i <= 4; i++) {
       const x = i / 4;
-      const label = h("span", {class: "muted"}, i === 0 ? fmt.time(new Date(t0).toISOString()) : "+" + fmt.seconds((span * x) / 1000));
+      const atNow = i === 4 && now !== null && Math.abs(now - (t0 + span)) <= span * 0.01;
+      const label = h("span", {class: "muted"}, i === 0 ? fmt.time(new Date(t0).toISOString())
+        : (atNow ? "now · " : "") + "+" + fmt.seconds((span * x) / 1000));
       label.style.position = "absolute";
       label.style.fontSize = ".72rem";
       label.style.whiteSpace = "nowrap";
@@ -454,13 +479,15 @@
       else if (i > 0) label.style.transform = "translateX(-50%)";
       lane.append(label);
     }
-    if (now > t0 && now < t0 + span) {
-      const mark = h("span", {class: "now", title: "now"}, "▾ now");
+    if (now !== null && now > t0 && now < t0 + span * 0.99) {
+      const x = (now - t0) / span;
+      const mark = h("span", {class: "now", title: "now"}, x > 0.9 ? "now ▾" : "▾ now");
+      if (x > 0.9) mark.style.transform = "translateX(-100%)";
       mark.style.position = "absolute";
       mark.style.top = "-0.9rem";
       mark.style.fontSize = ".7rem";
       mark.style.color = "#b54708";
-      mark.style.left = (((now - t0) / span) * 100).toFixed(2) + "%";
+      mark.style.left = (x * 100).toFixed(2) + "%";
       lane.append(mark);
     }
     return h("div", {class: "row"}, h("div", {class: "label muted"}, "time"), lane);
