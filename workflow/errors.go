@@ -140,6 +140,10 @@ type storedError struct {
 	Message string `json:"message"`
 	Kind    string `json:"kind,omitempty"`
 	Child   string `json:"child,omitempty"`
+	// Step names the step whose body returned the error, when the turn
+	// failed because of it: a step without a retry policy records no
+	// failure of its own, so the task's error says which step it was.
+	Step    string `json:"step,omitempty"`
 	Attempt int    `json:"attempt,omitempty"`
 }
 

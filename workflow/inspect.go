@@ -50,7 +50,11 @@ type TaskInfo struct {
 	Error     string `json:"error,omitempty"`
 	// ErrorKind is "panic" when the error is a panic's, with its stack in
 	// Error.
-	ErrorKind  string          `json:"error_kind,omitempty"`
+	ErrorKind string `json:"error_kind,omitempty"`
+	// FailedStep names the step whose error failed the task, when the
+	// task's code returned a step's error. Such a step has no retry
+	// policy of its own and so no record among Steps.
+	FailedStep string          `json:"failed_step,omitempty"`
 	Input      json.RawMessage `json:"input,omitempty"`
 	Output     json.RawMessage `json:"output,omitempty"`
 	CreatedAt  time.Time       `json:"created_at"`
@@ -222,6 +226,15 @@ func errorText(raw []byte) (msg, kind string) {
 	return string(raw), ""
 }
 
+// failedStep reads the step named by a task's stored error.
+func failedStep(raw []byte) string {
+	var se storedError
+	if len(raw) == 0 || json.Unmarshal(raw, &se) != nil {
+		return ""
+	}
+	return se.Step
+}
+
 func traceID(traceParent *string) string {
 	if traceParent == nil {
 		return ""
@@ -331,6 +344,7 @@ func Inspect(ctx context.Context, db Querier, runID string) (*RunInfo, error) {
 			ti.ParentID = parentID.String()
 		}
 		ti.Error, ti.ErrorKind = errorText(errRaw)
+		ti.FailedStep = failedStep(errRaw)
 		ti.Input, ti.Output = input, output
 		index[tid] = len(run.Tasks)
 		run.Tasks = append(run.Tasks, ti)

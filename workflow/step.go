@@ -110,6 +110,7 @@ func Step[T any](t *Task, name string, fn func(ctx context.Context) (T, error), 
 		return zero, runErr
 	}
 	if cfg.retry == nil {
+		t.failedStep, t.failedStepErr = name, runErr
 		return zero, runErr
 	}
 	stored := t.eng.storedError(runErr, attempt)

@@ -35,13 +35,18 @@ type Task struct {
 	names    map[string]int
 
 	// What the turn ends with.
-	suspended    bool
-	snoozing     bool
-	snooze       time.Duration
-	delay        *pendingDelay
-	waitChildren bool
-	spawns       []spawn
-	spawned      map[string]bool
+	suspended bool
+	snoozing  bool
+	// failedStep is the last step of this turn whose body returned an
+	// error without a retry policy of its own, and failedStepErr that
+	// error: when the turn fails with it, the task's error names the step.
+	failedStep    string
+	failedStepErr error
+	snooze        time.Duration
+	delay         *pendingDelay
+	waitChildren  bool
+	spawns        []spawn
+	spawned       map[string]bool
 }
 
 // stepRecord is a row of braid_steps as loaded at the start of a turn.

@@ -475,6 +475,9 @@ func (e *Engine) runTurn(ctx context.Context, job *river.Job[taskArgs], claimed 
 		span.SetStatus(codes.Error, runErr.Error())
 		e.metrics.failures.Add(ctx, 1)
 		se := e.storedError(runErr, job.Attempt)
+		if t.failedStep != "" && errors.Is(runErr, t.failedStepErr) {
+			se.Step = t.failedStep
+		}
 		o.errJSON, _ = json.Marshal(se)
 		o.kind, ret = outcomeFailAttempt, runErr
 		if job.Attempt >= job.MaxAttempts {

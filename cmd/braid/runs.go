@@ -252,6 +252,21 @@ func printTask(w io.Writer, t *workflow.TaskInfo, children map[string][]*workflo
 			row(w, inner+s.Name, s.Kind, mark(s.Status), s.Attempts, between(s.StartedAt, s.FinishedAt), orDash(firstLine(s.Error, clipDefault)))
 		}
 	}
+	// A step without a retry policy whose error failed the task has no
+	// record of its own; the task's error names it.
+	if t.FailedStep != "" && !recorded(t, t.FailedStep) {
+		row(w, inner+t.FailedStep, "step", mark("failed"), t.Attempt, "-", orDash(firstLine(t.Error, clipDefault)))
+	}
+}
+
+// recorded reports whether task t has a recorded step of that name.
+func recorded(t *workflow.TaskInfo, name string) bool {
+	for i := range t.Steps {
+		if t.Steps[i].Name == name {
+			return true
+		}
+	}
+	return false
 }
 
 // runEngine builds a workflow engine that is never started: it serves the
@@ -345,7 +360,11 @@ func failures(r *workflow.RunInfo) []failure {
 					text = strings.Replace(text, s.Error, fmt.Sprintf("%s (in full under %s %s below)", head, s.Kind, s.Name), 1)
 				}
 			}
-			out = append(out, failure{fmt.Sprintf("task %s (%s, %s, attempt %d)", t.Key, t.Workflow, t.Status, t.Attempt), text})
+			what := fmt.Sprintf("task %s (%s, %s, attempt %d)", t.Key, t.Workflow, t.Status, t.Attempt)
+			if t.FailedStep != "" && !recorded(t, t.FailedStep) {
+				what += ", in step " + t.FailedStep
+			}
+			out = append(out, failure{what, text})
 		}
 		for j := range t.Steps {
 			s := &t.Steps[j]

@@ -151,7 +151,7 @@ func TestDashboardInABrowser(t *testing.T) {
 
 	shot := func(name string) chromedp.Action[chromedp.Void] {
 		return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
-			png, err := chromedp.FullScreenshot(90)(ctx, tg)
+			png, err := chromedp.FullScreenshot(100)(ctx, tg)
 			if err != nil {
 				return err
 			}
@@ -230,8 +230,9 @@ func TestDashboardInABrowser(t *testing.T) {
 	)
 	stepErr := read("read the step error", chromedp.Text(chromedp.CSS(".step-error")))
 	status := read("read the status", chromedp.Text(chromedp.ID("run-status")))
-	if !strings.Contains(stepErr, `template "summary" is missing`) || strings.TrimSpace(status) != "failed" {
-		t.Fatalf("run page: status %q, step error %q", status, stepErr)
+	failedStep := read("read the failed step", chromedp.Evaluate[string](`document.querySelector(".step-failed").dataset.step`))
+	if !strings.Contains(stepErr, `template "summary" is missing`) || strings.TrimSpace(status) != "failed" || failedStep != "render" {
+		t.Fatalf("run page: status %q, failed step %q, step error %q; want failed in render", status, failedStep, stepErr)
 	}
 	step("run page", shot("run.png"))
 	mended.Store(true)

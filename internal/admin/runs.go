@@ -70,10 +70,12 @@ type RunDelay struct {
 type RunFailure struct {
 	TaskID  string `json:"task_id"`
 	TaskKey string `json:"task_key"`
-	// Step is the failed step, when the step recorded its failure (a step
-	// with a retry policy of its own); a step without one fails its turn
-	// unrecorded, and the error is the task's.
+	// Step is the failed step: one that recorded its failure (a step with
+	// a retry policy of its own), or one without a policy whose error the
+	// task's code returned, named by the task's error.
 	Step string `json:"step,omitempty"`
+	// StepRecorded is true when Step is among the task's recorded steps.
+	StepRecorded bool `json:"step_recorded,omitempty"`
 	// Error is the full error, a panic's stack included.
 	Error     string `json:"error"`
 	ErrorKind string `json:"error_kind,omitempty"`
@@ -351,10 +353,10 @@ func (s *Server) runDetail(run *workflow.RunInfo) RunDetail {
 			}
 		}
 		if t.Status == "failed" && !failedChild[t.ID] && d.Failure == nil {
-			f := &RunFailure{TaskID: t.ID, TaskKey: t.Key, Error: t.Error, ErrorKind: t.ErrorKind}
+			f := &RunFailure{TaskID: t.ID, TaskKey: t.Key, Step: t.FailedStep, Error: t.Error, ErrorKind: t.ErrorKind}
 			for _, st := range t.Steps {
 				if st.Kind == "step" && st.Status == "failed" {
-					f.Step = st.Name
+					f.Step, f.StepRecorded = st.Name, true
 					if f.Error == "" {
 						f.Error, f.ErrorKind = st.Error, st.ErrorKind
 					}

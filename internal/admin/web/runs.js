@@ -301,15 +301,16 @@
       };
     });
     // A step without a retry policy of its own fails its turn unrecorded:
-    // the failure is the task's error, shown where the step would be.
-    if (d.failure && !d.failure.step) {
+    // the failure is the task's error, which names the step when the
+    // task's code returned the step's error.
+    if (d.failure && !d.failure.step_recorded) {
       const f = d.failure;
       const t = byID.get(f.task_id);
       rows.push({
-        attrs: {class: "step-row step-failed step-unrecorded", "data-step": "", "data-status": "failed"},
+        attrs: {class: "step-row step-failed step-unrecorded", "data-step": f.step || "", "data-status": "failed"},
         cells: [
           h("code", {}, f.task_key),
-          h("em", {}, "after the last recorded step"),
+          f.step ? h("strong", {}, f.step) : h("em", {}, "after the last recorded step"),
           "turn",
           status("failed"),
           t ? String(t.attempt) : "",
