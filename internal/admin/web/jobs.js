@@ -34,6 +34,12 @@
     el.setAttribute("aria-valuenow", p);
   }
 
+  // spaced gives a block the room below it that cards outside a grid lack.
+  function spaced(el) {
+    el.style.marginBottom = ".8rem";
+    return el;
+  }
+
   function clamp(p) {
     const n = Number(p) || 0;
     return Math.max(0, Math.min(100, Math.round(n)));
@@ -185,9 +191,9 @@
     const progressText = h("strong", {id: "job-progress-text"}, "0%");
     const progressMsg = h("span", {id: "job-progress-message", class: "muted"});
     const heartbeat = h("span", {id: "job-heartbeat", class: "muted"});
-    const progressBox = h("section", {id: "job-progress-box", class: "card"},
+    const progressBox = spaced(h("section", {id: "job-progress-box", class: "card"},
       h("div", {class: "toolbar"}, h("strong", {}, "Progress"), progressText, progressMsg),
-      progressBar, h("div", {class: "muted"}, heartbeat));
+      progressBar, h("div", {class: "muted"}, heartbeat)));
     const kv = h("dl", {class: "kv", id: "job-kv"});
     const actions = h("div", {class: "toolbar admin-only", id: "job-actions"});
     const runBox = h("div", {id: "job-run"});
@@ -238,11 +244,11 @@
       stateEl.replaceChildren(status(j.state));
       showProgress(j.progress);
       progressBox.hidden = !j.progress && j.state !== "running";
-      runBox.replaceChildren(...(j.run ? [h("p", {class: "card"},
+      runBox.replaceChildren(...(j.run ? [spaced(h("p", {class: "card"},
         "Turn of run ", h("a", {href: "#/runs/" + j.run.run_id, id: "job-run-link"}, j.run.run_id),
         " (workflow ", h("strong", {}, j.run.workflow), ", task ", h("code", {}, shortID(j.run.task_id)), ") ",
         j.run.run_status ? status(j.run.run_status) : "",
-        h("span", {class: "muted"}, " · a turn job is retried by retrying its run"))] : []));
+        h("span", {class: "muted"}, " · a turn job is retried by retrying its run")))] : []));
       const rows = [
         ["kind", j.kind], ["queue", j.queue],
         ["priority", j.priority_name + " (" + j.priority + ")"],
@@ -290,10 +296,10 @@
       argsBox.replaceChildren(h("pre", {id: "job-args-json"}, fmt.json(j.args)));
       metaBox.replaceChildren(h("summary", {}, "metadata"), h("pre", {}, fmt.json(j.metadata)));
       const errs = (j.errors || []).slice().reverse();
-      errorsBox.replaceChildren(...(errs.length ? errs.map(e => h("div", {class: "card job-error"},
+      errorsBox.replaceChildren(...(errs.length ? errs.map(e => spaced(h("div", {class: "card job-error"},
         h("div", {class: "toolbar"}, h("strong", {}, "attempt " + e.attempt), h("span", {class: "muted"}, fmt.time(e.at) + " · " + fmt.ago(e.at))),
-        h("pre", {class: "error"}, e.error),
-        e.trace ? h("details", {}, h("summary", {}, "stack"), h("pre", {}, e.trace)) : null))
+        h("pre", {}, e.error),
+        e.trace ? h("details", {}, h("summary", {}, "stack"), h("pre", {}, e.trace)) : null)))
         : [h("p", {class: "muted"}, "no errors")]));
     }
     fill(job);
@@ -558,13 +564,13 @@
     grid.style.gap = "1rem";
     grid.style.alignItems = "start";
 
-    main.append(
+    main.append(...[
       h("h1", {}, "Dispatch"),
       h("p", {class: "muted"}, "Enqueue a job of a kind with JSON args, or start a run of a workflow with JSON input. " +
         "Names are checked against what the database has seen (" + known.kinds.length + " kinds, " + known.workflows.length + " workflows); " +
         "force skips the check for what is deployed but has never run."),
       admin ? null : h("p", {class: "error"}, "This token is read-only: dispatching needs an admin token."),
-      grid);
+      grid].filter(Boolean));
     return null;
   }, "dispatch");
 })();
