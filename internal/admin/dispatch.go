@@ -320,11 +320,7 @@ func (s *Server) dispatchJob(w http.ResponseWriter, r *http.Request) error {
 		// serves the API), and River refuses to insert a kind it has no
 		// worker for. An insert-only queue on the same pool inserts any
 		// kind, for the processes that work it.
-		var err error
-		q, err = queue.New(s.pool, &queue.Config{Logger: quietLogger, MaintenanceDisabled: true})
-		if err != nil {
-			return err
-		}
+		q = s.insertQ
 	}
 	res, err := q.Insert(ctx, rawJobArgs{kind: req.Kind, args: args}, opts)
 	if err != nil {

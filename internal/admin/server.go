@@ -131,14 +131,18 @@ type AlertThresholds struct {
 // Server serves braid's admin API and dashboard. Create it with New; it is
 // safe for concurrent use.
 type Server struct {
-	pool   *pgxpool.Pool
-	cfg    Config
-	log    *slog.Logger
-	eng    *workflow.Engine
-	q      *queue.Queue
-	sched  *scheduler.Scheduler
-	leases *leases.Manager
-	ownEng bool
+	pool  *pgxpool.Pool
+	cfg   Config
+	log   *slog.Logger
+	eng   *workflow.Engine
+	q     *queue.Queue
+	sched *scheduler.Scheduler
+	// insertQ is an insert-only queue on the pool: River refuses to
+	// insert a kind its client has no worker for, and the server inserts
+	// jobs of kinds that other processes work (dispatch, run now).
+	insertQ *queue.Queue
+	leases  *leases.Manager
+	ownEng  bool
 
 	mux    *http.ServeMux
 	routes []*route
@@ -195,6 +199,10 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Server, error) {
 	if s.q == nil {
 		s.q = s.eng.Queue()
 	}
+	s.insertQ, err = queue.New(pool, &queue.Config{Logger: quietLogger, MaintenanceDisabled: true})
+	if err != nil {
+		return nil, fmt.Errorf("admin: %w", err)
+	}
 	if s.sched == nil {
 		// A server that is not given a process's scheduler serves
 		// processes it knows nothing of, as the braid CLI does: it checks
@@ -202,11 +210,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Server, error) {
 		// name), inserts the jobs of "run now" through an insert-only
 		// queue, and starts runs by name with the turn options of their
 		// workflow's earlier runs.
-		insertOnly, err := queue.New(pool, &queue.Config{Logger: quietLogger, MaintenanceDisabled: true})
-		if err != nil {
-			return nil, fmt.Errorf("admin: %w", err)
-		}
-		s.sched, err = scheduler.New(pool, &scheduler.Config{Queue: insertOnly, Workflows: byName{s.eng}, Leases: s.q.Leases(), Logger: quietLogger})
+		s.sched, err = scheduler.New(pool, &scheduler.Config{Queue: s.insertQ, Workflows: byName{s.eng}, Leases: s.q.Leases(), Logger: quietLogger})
 		if err != nil {
 			return nil, fmt.Errorf("admin: %w", err)
 		}
