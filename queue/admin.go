@@ -57,7 +57,7 @@ type JobPage struct {
 
 // JobsPage lists one page of the jobs matching filter, with limit and
 // offset, and counts all of them. River's own JobList pages with cursors;
-// an operator's table pages by offset, as seed 001's admin API does.
+// an operator's table pages by offset, as the classic job-queue admin API does.
 // Offset paging reads and skips the rows before the page, so deep pages
 // of a large table cost more than the first.
 func (q *Queue) JobsPage(ctx context.Context, filter JobPageFilter) (*JobPage, error) {

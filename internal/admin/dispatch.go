@@ -20,7 +20,7 @@ import (
 	"github.com/braidflow/braid/workflow"
 )
 
-// Dispatch (seed 002): enqueue a job of a given kind with JSON args and
+// Dispatch: enqueue a job of a given kind with JSON args and
 // insert options, or start a run of a named workflow with JSON input and an
 // idempotency key.
 //
@@ -40,8 +40,8 @@ type DispatchJobRequest struct {
 	Args json.RawMessage `json:"args,omitempty"`
 	// Queue defaults to "default".
 	Queue string `json:"queue,omitempty"`
-	// Priority: critical, high, normal, low, River's 1 to 4, or seed
-	// 001's 0-100. Defaults to normal.
+	// Priority: critical, high, normal, low, River's 1 to 4, or the classic
+	// 0-100 scale. Defaults to normal.
 	Priority json.RawMessage `json:"priority,omitempty"`
 	// MaxAttempts defaults to the queue's (25, River's).
 	MaxAttempts int `json:"max_attempts,omitempty"`

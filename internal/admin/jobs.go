@@ -18,13 +18,13 @@ import (
 	"github.com/braidflow/braid/workflow"
 )
 
-// Jobs and dead letters: seed 001's admin routes under /api/admin/jobs
+// Jobs and dead letters: the classic job-queue admin API's admin routes under /api/admin/jobs
 // (stats, jobs by status, status, priority, boost, retry, bulk status and
 // bulk retry), a job's detail with its live progress and errors, and the
 // dead letters of jobs and runs.
 //
 // States are River's: available, pending, scheduled, retryable, running,
-// completed, cancelled, discarded (a dead letter). Seed 001's names are
+// completed, cancelled, discarded (a dead letter). The classic job-queue admin API's names are
 // accepted wherever a state is: queued (available), crawling (running),
 // success (completed) and failed (discarded).
 //
@@ -34,13 +34,13 @@ import (
 // cancelled alone: its run is.
 //
 // Priorities are River's four levels: 1 critical, 2 high, 3 normal, 4 low
-// (braid's names). Seed 001 speaks of 0 to 100, highest first; a number
+// (braid's names). The classic job-queue admin API speaks of 0 to 100, highest first; a number
 // from 1 to 4 is taken as River's level, and any other from 0 to 100 is
-// mapped to the nearest of seed 002's named values, 100 critical, 75 high,
+// mapped to the nearest of the named levels, 100 critical, 75 high,
 // 50 normal, 25 low (0, background, is low too): 88–100 critical, 63–87
 // high, 38–62 normal, 0–37 low. A boost counts levels, not points: River
 // has four, so a boost of 1 raises low to normal, and 3 or more makes any
-// job critical, as seed 001 caps its boosts at 100.
+// job critical, as the classic job-queue admin API caps its boosts at 100.
 
 // JobInfo is a job as lists show it.
 type JobInfo struct {
@@ -108,7 +108,7 @@ type JobStatsResponse struct {
 	// ByQueue counts, for each queue that has jobs, its jobs in each
 	// state.
 	ByQueue map[string]map[string]int64 `json:"by_queue"`
-	// ByStatus counts by seed 001's names: queued (available), running,
+	// ByStatus counts by the classic job-queue admin API's names: queued (available), running,
 	// failed (discarded: dead letters) and completed.
 	ByStatus map[string]int64 `json:"by_status"`
 }
@@ -119,7 +119,7 @@ type JobStatusRequest struct {
 }
 
 // JobPriorityRequest is the body of PUT /api/admin/jobs/{id}/priority:
-// River's level 1 to 4, a name (critical, high, normal, low), or seed 001's
+// River's level 1 to 4, a name (critical, high, normal, low), or the classic job-queue admin API's
 // 0–100.
 type JobPriorityRequest struct {
 	Priority json.RawMessage `json:"priority"`
@@ -164,7 +164,7 @@ type BulkResult struct {
 	Allowed    []string `json:"allowed,omitempty"`
 }
 
-// jobStateAliases are seed 001's status names.
+// jobStateAliases are the classic job-queue admin API's status names.
 var jobStateAliases = map[string]rivertype.JobState{
 	"queued":   rivertype.JobStateAvailable,
 	"crawling": rivertype.JobStateRunning,
@@ -172,7 +172,7 @@ var jobStateAliases = map[string]rivertype.JobState{
 	"failed":   rivertype.JobStateDiscarded,
 }
 
-// jobStateNames lists the accepted state names: River's, then seed 001's.
+// jobStateNames lists the accepted state names: River's, then the classic job-queue admin API's.
 func jobStateNames() []string {
 	var out []string
 	for _, s := range rivertype.JobStates() {
@@ -181,7 +181,7 @@ func jobStateNames() []string {
 	return append(out, "queued", "crawling", "success", "failed")
 }
 
-// parseJobState reads a River state or one of seed 001's names.
+// parseJobState reads a River state or one of the classic job-queue admin API's names.
 func parseJobState(what, v string) (rivertype.JobState, error) {
 	v = strings.ToLower(strings.TrimSpace(v))
 	if s, ok := jobStateAliases[v]; ok {
@@ -190,7 +190,7 @@ func parseJobState(what, v string) (rivertype.JobState, error) {
 	if slices.Contains(rivertype.JobStates(), rivertype.JobState(v)) {
 		return rivertype.JobState(v), nil
 	}
-	return "", unprocessable(jobStateNames(), "unknown %s %q: use one of River's states (%s) or seed 001's queued, crawling, success, failed",
+	return "", unprocessable(jobStateNames(), "unknown %s %q: use one of River's states (%s) or the classic job-queue admin API's queued, crawling, success, failed",
 		what, clip(v), joinStates(rivertype.JobStates()))
 }
 
@@ -218,7 +218,7 @@ func clip(s string) string {
 	return s
 }
 
-// seedPriority maps seed 001's 0–100 priority (higher first) onto River's
+// seedPriority maps the classic job-queue admin API's 0–100 priority (higher first) onto River's
 // levels: the nearest of 100 critical, 75 high, 50 normal, 25 low.
 func seedPriority(n int) queue.Priority {
 	switch {
@@ -235,7 +235,7 @@ func seedPriority(n int) queue.Priority {
 var priorityNames = []string{"critical", "high", "normal", "low", "1", "2", "3", "4", "0-100"}
 
 // parsePriority reads a priority: a name, River's level 1 to 4 (as a
-// number or a string), or seed 001's 0–100.
+// number or a string), or the classic job-queue admin API's 0–100.
 func parsePriority(raw json.RawMessage) (queue.Priority, error) {
 	raw = json.RawMessage(strings.TrimSpace(string(raw)))
 	if len(raw) == 0 || string(raw) == "null" {
@@ -263,7 +263,7 @@ func parsePriority(raw json.RawMessage) (queue.Priority, error) {
 }
 
 var jobListParams = append([]Param{
-	{Name: "status", Type: "string", Description: "only jobs in this state: River's (available, pending, scheduled, retryable, running, completed, cancelled, discarded) or seed 001's (queued, crawling, success, failed)"},
+	{Name: "status", Type: "string", Description: "only jobs in this state: River's (available, pending, scheduled, retryable, running, completed, cancelled, discarded) or the classic job-queue admin API's (queued, crawling, success, failed)"},
 	{Name: "kind", Type: "string", Description: "only jobs of this kind"},
 	{Name: "queue", Type: "string", Description: "only jobs of this queue"},
 }, pagingParams...)
@@ -275,13 +275,13 @@ func (s *Server) routeJobs() {
 	const base = "/api/admin/jobs"
 	s.add(&route{
 		Method: "GET", Path: base + "/stats", Tag: "jobs",
-		Summary:  "Job counts by state and by queue (River's states), and by seed 001's statuses",
+		Summary:  "Job counts by state and by queue (River's states), and by the classic job-queue admin API's statuses",
 		Response: JobStatsResponse{},
 		Handle:   s.jobStats,
 	})
 	s.add(&route{
 		Method: "GET", Path: base, Tag: "jobs",
-		Summary: "Jobs by status, kind and queue, newest first, with limit/offset and the total; status takes River's states or seed 001's queued (available), crawling (running), success (completed), failed (discarded)",
+		Summary: "Jobs by status, kind and queue, newest first, with limit/offset and the total; status takes River's states or the classic job-queue admin API's queued (available), crawling (running), success (completed), failed (discarded)",
 		Query:   jobListParams, Response: List[JobInfo]{},
 		Handle: s.listJobs,
 	})
@@ -293,19 +293,19 @@ func (s *Server) routeJobs() {
 	})
 	s.add(&route{
 		Method: "PUT", Path: base + "/{id}/status", Tag: "jobs", Mutates: true,
-		Summary: "Move a job to another state, safe transitions only: available, pending, scheduled, retryable or running (River's remote cancel) to cancelled; scheduled or retryable to available (run now); completed, cancelled or discarded to available (a retry; a turn job's run is retried). Anything else is 422 with the allowed transitions. Seed 001's names are accepted",
+		Summary: "Move a job to another state, safe transitions only: available, pending, scheduled, retryable or running (River's remote cancel) to cancelled; scheduled or retryable to available (run now); completed, cancelled or discarded to available (a retry; a turn job's run is retried). Anything else is 422 with the allowed transitions. The classic job-queue admin API's names are accepted",
 		Body:    JobStatusRequest{}, Response: JobDetail{},
 		Handle: s.putJobStatus,
 	})
 	s.add(&route{
 		Method: "PUT", Path: base + "/{id}/priority", Tag: "jobs", Mutates: true,
-		Summary: "Set an unfinished job's priority: critical, high, normal, low, River's 1 (critical) to 4 (low), or seed 001's 0-100 mapped to the nearest of 100 critical, 75 high, 50 normal, 25 low",
+		Summary: "Set an unfinished job's priority: critical, high, normal, low, River's 1 (critical) to 4 (low), or the classic job-queue admin API's 0-100 mapped to the nearest of 100 critical, 75 high, 50 normal, 25 low",
 		Body:    JobPriorityRequest{}, Response: JobDetail{},
 		Handle: s.putJobPriority,
 	})
 	s.add(&route{
 		Method: "POST", Path: base + "/{id}/boost", Tag: "jobs", Mutates: true,
-		Summary: "Raise an unfinished job's priority by boost levels toward critical, capped at critical: River has 4 levels where seed 001 has 0-100, so 3 or more makes any job critical",
+		Summary: "Raise an unfinished job's priority by boost levels toward critical, capped at critical: River has 4 levels where the classic job-queue admin API has 0-100, so 3 or more makes any job critical",
 		Body:    JobBoostRequest{}, Response: JobDetail{},
 		Handle: s.boostJob,
 	})

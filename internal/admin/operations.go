@@ -55,7 +55,7 @@ type QueueInfo struct {
 	UpdatedAt *time.Time `json:"updated_at,omitempty"`
 }
 
-// Alert is a condition of seed 001's monitoring section that passed its
+// Alert is a condition of the classic job-queue monitoring alerts that passed its
 // threshold (Config.Alerts).
 type Alert struct {
 	// Kind is queue_depth, failed_rate, long_running or missed_schedule.
@@ -458,7 +458,7 @@ SELECT (SELECT count(*) FROM river_job WHERE state = 'completed' AND finalized_a
 	return nil
 }
 
-// overviewAlerts computes the alerts of seed 001's monitoring section with
+// overviewAlerts computes the alerts of the classic job-queue monitoring alerts with
 // Config.Alerts: a queue deeper than QueueDepth, a failed rate over
 // FailedRate in the last hour, a job running longer than LongRunning, and
 // an enabled schedule whose slot passed without a fire.

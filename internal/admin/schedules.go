@@ -19,13 +19,13 @@ import (
 	"github.com/braidflow/braid/workflow"
 )
 
-// Scheduled jobs are seed 001's routes over braid's durable cron schedules
+// Scheduled jobs are the classic job-queue admin API's routes over braid's durable cron schedules
 // (scheduler.Schedule). A schedule is identified by its name: {id} in the
 // paths is the name, URL-escaped. A numeric {id} that names no schedule is
 // taken as the schedule's numeric ID, so clients that keep the id of the
 // list keep working; a schedule named like a number wins over an ID.
 
-// ScheduledJob is a schedule as the API shows it: seed 001's fields (name,
+// ScheduledJob is a schedule as the API shows it: the classic job-queue admin API's fields (name,
 // description, cron_expression, enabled, priority, next_run_at,
 // last_run_at) and braid's own: the target (a job kind with its args, or a
 // workflow with its input), the time zone, the queue, the overlap and
@@ -100,7 +100,7 @@ func scheduledJobOf(sch *scheduler.Schedule) ScheduledJob {
 }
 
 // ScheduledJobRequest is the body of POST /api/admin/scheduled-jobs and PUT
-// /api/admin/scheduled-jobs/{id}: seed 001's fields and braid's. A create
+// /api/admin/scheduled-jobs/{id}: the classic job-queue admin API's fields and braid's. A create
 // needs name, cron_expression, and either kind (with optional args, a JSON
 // object) or workflow (with optional input, any JSON). An update changes
 // only the fields it gives; its name, when given, must be the schedule's

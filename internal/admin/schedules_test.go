@@ -202,7 +202,7 @@ func TestScheduledJobLifecycle(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, nil)
 
-	// Seed 001's shape, with braid's target in place of subreddit_id.
+	// The classic job-queue admin API's shape, with braid's target in place of subreddit_id.
 	var created ScheduledJob
 	f.call("POST", "/api/admin/scheduled-jobs", map[string]any{
 		"name": "daily-askreddit", "description": "Daily crawl of AskReddit", "cron_expression": "@daily",
@@ -223,7 +223,7 @@ func TestScheduledJobLifecycle(t *testing.T) {
 		t.Errorf("@daily next_run_at = %s, want the next midnight after %s", created.NextRunAt, created.CreatedAt)
 	}
 
-	// Get by name, and by the numeric id of the seed's routes.
+	// Get by name, and by the numeric id of the classic routes.
 	var got ScheduledJob
 	f.call("GET", "/api/admin/scheduled-jobs/daily-askreddit", nil, 200, &got)
 	got.Args = json.RawMessage(schedCompact(t, got.Args))
@@ -235,7 +235,7 @@ func TestScheduledJobLifecycle(t *testing.T) {
 		t.Errorf("get by id %d = %q", created.ID, got.Name)
 	}
 
-	// Update with seed 001's shape: a new expression moves next_run_at.
+	// Update with the classic job-queue admin API's shape: a new expression moves next_run_at.
 	var updated ScheduledJob
 	f.call("PUT", "/api/admin/scheduled-jobs/daily-askreddit", map[string]any{
 		"name": "daily-askreddit", "description": "Hourly crawl", "cron_expression": "@hourly", "enabled": true, "priority": 1,
@@ -332,14 +332,14 @@ func TestScheduledJobBadInput(t *testing.T) {
 		{"invalid cron on update", "PUT", "/taken", map[string]any{"cron_expression": "* * *"}, 422, `cron_expression "* * *" is invalid: expected 5 fields`, nil},
 		{"bad time zone", "POST", "", map[string]any{"name": "x", "cron_expression": "@daily", "time_zone": "Mars/Olympus", "kind": "crawl"}, 422, `time_zone "Mars/Olympus" is invalid`, nil},
 		{"duplicate name", "POST", "", map[string]any{"name": "taken", "cron_expression": "@daily", "kind": "crawl"}, 409, `"taken" already exists; pick another name`, nil},
-		{"seed's subreddit_id", "POST", "", map[string]any{"name": "x", "cron_expression": "@daily", "kind": "crawl", "subreddit_id": 1}, 400, `unknown field "subreddit_id"`, nil},
+		{"the classic subreddit_id", "POST", "", map[string]any{"name": "x", "cron_expression": "@daily", "kind": "crawl", "subreddit_id": 1}, 400, `unknown field "subreddit_id"`, nil},
 		{"no name", "POST", "", map[string]any{"cron_expression": "@daily", "kind": "crawl"}, 422, `field "name" is required`, nil},
 		{"no cron", "POST", "", map[string]any{"name": "x", "kind": "crawl"}, 422, `field "cron_expression" is required`, nil},
 		{"no target", "POST", "", map[string]any{"name": "x", "cron_expression": "@daily"}, 422, `a target is required`, nil},
 		{"two targets", "POST", "", map[string]any{"name": "x", "cron_expression": "@daily", "kind": "a", "workflow": "b"}, 422, `not both`, nil},
 		{"args not an object", "POST", "", map[string]any{"name": "x", "cron_expression": "@daily", "kind": "crawl", "args": []int{1}}, 422, `field "args" must be a JSON object`, nil},
 		{"input with a kind", "POST", "", map[string]any{"name": "x", "cron_expression": "@daily", "kind": "crawl", "input": 1}, 422, `field "input" goes with "workflow"`, nil},
-		{"seed's priority", "POST", "", map[string]any{"name": "x", "cron_expression": "@daily", "kind": "crawl", "priority": 10}, 422, `priority 10 is out of range`, []string{"1", "2", "3", "4"}},
+		{"a 0-100 priority", "POST", "", map[string]any{"name": "x", "cron_expression": "@daily", "kind": "crawl", "priority": 10}, 422, `priority 10 is out of range`, []string{"1", "2", "3", "4"}},
 		{"bad overlap", "POST", "", map[string]any{"name": "x", "cron_expression": "@daily", "kind": "crawl", "overlap_policy": "queue"}, 422, `overlap_policy "queue" is invalid`, []string{"skip", "allow"}},
 		{"bad catch-up", "PUT", "/taken", map[string]any{"catch_up_policy": "never"}, 422, `catch_up_policy "never" is invalid`, []string{"once", "skip", "all"}},
 		{"bad queue", "POST", "", map[string]any{"name": "x", "cron_expression": "@daily", "kind": "crawl", "queue": "Bad Queue"}, 422, `queue "Bad Queue" is invalid`, nil},

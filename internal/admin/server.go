@@ -109,7 +109,7 @@ const (
 )
 
 // AlertThresholds are the limits past which the overview raises an alert,
-// after seed 001's monitoring section.
+// after the classic job-queue monitoring alerts.
 type AlertThresholds struct {
 	// QueueDepth alerts when more jobs than this wait in one queue.
 	//

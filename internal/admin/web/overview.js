@@ -1,4 +1,4 @@
-// Overview: the alerts of seed 001's monitoring section, counts, the last
+// Overview: the alerts of the classic job-queue monitoring alerts, counts, the last
 // hour's throughput and failures per minute, jobs by state and queue, runs
 // by status, and the lease holders. Refreshed on every tick.
 "use strict";

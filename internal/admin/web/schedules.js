@@ -1,4 +1,4 @@
-// Schedules (cron schedules, seed 001's scheduled jobs) with create, edit,
+// Schedules (cron schedules, the classic job-queue admin API's scheduled jobs) with create, edit,
 // toggle, run now and delete; recurring jobs (one row per entity) with
 // enable, disable and revive; leases and queues with pause and resume.
 "use strict";
