@@ -44,7 +44,7 @@ bench: setup ## Benchmarks beside raw River, as JSON on stdout (QUICK=1 for a sh
 
 .PHONY: chaos
 chaos: setup ## Fault suite: kill workers and PostgreSQL under load, as JSON on stdout (QUICK=1 for the smoke size)
-	@$(GO) run ./cmd/braid chaos $(if $(QUICK),-quick)
+	@$(GO) run ./cmd/braid chaos -run $(if $(QUICK),-quick)
 
 .PHONY: screenshots
 screenshots: setup setup-browser ## Drive the dashboard in headless Chromium and write its screenshots to docs/screenshots

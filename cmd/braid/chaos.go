@@ -13,7 +13,7 @@ import (
 func init() {
 	register(&command{
 		name:    "chaos",
-		summary: "kill workers and PostgreSQL under load and report what was lost; prints JSON",
+		summary: "kill workers and PostgreSQL under load and report what was lost, with --run; prints JSON",
 		run:     chaosCmd,
 	})
 }
@@ -22,7 +22,7 @@ func init() {
 // processes that are this same executable started with chaos.EnvWorker
 // set. Progress goes to stderr, one JSON object to stdout. It fails when
 // a run was lost, a step recorded twice, a side effect duplicated or a
-// deadlock seen.
+// deadlock seen. Without --run it only says what it would do.
 func chaosCmd(ctx context.Context, c *cli, args []string) error {
 	if chaos.IsWorker() {
 		if code := chaos.WorkerMain(); code != 0 {
@@ -31,6 +31,7 @@ func chaosCmd(ctx context.Context, c *cli, args []string) error {
 		return nil
 	}
 	fs := c.flags("chaos")
+	start := fs.Bool("run", false, "run the fault suite; without it, braid chaos says what it would do and runs nothing")
 	var cfg chaos.Config
 	fs.DurationVar(&cfg.Duration, "duration", 0, "total time of the fault phases, shared by the scenarios (default 5m, quick 28s)")
 	fs.IntVar(&cfg.Workers, "workers", chaos.WorkersDefault, "worker processes")
@@ -50,6 +51,10 @@ func chaosCmd(ctx context.Context, c *cli, args []string) error {
 	}
 	if *scenarios != "" {
 		cfg.Scenarios = strings.Split(*scenarios, ",")
+	}
+	if !*start {
+		fmt.Fprint(c.stderr, chaosPlan(cfg))
+		return usagef("nothing was run: add --run to start the fault suite, or run `make chaos` (QUICK=1 for the smoke size)")
 	}
 	exe, err := os.Executable()
 	if err != nil {
@@ -74,4 +79,31 @@ func chaosCmd(ctx context.Context, c *cli, args []string) error {
 		return fmt.Errorf("%s", strings.Join(rep.Problems, "; "))
 	}
 	return nil
+}
+
+// chaosPlan says what braid chaos would do with cfg: its scenarios, how
+// long, and what it prints.
+func chaosPlan(cfg chaos.Config) string {
+	scenarios := cfg.Scenarios
+	if len(scenarios) == 0 {
+		scenarios = chaos.Scenarios
+	}
+	d := cfg.Duration
+	if d == 0 {
+		d = chaos.DurationDefault
+		if cfg.Quick {
+			d = chaos.QuickDurationDefault
+		}
+	}
+	var b strings.Builder
+	size := "full"
+	if cfg.Quick {
+		size = "smoke"
+	}
+	fmt.Fprintf(&b, "braid chaos runs braid's fault suite at the %s size: %d worker processes under load while it injects faults, scenario by scenario:\n", size, cfg.Workers)
+	fmt.Fprintf(&b, "  %s\n", strings.Join(scenarios, ", "))
+	fmt.Fprintf(&b, "The fault phases share %s; settling comes on top.\n", d)
+	b.WriteString("It starts a private PostgreSQL from the local server binaries, in a temporary directory it removes at the end, and restarts it as a fault.\n")
+	b.WriteString("It prints its progress on stderr and one JSON object on stdout, and exits non-zero when a run was lost, a step recorded twice, a side effect duplicated or a deadlock seen.\n\n")
+	return b.String()
 }

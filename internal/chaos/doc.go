@@ -3,7 +3,7 @@
 // SIGSTOP, immediate restarts of PostgreSQL, killed lease holders, Cancel
 // and Retry storms, timeouts and hostile error texts) and reports, as
 // figures, whether anything was lost or done twice. It is what
-// `braid chaos` and `make chaos` run.
+// `braid chaos --run` and `make chaos` run.
 //
 // # Processes
 //
