@@ -29,7 +29,8 @@ type definition struct {
 	queue       string
 	priority    queue.Priority
 	timeout     time.Duration
-	err         error // a problem found by Define, reported by NewEngine
+	dag         *dagSpec // the graph of a DAG; nil for a function
+	err         error    // a problem found by Define or DAG, reported by NewEngine
 }
 
 // Workflow is a typed durable function. Create it with Define, register it
@@ -76,10 +77,8 @@ func Define[In, Out any](name string, fn func(t *Task, in In) (Out, error), opts
 		o(d)
 	}
 	switch {
-	case name == "":
-		d.err = &DefinitionError{Workflow: name, Reason: "the name is empty"}
-	case len(name) > 200:
-		d.err = &DefinitionError{Workflow: name[:40] + "…", Reason: fmt.Sprintf("the name is %d bytes, over the limit of 200", len(name))}
+	case checkDefinitionName(name) != nil:
+		d.err = checkDefinitionName(name)
 	case fn == nil:
 		d.err = &DefinitionError{Workflow: name, Reason: "the function is nil"}
 	case d.maxAttempts < 1:
@@ -103,4 +102,15 @@ func Define[In, Out any](name string, fn func(t *Task, in In) (Out, error), opts
 		return t.eng.encode(fmt.Sprintf("output of workflow %q", name), out)
 	}
 	return &Workflow[In, Out]{d: d}
+}
+
+// checkDefinitionName checks a workflow's name: 1 to 200 bytes.
+func checkDefinitionName(name string) error {
+	switch {
+	case name == "":
+		return &DefinitionError{Workflow: name, Reason: "the name is empty"}
+	case len(name) > 200:
+		return &DefinitionError{Workflow: name[:40] + "…", Reason: fmt.Sprintf("the name is %d bytes, over the limit of 200", len(name))}
+	}
+	return nil
 }

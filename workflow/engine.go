@@ -358,6 +358,9 @@ func NewEngine(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 		}
 		e.registry[d.name] = d
 	}
+	if err := checkDAGWorkflows(e.registry); err != nil {
+		return nil, err
+	}
 	var err error
 	if e.metrics, err = newEngineMetrics(c.MeterProvider); err != nil {
 		return nil, err
