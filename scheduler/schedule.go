@@ -431,8 +431,8 @@ func (sch *Schedule) validate() (*Expression, error) {
 	if err := validatePriority(sch.Priority); err != nil {
 		return fail(err)
 	}
-	if sch.MaxAttempts < 0 {
-		return fail(fmt.Errorf("max attempts %d is negative", sch.MaxAttempts))
+	if sch.MaxAttempts < 0 || sch.MaxAttempts > queue.MaxAttemptsMax {
+		return fail(fmt.Errorf("max attempts %d is outside 0-%d (0 for River's default)", sch.MaxAttempts, queue.MaxAttemptsMax))
 	}
 	switch sch.OverlapPolicy {
 	case OverlapSkip, OverlapAllow:

@@ -276,8 +276,8 @@ func (s *Server) dispatchJob(w http.ResponseWriter, r *http.Request) error {
 	if req.Queue != "" && (len(req.Queue) > dispatchQueueMax || !dispatchQueueRE.MatchString(req.Queue)) {
 		return errorf(http.StatusBadRequest, "invalid queue %q: River's queue names are at most %d lowercase letters and digits, separated by single underscores or hyphens", clip(req.Queue), dispatchQueueMax)
 	}
-	if req.MaxAttempts < 0 {
-		return errorf(http.StatusBadRequest, "max_attempts %d is negative: give 1 or more, or leave it out for the default", req.MaxAttempts)
+	if req.MaxAttempts < 0 || req.MaxAttempts > queue.MaxAttemptsMax {
+		return errorf(http.StatusBadRequest, "max_attempts %d is outside 1-%d: leave it out for the default", req.MaxAttempts, queue.MaxAttemptsMax)
 	}
 	for _, tag := range req.Tags {
 		if len(tag) > 255 || !dispatchTagRE.MatchString(tag) {

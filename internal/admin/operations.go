@@ -14,6 +14,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/braidflow/braid/scheduler"
+	"github.com/braidflow/braid/workflow"
 )
 
 // Operations: leases, queues, and the overview with its alerts. Every time
@@ -155,9 +156,6 @@ type OverviewRecurring struct {
 	Running int64 `json:"running"`
 	Dead    int64 `json:"dead"`
 }
-
-// runStatuses are a run's statuses, shown even when none has them.
-var runStatuses = []string{"pending", "running", "waiting", "completed", "failed", "cancelled"}
 
 func (s *Server) routeOperations() {
 	s.add(&route{
@@ -382,27 +380,16 @@ SELECT (SELECT count(*) FROM braid_schedules),
 	return ov, nil
 }
 
-// overviewRuns counts runs by status.
+// overviewRuns counts runs by status, as the runs list shows them (a run
+// whose root turn runs is running).
 func (s *Server) overviewRuns(ctx context.Context, ov *Overview) error {
-	ov.Runs.ByStatus = map[string]int64{}
-	for _, st := range runStatuses {
-		ov.Runs.ByStatus[st] = 0
-	}
-	rows, err := s.pool.Query(ctx, `SELECT status, count(*) FROM braid_runs GROUP BY status`)
+	st, err := workflow.CollectRunStats(ctx, s.pool, time.Hour)
 	if err != nil {
 		return fmt.Errorf("counting runs: %w", err)
 	}
-	var (
-		status string
-		n      int64
-	)
-	_, err = pgx.ForEachRow(rows, []any{&status, &n}, func() error {
-		ov.Runs.ByStatus[status] += n
+	ov.Runs.ByStatus = st.ByStatus
+	for _, n := range st.ByStatus {
 		ov.Runs.Total += n
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("counting runs: %w", err)
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/braidflow/braid/queue"
 	"github.com/braidflow/braid/scheduler"
 	"github.com/braidflow/braid/workflow"
 )
@@ -408,13 +410,13 @@ func checkScheduleRequest(req *ScheduledJobRequest) (*schedTarget, error) {
 	if req.Queue != nil && (len(*req.Queue) > 64 || !schedQueueNameRE.MatchString(*req.Queue)) {
 		return bad(`queue %q is invalid: use 1 to 64 lower-case letters and digits separated by underscores or hyphens`, *req.Queue)
 	}
-	if req.MaxAttempts != nil && *req.MaxAttempts < 0 {
-		return bad(`max_attempts %d is negative: give 0 for the default, or more`, *req.MaxAttempts)
+	if req.MaxAttempts != nil && (*req.MaxAttempts < 0 || *req.MaxAttempts > queue.MaxAttemptsMax) {
+		return bad(`max_attempts %d is outside 0-%d: give 0 for the default`, *req.MaxAttempts, queue.MaxAttemptsMax)
 	}
-	if req.OverlapPolicy != nil && !schedContains(schedOverlaps, *req.OverlapPolicy) {
+	if req.OverlapPolicy != nil && !slices.Contains(schedOverlaps, *req.OverlapPolicy) {
 		return nil, unprocessable(schedOverlaps, "overlap_policy %q is invalid", *req.OverlapPolicy)
 	}
-	if req.CatchUpPolicy != nil && !schedContains(schedCatchUps, *req.CatchUpPolicy) {
+	if req.CatchUpPolicy != nil && !slices.Contains(schedCatchUps, *req.CatchUpPolicy) {
 		return nil, unprocessable(schedCatchUps, "catch_up_policy %q is invalid", *req.CatchUpPolicy)
 	}
 	args, input := schedNullAsAbsent(req.Args), schedNullAsAbsent(req.Input)
@@ -460,15 +462,6 @@ func checkScheduleRequest(req *ScheduledJobRequest) (*schedTarget, error) {
 		return bad(`field %q must be 1 to %d characters`, field, scheduler.TargetMaxLength)
 	}
 	return t, nil
-}
-
-func schedContains(list []string, v string) bool {
-	for _, x := range list {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 // schedNullAsAbsent treats a JSON null as a field not given.
