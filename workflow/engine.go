@@ -97,7 +97,12 @@ const (
 	// TaskKind is the River job kind of a turn.
 	TaskKind = "braid_task"
 
-	channelRunFinished = "braid_run_finished"
+	// RunFinishedChannel is the PostgreSQL NOTIFY channel on which the
+	// transaction that finishes a run announces it, with the run's ID as
+	// the payload. Result waits on it; operator tools may LISTEN too.
+	RunFinishedChannel = "braid_run_finished"
+
+	channelRunFinished = RunFinishedChannel
 	channelDelay       = "braid_delay"
 )
 
