@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"regexp"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -344,15 +343,7 @@ func scanSchedule(row pgx.Row, extra ...any) (*Schedule, error) {
 	return &sch, nil
 }
 
-// queueNameRE is River's rule for queue names.
-var queueNameRE = regexp.MustCompile(`^(?:[a-z0-9])+(?:[_|\-]?[a-z0-9]+)*$`)
-
-func validateQueue(queue string) error {
-	if len(queue) > 64 || !queueNameRE.MatchString(queue) {
-		return fmt.Errorf("queue %q is invalid: use 1 to 64 lower-case letters and digits separated by underscores or hyphens", queue)
-	}
-	return nil
-}
+func validateQueue(name string) error { return queue.ValidateQueueName(name) }
 
 func validatePriority(priority int) error {
 	if priority < 1 || priority > 4 {

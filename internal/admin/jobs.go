@@ -195,11 +195,7 @@ func parseJobState(what, v string) (rivertype.JobState, error) {
 }
 
 func joinStates(states []rivertype.JobState) string {
-	s := make([]string, len(states))
-	for i, st := range states {
-		s[i] = string(st)
-	}
-	return strings.Join(s, ", ")
+	return strings.Join(stateStrings(states), ", ")
 }
 
 func stateStrings(states []rivertype.JobState) []string {

@@ -13,6 +13,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/braidflow/braid/queue"
 	"github.com/braidflow/braid/scheduler"
 	"github.com/braidflow/braid/workflow"
 )
@@ -290,8 +291,8 @@ func (s *Server) pauseQueue(w http.ResponseWriter, r *http.Request, action strin
 	if name == "*" {
 		return errorf(http.StatusBadRequest, "queue %q is River's every-queue name: %s the queues one by one", name, action)
 	}
-	if len(name) > 64 || !schedQueueNameRE.MatchString(name) {
-		return errorf(http.StatusBadRequest, "invalid queue name %q: a queue is 1 to 64 lower-case letters and digits separated by underscores or hyphens", name)
+	if err := queue.ValidateQueueName(name); err != nil {
+		return errorf(http.StatusBadRequest, "%s", err)
 	}
 	client := s.q.River()
 	var err error

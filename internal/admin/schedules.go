@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -150,7 +149,6 @@ var (
 	schedPriorities    = []string{"1", "2", "3", "4"}
 	schedOverlaps      = []string{string(scheduler.OverlapSkip), string(scheduler.OverlapAllow)}
 	schedCatchUps      = []string{string(scheduler.CatchUpOnce), string(scheduler.CatchUpSkip), string(scheduler.CatchUpAll)}
-	schedQueueNameRE   = regexp.MustCompile(`^(?:[a-z0-9])+(?:[_|\-]?[a-z0-9]+)*$`)
 	schedScheduleParam = "the schedule's name (URL-escaped), or its numeric id"
 )
 
@@ -407,8 +405,10 @@ func checkScheduleRequest(req *ScheduledJobRequest) (*schedTarget, error) {
 	if req.Priority != nil && (*req.Priority < 1 || *req.Priority > 4) {
 		return nil, unprocessable(schedPriorities, "priority %d is out of range: use River's priority, 1 (critical, worked first) to 4 (low)", *req.Priority)
 	}
-	if req.Queue != nil && (len(*req.Queue) > 64 || !schedQueueNameRE.MatchString(*req.Queue)) {
-		return bad(`queue %q is invalid: use 1 to 64 lower-case letters and digits separated by underscores or hyphens`, *req.Queue)
+	if req.Queue != nil {
+		if err := queue.ValidateQueueName(*req.Queue); err != nil {
+			return bad("%s", err)
+		}
 	}
 	if req.MaxAttempts != nil && (*req.MaxAttempts < 0 || *req.MaxAttempts > queue.MaxAttemptsMax) {
 		return bad(`max_attempts %d is outside 0-%d: give 0 for the default`, *req.MaxAttempts, queue.MaxAttemptsMax)
@@ -431,7 +431,7 @@ func checkScheduleRequest(req *ScheduledJobRequest) (*schedTarget, error) {
 		return bad(`give either "args" (of a job) or "input" (of a workflow), not both`)
 	}
 	for _, raw := range []json.RawMessage{args, input} {
-		if bytes.Contains(raw, []byte(`\u0000`)) {
+		if queue.HasNUL(raw) {
 			return bad(`args or input hold a NUL character (\u0000), which PostgreSQL's jsonb cannot store`)
 		}
 	}
