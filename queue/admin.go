@@ -394,7 +394,7 @@ func (q *Queue) BoostTx(ctx context.Context, tx pgx.Tx, id int64, levels int) (*
 	}
 	switch rivertype.JobState(state) {
 	case rivertype.JobStateCompleted, rivertype.JobStateCancelled, rivertype.JobStateDiscarded:
-		return nil, fmt.Errorf("queue: job %d is %s; only an unfinished job can be boosted: %w", id, state, ErrJobFinalized)
+		return nil, &finalizedError{id: id, state: state, refused: "can be boosted"}
 	}
 	job, err := q.client.JobGetTx(ctx, tx, id)
 	if err != nil {

@@ -14,6 +14,10 @@ import (
 // IDsMax is the most job IDs one Retry or Cancel call accepts.
 const IDsMax = 10_000
 
+// MaxAttemptsMax is the most attempts a job can have: River stores
+// max_attempts as a smallint.
+const MaxAttemptsMax = 32767
+
 // ErrJobFinalized is returned (wrapped, with the job's ID and state) by
 // SetPriority for a job that is completed, cancelled or discarded.
 var ErrJobFinalized = errors.New("queue: job is finalized")

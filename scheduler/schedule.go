@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"regexp"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -344,15 +343,7 @@ func scanSchedule(row pgx.Row, extra ...any) (*Schedule, error) {
 	return &sch, nil
 }
 
-// queueNameRE is River's rule for queue names.
-var queueNameRE = regexp.MustCompile(`^(?:[a-z0-9])+(?:[_|\-]?[a-z0-9]+)*$`)
-
-func validateQueue(queue string) error {
-	if len(queue) > 64 || !queueNameRE.MatchString(queue) {
-		return fmt.Errorf("queue %q is invalid: use 1 to 64 lower-case letters and digits separated by underscores or hyphens", queue)
-	}
-	return nil
-}
+func validateQueue(name string) error { return queue.ValidateQueueName(name) }
 
 func validatePriority(priority int) error {
 	if priority < 1 || priority > 4 {
@@ -431,8 +422,8 @@ func (sch *Schedule) validate() (*Expression, error) {
 	if err := validatePriority(sch.Priority); err != nil {
 		return fail(err)
 	}
-	if sch.MaxAttempts < 0 {
-		return fail(fmt.Errorf("max attempts %d is negative", sch.MaxAttempts))
+	if sch.MaxAttempts < 0 || sch.MaxAttempts > queue.MaxAttemptsMax {
+		return fail(fmt.Errorf("max attempts %d is outside 0-%d (0 for River's default)", sch.MaxAttempts, queue.MaxAttemptsMax))
 	}
 	switch sch.OverlapPolicy {
 	case OverlapSkip, OverlapAllow:

@@ -253,7 +253,8 @@ func TestScheduleValidation(t *testing.T) {
 		{"args not encodable", func(p *ScheduleParams) { p.Args = make(chan int) }, "args cannot be encoded as JSON"},
 		{"bad queue", func(p *ScheduleParams) { p.Queue = "Bad Queue" }, `queue "Bad Queue" is invalid`},
 		{"bad priority", func(p *ScheduleParams) { p.Priority = 5 }, "priority 5 is out of range 1-4"},
-		{"negative attempts", func(p *ScheduleParams) { p.MaxAttempts = -1 }, "max attempts -1 is negative"},
+		{"negative attempts", func(p *ScheduleParams) { p.MaxAttempts = -1 }, "max attempts -1 is outside 0-32767"},
+		{"attempts over River's smallint", func(p *ScheduleParams) { p.MaxAttempts = 40000 }, "max attempts 40000 is outside 0-32767"},
 		{"bad overlap", func(p *ScheduleParams) { p.OverlapPolicy = "queue" }, `overlap policy "queue" is invalid`},
 		{"bad catch-up", func(p *ScheduleParams) { p.CatchUpPolicy = "twice" }, `catch-up policy "twice" is invalid`},
 	}

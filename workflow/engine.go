@@ -1,7 +1,6 @@
 package workflow
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -97,7 +96,12 @@ const (
 	// TaskKind is the River job kind of a turn.
 	TaskKind = "braid_task"
 
-	channelRunFinished = "braid_run_finished"
+	// RunFinishedChannel is the PostgreSQL NOTIFY channel on which the
+	// transaction that finishes a run announces it, with the run's ID as
+	// the payload. Result waits on it; operator tools may LISTEN too.
+	RunFinishedChannel = "braid_run_finished"
+
+	channelRunFinished = RunFinishedChannel
 	channelDelay       = "braid_delay"
 )
 
@@ -557,25 +561,8 @@ func (e *Engine) encode(what string, v any) (json.RawMessage, error) {
 // errNUL is the reason a JSON payload holding a NUL character is refused.
 var errNUL = errors.New(`it holds a NUL character (\u0000), which PostgreSQL's jsonb cannot store`)
 
-// hasNUL reports whether the JSON text b holds an escaped NUL character,
-// \u0000, as opposed to the text "\\u0000".
-func hasNUL(b []byte) bool {
-	for i := 0; ; {
-		j := bytes.Index(b[i:], []byte(`\u0000`))
-		if j < 0 {
-			return false
-		}
-		j += i
-		k := j
-		for k > 0 && b[k-1] == '\\' {
-			k--
-		}
-		if (j-k)%2 == 0 {
-			return true
-		}
-		i = j + 1
-	}
-}
+// hasNUL reports whether the JSON text b holds an escaped NUL character.
+func hasNUL(b []byte) bool { return queue.HasNUL(b) }
 
 // withTx runs fn in a transaction.
 func (e *Engine) withTx(ctx context.Context, fn func(tx pgx.Tx) error) error {

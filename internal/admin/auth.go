@@ -71,6 +71,18 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			return
 		}
 		if s.cfg.InsecureNoAuth {
+			// Without a token, a page of another origin could send a
+			// simple POST to the loopback address, or reach it through
+			// DNS rebinding: a mutation must carry the request header such
+			// a page cannot send, and the Host must be a loopback name.
+			if !IsLoopback(r.Host) {
+				writeError(w, r, errorf(http.StatusForbidden, "forbidden: without authentication the server answers only requests addressed to a loopback host, not %q", r.Host))
+				return
+			}
+			if !safeMethod(r.Method) && r.Header.Get(csrfHeader) == "" {
+				writeError(w, r, errorf(http.StatusForbidden, "forbidden: without authentication a mutation must carry the %s header", csrfHeader))
+				return
+			}
 			ctx := context.WithValue(r.Context(), roleKey, RoleAdmin)
 			ctx = context.WithValue(ctx, nameKey, "anonymous")
 			next.ServeHTTP(w, r.WithContext(ctx))
@@ -87,7 +99,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			s.unauthorized(w, r, secret != "")
 			return
 		}
-		if byCookie && r.Method != http.MethodGet && r.Method != http.MethodHead && r.Header.Get(csrfHeader) == "" {
+		if byCookie && !safeMethod(r.Method) && r.Header.Get(csrfHeader) == "" {
 			writeError(w, r, errorf(http.StatusForbidden, "forbidden: a mutation from the dashboard must carry the %s header", csrfHeader))
 			return
 		}
@@ -95,6 +107,11 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 		ctx = context.WithValue(ctx, nameKey, tok.Name)
 		next.ServeHTTP(w, r.WithContext(ctx))
 	})
+}
+
+// safeMethod reports whether method changes nothing.
+func safeMethod(method string) bool {
+	return method == http.MethodGet || method == http.MethodHead
 }
 
 // bearer returns the token of an Authorization: Bearer header.

@@ -266,3 +266,56 @@ func TestOpenAPIListsEveryRoute(t *testing.T) {
 		t.Errorf("routes missing from the document (-want +got):\n%s", diff)
 	}
 }
+
+// Without a token, the server still refuses what another origin's page
+// could send: a mutation without the request header, and any request whose
+// Host is not a loopback name (DNS rebinding).
+func TestInsecureModeRefusesCrossSiteRequests(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, func(c *Config) { c.Tokens, c.InsecureNoAuth = nil, true })
+	send := func(method, path, host string, header bool) int {
+		req, _ := http.NewRequest(method, f.http.URL+path, strings.NewReader(`{}`))
+		if host != "" {
+			req.Host = host
+		}
+		if header {
+			req.Header.Set(csrfHeader, "1")
+		}
+		res, err := f.http.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res.StatusCode
+	}
+	if got := send("GET", "/api/config", "", false); got != http.StatusOK {
+		t.Errorf("a read on loopback: %d, want 200", got)
+	}
+	if got := send("POST", "/api/admin/queues/default/pause", "", false); got != http.StatusForbidden {
+		t.Errorf("a mutation without %s: %d, want 403", csrfHeader, got)
+	}
+	if got := send("POST", "/api/admin/queues/nosuchqueue/pause", "", true); got != http.StatusNotFound {
+		t.Errorf("a mutation with %s: %d, want it to reach the route (404 for an unknown queue)", csrfHeader, got)
+	}
+	for _, host := range []string{"evil.example", "evil.example:8080", "10.0.0.1:8080"} {
+		if got := send("GET", "/api/config", host, false); got != http.StatusForbidden {
+			t.Errorf("Host %s: %d, want 403", host, got)
+		}
+	}
+	if strings.Contains(f.auditLog(), "queue.pause") {
+		t.Errorf("a refused mutation was audited:\n%s", f.auditLog())
+	}
+}
+
+func TestWrongMethodIs405AndUnknownPathIs404(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	status, raw := f.do("DELETE", "/api/runs/019a0000-0000-7000-8000-000000000000/cancel", adminSecret, nil)
+	var e errorBody
+	if err := json.Unmarshal(raw, &e); err != nil || status != http.StatusMethodNotAllowed || e.Error == nil || !cmp.Equal(e.Error.Allowed, []string{"POST"}) {
+		t.Errorf("DELETE on a POST route: %d %s; want 405 allowing POST", status, raw)
+	}
+	if status, raw := f.do("GET", "/api/no/such/route", adminSecret, nil); status != http.StatusNotFound {
+		t.Errorf("an unknown path: %d %s; want 404", status, raw)
+	}
+}

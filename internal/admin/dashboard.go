@@ -56,6 +56,23 @@ func (s *Server) routeDashboard() {
 		},
 	})
 	s.mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
+		// The path may be a route's under another method: that is 405,
+		// with the methods it takes.
+		var allowed []string
+		for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete} {
+			probe := r.Clone(r.Context())
+			probe.Method = m
+			if _, pattern := s.mux.Handler(probe); pattern != "/api/" && pattern != "" {
+				allowed = append(allowed, m)
+			}
+		}
+		if len(allowed) > 0 {
+			w.Header().Set("Allow", strings.Join(allowed, ", "))
+			e := errorf(http.StatusMethodNotAllowed, "%s %s: this route takes %s", r.Method, r.URL.Path, strings.Join(allowed, ", "))
+			e.body.Allowed = allowed
+			writeError(w, r, e)
+			return
+		}
 		writeError(w, r, errorf(http.StatusNotFound, "no route %s %s; see /api/openapi.json", r.Method, r.URL.Path))
 	})
 	s.mux.HandleFunc("GET /assets/", func(w http.ResponseWriter, r *http.Request) {

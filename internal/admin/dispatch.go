@@ -92,16 +92,12 @@ type KnownNames struct {
 	Workflows []string `json:"workflows"`
 }
 
-// River's rules for queue names and tags, checked here to answer 400 with
-// the offending value.
-var (
-	dispatchQueueRE = regexp.MustCompile(`^(?:[a-z0-9])+(?:[_|\-]?[a-z0-9]+)*$`)
-	dispatchTagRE   = regexp.MustCompile(`\A[\w][\w\-]+[\w]\z`)
-)
+// River's rule for tags, checked here to answer 400 with the offending
+// value.
+var dispatchTagRE = regexp.MustCompile(`\A[\w][\w\-]+[\w]\z`)
 
 const (
-	dispatchNameMax  = 200
-	dispatchQueueMax = 64
+	dispatchNameMax = 200
 	// knownShown bounds the names listed in a 422.
 	knownShown = 100
 )
@@ -219,27 +215,6 @@ func checkName(what, name string) error {
 	return nil
 }
 
-// hasNULEscape reports whether the JSON text b holds an escaped NUL
-// character (\u0000), which PostgreSQL's jsonb cannot store.
-func hasNULEscape(b []byte) bool {
-	s := string(b)
-	for i := 0; ; {
-		j := strings.Index(s[i:], `\u0000`)
-		if j < 0 {
-			return false
-		}
-		j += i
-		k := j
-		for k > 0 && s[k-1] == '\\' {
-			k--
-		}
-		if (j-k)%2 == 0 {
-			return true
-		}
-		i = j + 1
-	}
-}
-
 // rawJobArgs inserts a job of any kind with args given as JSON: River
 // encodes args with json.Marshal, which takes MarshalJSON's output as is.
 type rawJobArgs struct {
@@ -269,15 +244,17 @@ func (s *Server) dispatchJob(w http.ResponseWriter, r *http.Request) error {
 	if args[0] != '{' {
 		return errorf(http.StatusBadRequest, "args must be a JSON object, not %s", clip(string(args)))
 	}
-	if hasNULEscape(args) {
+	if queue.HasNUL(args) {
 		return errorf(http.StatusBadRequest, `args hold a NUL character (\u0000), which PostgreSQL's jsonb cannot store`)
 	}
 	opts := &queue.InsertOpts{InsertOpts: river.InsertOpts{Queue: req.Queue, MaxAttempts: req.MaxAttempts, Tags: req.Tags}}
-	if req.Queue != "" && (len(req.Queue) > dispatchQueueMax || !dispatchQueueRE.MatchString(req.Queue)) {
-		return errorf(http.StatusBadRequest, "invalid queue %q: River's queue names are at most %d lowercase letters and digits, separated by single underscores or hyphens", clip(req.Queue), dispatchQueueMax)
+	if req.Queue != "" {
+		if err := queue.ValidateQueueName(req.Queue); err != nil {
+			return errorf(http.StatusBadRequest, "%s", err)
+		}
 	}
-	if req.MaxAttempts < 0 {
-		return errorf(http.StatusBadRequest, "max_attempts %d is negative: give 1 or more, or leave it out for the default", req.MaxAttempts)
+	if req.MaxAttempts < 0 || req.MaxAttempts > queue.MaxAttemptsMax {
+		return errorf(http.StatusBadRequest, "max_attempts %d is outside 1-%d: leave it out for the default", req.MaxAttempts, queue.MaxAttemptsMax)
 	}
 	for _, tag := range req.Tags {
 		if len(tag) > 255 || !dispatchTagRE.MatchString(tag) {
@@ -351,8 +328,10 @@ func (s *Server) dispatchRun(w http.ResponseWriter, r *http.Request) error {
 	if len(req.IdempotencyKey) > 500 {
 		return errorf(http.StatusBadRequest, "idempotency_key is %d bytes; the limit is 500", len(req.IdempotencyKey))
 	}
-	if req.Queue != "" && (len(req.Queue) > dispatchQueueMax || !dispatchQueueRE.MatchString(req.Queue)) {
-		return errorf(http.StatusBadRequest, "invalid queue %q: River's queue names are at most %d lowercase letters and digits, separated by single underscores or hyphens", clip(req.Queue), dispatchQueueMax)
+	if req.Queue != "" {
+		if err := queue.ValidateQueueName(req.Queue); err != nil {
+			return errorf(http.StatusBadRequest, "%s", err)
+		}
 	}
 	opts := &workflow.StartByNameOpts{IdempotencyKey: req.IdempotencyKey, Queue: req.Queue, Force: req.Force}
 	if len(req.Priority) > 0 && string(req.Priority) != "null" {

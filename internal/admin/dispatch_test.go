@@ -86,7 +86,7 @@ func TestDispatchJob(t *testing.T) {
 		{"args not an object", map[string]any{"kind": "report", "args": []int{1}}, 400, "JSON object"},
 		{"args a string", map[string]any{"kind": "report", "args": "x"}, 400, "JSON object"},
 		{"NUL in args", `{"kind": "report", "args": {"a": "x\u0000y"}}`, 400, "NUL"},
-		{"bad queue", map[string]any{"kind": "report", "queue": "Bad Queue!"}, 400, "invalid queue"},
+		{"bad queue", map[string]any{"kind": "report", "queue": "Bad Queue!"}, 400, `is invalid: use 1 to 64 lower-case letters`},
 		{"bad priority", map[string]any{"kind": "report", "priority": "urgent"}, 422, "unknown priority"},
 		{"negative attempts", map[string]any{"kind": "report", "max_attempts": -1}, 400, "max_attempts"},
 		{"bad tag", map[string]any{"kind": "report", "tags": []string{"no spaces"}}, 400, "invalid tag"},
@@ -202,7 +202,7 @@ func TestDispatchRun(t *testing.T) {
 		{"key of another workflow", map[string]any{"workflow": "other", "idempotency_key": "greet:operator", "force": true}, 409, "already used by another workflow"},
 		{"long key", map[string]any{"workflow": "dispatch_greet", "idempotency_key": strings.Repeat("k", 501)}, 400, "limit is 500"},
 		{"bad priority", map[string]any{"workflow": "dispatch_greet", "priority": 500}, 422, "out of range"},
-		{"bad queue", map[string]any{"workflow": "dispatch_greet", "queue": "UPPER"}, 400, "invalid queue"},
+		{"bad queue", map[string]any{"workflow": "dispatch_greet", "queue": "UPPER"}, 400, `is invalid: use 1 to 64 lower-case letters`},
 		{"NUL in input", `{"workflow": "dispatch_greet", "input": "a\u0000b"}`, 400, "NUL"},
 		{"malformed", `{"workflow": `, 400, "malformed"},
 	} {

@@ -14,13 +14,14 @@ import (
 
 	"github.com/braidflow/braid/queue"
 	"github.com/braidflow/braid/scheduler"
+	"github.com/braidflow/braid/workflow"
 )
 
 // Channels the hub listens on: a run finished (payload: its ID), a job
 // reported progress (payload: queue.JobProgress as JSON), a schedule or
 // recurring job changed.
 const (
-	channelRunFinished = "braid_run_finished"
+	channelRunFinished = workflow.RunFinishedChannel
 	channelProgress    = queue.ProgressChannel
 	channelScheduler   = scheduler.NotifyChannel
 )

@@ -220,3 +220,31 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// A value over what River stores is the client's mistake: a 4xx naming the
+// limit (422 for a schedule's out-of-range value, 400 for dispatch's
+// options), never a 500 from the database.
+func TestMaxAttemptsOverRiversLimitIsA400(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	before := fingerprint(t, f.pool)
+	for _, tc := range []struct {
+		path, body string
+		want       int
+	}{
+		{"/api/admin/scheduled-jobs", `{"name": "big", "cron_expression": "@daily", "kind": "probe_job", "max_attempts": 3000000000}`, http.StatusUnprocessableEntity},
+		{"/api/admin/scheduled-jobs", `{"name": "big", "cron_expression": "@daily", "kind": "probe_job", "max_attempts": 40000}`, http.StatusUnprocessableEntity},
+		{"/api/admin/dispatch/job", `{"kind": "probe_job", "force": true, "max_attempts": 40000}`, http.StatusBadRequest},
+	} {
+		status, raw := f.do("POST", tc.path, adminSecret, tc.body)
+		if status != tc.want || !strings.Contains(string(raw), "32767") {
+			t.Errorf("POST %s %s: %d %s; want %d naming the limit 32767", tc.path, tc.body, status, raw, tc.want)
+		}
+	}
+	after := fingerprint(t, f.pool)
+	for table, digest := range before {
+		if after[table] != digest {
+			t.Errorf("table %s changed", table)
+		}
+	}
+}

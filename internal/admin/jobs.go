@@ -18,15 +18,15 @@ import (
 	"github.com/braidflow/braid/workflow"
 )
 
-// Jobs and dead letters: the classic job-queue admin API's admin routes under /api/admin/jobs
-// (stats, jobs by status, status, priority, boost, retry, bulk status and
-// bulk retry), a job's detail with its live progress and errors, and the
-// dead letters of jobs and runs.
+// Jobs and dead letters: the routes of the classic job-queue admin API
+// under /api/admin/jobs (stats, jobs by status, status, priority, boost,
+// retry, bulk status and bulk retry), a job's detail with its live
+// progress and errors, and the dead letters of jobs and runs.
 //
 // States are River's: available, pending, scheduled, retryable, running,
-// completed, cancelled, discarded (a dead letter). The classic job-queue admin API's names are
-// accepted wherever a state is: queued (available), crawling (running),
-// success (completed) and failed (discarded).
+// completed, cancelled, discarded (a dead letter). The classic API's
+// status names are accepted wherever a state is: queued (available),
+// crawling (running), success (completed) and failed (discarded).
 //
 // A turn job (kind braid_task) is one turn of a task of a run. It is never
 // retried alone, since a turn retried alone would find its task failed and
@@ -195,11 +195,7 @@ func parseJobState(what, v string) (rivertype.JobState, error) {
 }
 
 func joinStates(states []rivertype.JobState) string {
-	s := make([]string, len(states))
-	for i, st := range states {
-		s[i] = string(st)
-	}
-	return strings.Join(s, ", ")
+	return strings.Join(stateStrings(states), ", ")
 }
 
 func stateStrings(states []rivertype.JobState) []string {
@@ -218,9 +214,9 @@ func clip(s string) string {
 	return s
 }
 
-// seedPriority maps the classic job-queue admin API's 0–100 priority (higher first) onto River's
+// percentPriority maps the classic API's 0–100 priority (higher first) onto River's
 // levels: the nearest of 100 critical, 75 high, 50 normal, 25 low.
-func seedPriority(n int) queue.Priority {
+func percentPriority(n int) queue.Priority {
 	switch {
 	case n >= 88:
 		return queue.PriorityCritical
@@ -257,7 +253,7 @@ func parsePriority(raw json.RawMessage) (queue.Priority, error) {
 	case n >= 1 && n <= 4:
 		return queue.Priority(int(n)), nil
 	case n >= 0 && n <= 100:
-		return seedPriority(int(n)), nil
+		return percentPriority(int(n)), nil
 	}
 	return 0, unprocessable(priorityNames, "priority %d is out of range: use River's level 1 to 4, or 0 to 100", int(n))
 }
@@ -675,7 +671,12 @@ func (s *Server) changeState(ctx context.Context, job *rivertype.JobRow, run *Jo
 			return nil, "", turnRetryErr(err, job.ID, run, s.jobRunStatus(ctx, run.RunID))
 		}
 		after, err := s.jobByID(ctx, job.ID)
-		return after, run.RunID, err
+		if err != nil {
+			// The run was retried: say so, with the job as it was read.
+			s.log.Warn("admin: reading a job after retrying its run", "job.id", job.ID, "run.id", run.RunID, "error", err)
+			return job, run.RunID, nil
+		}
+		return after, run.RunID, nil
 	}
 	if job.Kind == workflow.TaskKind && to == rivertype.JobStateCancelled && run != nil && job.State != rivertype.JobStateCancelled {
 		return nil, "", errorf(http.StatusConflict, "job %d is a turn of run %s (workflow %q): cancel the run (POST /api/runs/%s/cancel), not one of its turns", job.ID, run.RunID, run.Workflow, run.RunID)
@@ -902,7 +903,8 @@ func (s *Server) bulk(w http.ResponseWriter, r *http.Request, action string, ids
 		case errors.As(err, &ae):
 			res.Status, res.Error, res.Allowed = ae.body.Status, ae.body.Message, ae.body.Allowed
 		case err != nil:
-			res.Status, res.Error = http.StatusInternalServerError, err.Error()
+			ae := s.apiErr(err) // logged: a server fault
+			res.Status, res.Error = ae.body.Status, ae.body.Message
 		default:
 			res.OK, res.State, res.RetriedRun = true, string(after.State), retried
 			if retried != "" {

@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -71,7 +72,7 @@ func (s *Server) openAPI() map[string]any {
 			}
 			ok["content"] = map[string]any{ct: map[string]any{"schema": g.schema(reflect.TypeOf(rt.Response))}}
 		}
-		responses[itoa(status)] = ok
+		responses[strconv.Itoa(status)] = ok
 		errRef := map[string]any{"content": map[string]any{"application/json": map[string]any{"schema": g.schema(reflect.TypeOf(errorBody{}))}}}
 		for _, st := range []int{400, 401, 404, 413, 422} {
 			if st == 413 && rt.Body == nil {
@@ -81,7 +82,7 @@ func (s *Server) openAPI() map[string]any {
 			for k, v := range errRef {
 				e[k] = v
 			}
-			responses[itoa(st)] = e
+			responses[strconv.Itoa(st)] = e
 		}
 		if rt.Mutates {
 			responses["403"] = map[string]any{"description": "a read-only token on a route that changes state"}
@@ -107,11 +108,6 @@ func (s *Server) openAPI() map[string]any {
 		},
 		"security": []map[string]any{{"bearer": []string{}}},
 	}
-}
-
-func itoa(n int) string {
-	b, _ := json.Marshal(n)
-	return string(b)
 }
 
 // operationID names a route for generated clients: the method and the

@@ -13,7 +13,9 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/braidflow/braid/queue"
 	"github.com/braidflow/braid/scheduler"
+	"github.com/braidflow/braid/workflow"
 )
 
 // Operations: leases, queues, and the overview with its alerts. Every time
@@ -156,9 +158,6 @@ type OverviewRecurring struct {
 	Dead    int64 `json:"dead"`
 }
 
-// runStatuses are a run's statuses, shown even when none has them.
-var runStatuses = []string{"pending", "running", "waiting", "completed", "failed", "cancelled"}
-
 func (s *Server) routeOperations() {
 	s.add(&route{
 		Method: "GET", Path: "/api/admin/leases", Tag: "leases",
@@ -292,8 +291,8 @@ func (s *Server) pauseQueue(w http.ResponseWriter, r *http.Request, action strin
 	if name == "*" {
 		return errorf(http.StatusBadRequest, "queue %q is River's every-queue name: %s the queues one by one", name, action)
 	}
-	if len(name) > 64 || !schedQueueNameRE.MatchString(name) {
-		return errorf(http.StatusBadRequest, "invalid queue name %q: a queue is 1 to 64 lower-case letters and digits separated by underscores or hyphens", name)
+	if err := queue.ValidateQueueName(name); err != nil {
+		return errorf(http.StatusBadRequest, "%s", err)
 	}
 	client := s.q.River()
 	var err error
@@ -382,27 +381,16 @@ SELECT (SELECT count(*) FROM braid_schedules),
 	return ov, nil
 }
 
-// overviewRuns counts runs by status.
+// overviewRuns counts runs by status, as the runs list shows them (a run
+// whose root turn runs is running).
 func (s *Server) overviewRuns(ctx context.Context, ov *Overview) error {
-	ov.Runs.ByStatus = map[string]int64{}
-	for _, st := range runStatuses {
-		ov.Runs.ByStatus[st] = 0
-	}
-	rows, err := s.pool.Query(ctx, `SELECT status, count(*) FROM braid_runs GROUP BY status`)
+	st, err := workflow.CollectRunStats(ctx, s.pool, time.Hour)
 	if err != nil {
 		return fmt.Errorf("counting runs: %w", err)
 	}
-	var (
-		status string
-		n      int64
-	)
-	_, err = pgx.ForEachRow(rows, []any{&status, &n}, func() error {
-		ov.Runs.ByStatus[status] += n
+	ov.Runs.ByStatus = st.ByStatus
+	for _, n := range st.ByStatus {
 		ov.Runs.Total += n
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("counting runs: %w", err)
 	}
 	return nil
 }

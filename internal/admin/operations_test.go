@@ -228,9 +228,9 @@ func TestQueuePauseResume(t *testing.T) {
 	}{
 		{"/api/admin/queues/never-worked/pause", 404, `queue "never-worked" is unknown to River`},
 		{"/api/admin/queues/never-worked/resume", 404, `queue "never-worked" is unknown to River`},
-		{"/api/admin/queues/Bad%20Name/pause", 400, `invalid queue name "Bad Name"`},
+		{"/api/admin/queues/Bad%20Name/pause", 400, `queue "Bad Name" is invalid`},
 		{"/api/admin/queues/*/pause", 400, `every-queue name`},
-		{"/api/admin/queues/x';%20DROP%20TABLE%20river_queue;--/pause", 400, `invalid queue name`},
+		{"/api/admin/queues/x';%20DROP%20TABLE%20river_queue;--/pause", 400, `is invalid: use 1 to 64`},
 	} {
 		status, raw := f.do("POST", tc.path, adminSecret, nil)
 		var e errorBody

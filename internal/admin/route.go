@@ -1,9 +1,6 @@
 package admin
 
-import (
-	"net/http"
-	"reflect"
-)
+import "net/http"
 
 // route is one API route: its pattern, its handler, and what the OpenAPI
 // document says of it.
@@ -75,6 +72,3 @@ func (s *Server) routeAll() {
 	s.routeOpenAPI()
 	s.routeDashboard()
 }
-
-// typeOf is reflect.TypeOf, for OpenAPI schemas.
-func typeOf(v any) reflect.Type { return reflect.TypeOf(v) }

@@ -7,7 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/braidflow/braid/queue"
 	"github.com/braidflow/braid/scheduler"
 	"github.com/braidflow/braid/workflow"
 )
@@ -148,7 +149,6 @@ var (
 	schedPriorities    = []string{"1", "2", "3", "4"}
 	schedOverlaps      = []string{string(scheduler.OverlapSkip), string(scheduler.OverlapAllow)}
 	schedCatchUps      = []string{string(scheduler.CatchUpOnce), string(scheduler.CatchUpSkip), string(scheduler.CatchUpAll)}
-	schedQueueNameRE   = regexp.MustCompile(`^(?:[a-z0-9])+(?:[_|\-]?[a-z0-9]+)*$`)
 	schedScheduleParam = "the schedule's name (URL-escaped), or its numeric id"
 )
 
@@ -405,16 +405,18 @@ func checkScheduleRequest(req *ScheduledJobRequest) (*schedTarget, error) {
 	if req.Priority != nil && (*req.Priority < 1 || *req.Priority > 4) {
 		return nil, unprocessable(schedPriorities, "priority %d is out of range: use River's priority, 1 (critical, worked first) to 4 (low)", *req.Priority)
 	}
-	if req.Queue != nil && (len(*req.Queue) > 64 || !schedQueueNameRE.MatchString(*req.Queue)) {
-		return bad(`queue %q is invalid: use 1 to 64 lower-case letters and digits separated by underscores or hyphens`, *req.Queue)
+	if req.Queue != nil {
+		if err := queue.ValidateQueueName(*req.Queue); err != nil {
+			return bad("%s", err)
+		}
 	}
-	if req.MaxAttempts != nil && *req.MaxAttempts < 0 {
-		return bad(`max_attempts %d is negative: give 0 for the default, or more`, *req.MaxAttempts)
+	if req.MaxAttempts != nil && (*req.MaxAttempts < 0 || *req.MaxAttempts > queue.MaxAttemptsMax) {
+		return bad(`max_attempts %d is outside 0-%d: give 0 for the default`, *req.MaxAttempts, queue.MaxAttemptsMax)
 	}
-	if req.OverlapPolicy != nil && !schedContains(schedOverlaps, *req.OverlapPolicy) {
+	if req.OverlapPolicy != nil && !slices.Contains(schedOverlaps, *req.OverlapPolicy) {
 		return nil, unprocessable(schedOverlaps, "overlap_policy %q is invalid", *req.OverlapPolicy)
 	}
-	if req.CatchUpPolicy != nil && !schedContains(schedCatchUps, *req.CatchUpPolicy) {
+	if req.CatchUpPolicy != nil && !slices.Contains(schedCatchUps, *req.CatchUpPolicy) {
 		return nil, unprocessable(schedCatchUps, "catch_up_policy %q is invalid", *req.CatchUpPolicy)
 	}
 	args, input := schedNullAsAbsent(req.Args), schedNullAsAbsent(req.Input)
@@ -429,7 +431,7 @@ func checkScheduleRequest(req *ScheduledJobRequest) (*schedTarget, error) {
 		return bad(`give either "args" (of a job) or "input" (of a workflow), not both`)
 	}
 	for _, raw := range []json.RawMessage{args, input} {
-		if bytes.Contains(raw, []byte(`\u0000`)) {
+		if queue.HasNUL(raw) {
 			return bad(`args or input hold a NUL character (\u0000), which PostgreSQL's jsonb cannot store`)
 		}
 	}
@@ -460,15 +462,6 @@ func checkScheduleRequest(req *ScheduledJobRequest) (*schedTarget, error) {
 		return bad(`field %q must be 1 to %d characters`, field, scheduler.TargetMaxLength)
 	}
 	return t, nil
-}
-
-func schedContains(list []string, v string) bool {
-	for _, x := range list {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 // schedNullAsAbsent treats a JSON null as a field not given.

@@ -343,7 +343,7 @@ func TestScheduledJobBadInput(t *testing.T) {
 		{"bad overlap", "POST", "", map[string]any{"name": "x", "cron_expression": "@daily", "kind": "crawl", "overlap_policy": "queue"}, 422, `overlap_policy "queue" is invalid`, []string{"skip", "allow"}},
 		{"bad catch-up", "PUT", "/taken", map[string]any{"catch_up_policy": "never"}, 422, `catch_up_policy "never" is invalid`, []string{"once", "skip", "all"}},
 		{"bad queue", "POST", "", map[string]any{"name": "x", "cron_expression": "@daily", "kind": "crawl", "queue": "Bad Queue"}, 422, `queue "Bad Queue" is invalid`, nil},
-		{"negative attempts", "PUT", "/taken", map[string]any{"max_attempts": -1}, 422, `max_attempts -1 is negative`, nil},
+		{"negative attempts", "PUT", "/taken", map[string]any{"max_attempts": -1}, 422, `max_attempts -1 is outside 0-32767`, nil},
 		{"empty name", "POST", "", map[string]any{"name": "", "cron_expression": "@daily", "kind": "crawl"}, 422, `field "name" is empty`, nil},
 		{"long name", "POST", "", map[string]any{"name": strings.Repeat("n", 201), "cron_expression": "@daily", "kind": "crawl"}, 422, `the limit is 200`, nil},
 		{"NUL in name", "POST", "", map[string]any{"name": "a\x00b", "cron_expression": "@daily", "kind": "crawl"}, 422, `NUL`, nil},

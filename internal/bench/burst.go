@@ -22,19 +22,6 @@ type burstIn struct {
 	At time.Time `json:"at"`
 }
 
-// burstArgs is the River side's scheduled no-op job.
-type burstArgs struct {
-	I int `json:"i"`
-}
-
-func (burstArgs) Kind() string { return "bench_burst" }
-
-type burstWorker struct {
-	river.WorkerDefaults[burstArgs]
-}
-
-func (burstWorker) Work(context.Context, *river.Job[burstArgs]) error { return nil }
-
 // delayBurst measures the lateness of delays all due at one instant,
 // against as many River jobs all scheduled at one instant. Lateness is
 // read as in the delay scenario: the wake turn's attempted_at minus the
@@ -49,18 +36,14 @@ func (b *bench) delayBurst(ctx context.Context) (*DelayBurstResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	res.RiverP50LateMs = round(percentile(riverLate, 50), 1)
-	res.RiverP99LateMs = round(percentile(riverLate, 99), 1)
-	res.RiverCommitsPerRun = perUnit(riverCommits, n)
+	res.RiverP50LateMs, res.RiverP99LateMs, res.RiverCommitsPerRun = lateFigures(riverLate, riverCommits, n)
 	b.say("delay_burst: river late p50 %.1f ms, p99 %.1f ms, %.2f commits per job", res.RiverP50LateMs, res.RiverP99LateMs, res.RiverCommitsPerRun)
 
 	braidLate, braidCommits, err := b.braidBurst(ctx, n)
 	if err != nil {
 		return nil, err
 	}
-	res.BraidP50LateMs = round(percentile(braidLate, 50), 1)
-	res.BraidP99LateMs = round(percentile(braidLate, 99), 1)
-	res.BraidCommitsPerRun = perUnit(braidCommits, n)
+	res.BraidP50LateMs, res.BraidP99LateMs, res.BraidCommitsPerRun = lateFigures(braidLate, braidCommits, n)
 	b.say("delay_burst: braid late p50 %.1f ms, p99 %.1f ms, %.2f commits per delay", res.BraidP50LateMs, res.BraidP99LateMs, res.BraidCommitsPerRun)
 	return res, nil
 }
@@ -167,7 +150,7 @@ func (b *bench) riverBurst(ctx context.Context, n int) ([]float64, int64, error)
 	}
 	defer s.close()
 	workers := river.NewWorkers()
-	river.AddWorker(workers, burstWorker{})
+	river.AddWorker(workers, delayWorker{})
 	client, err := s.startRiver(workers)
 	if err != nil {
 		return nil, 0, err
@@ -184,7 +167,7 @@ func (b *bench) riverBurst(ctx context.Context, n int) ([]float64, int64, error)
 	}
 	params := make([]river.InsertManyParams, n)
 	for i := range params {
-		params[i] = river.InsertManyParams{Args: burstArgs{I: i}, InsertOpts: &river.InsertOpts{ScheduledAt: at}}
+		params[i] = river.InsertManyParams{Args: delayArgs{I: i}, InsertOpts: &river.InsertOpts{ScheduledAt: at}}
 	}
 	if _, err := client.InsertMany(s.ctx, params); err != nil {
 		return nil, 0, err
@@ -195,5 +178,5 @@ func (b *bench) riverBurst(ctx context.Context, n int) ([]float64, int64, error)
 	if err := s.waitFor(jobsDone, n); err != nil {
 		return nil, 0, err
 	}
-	return s.lateness(scheduledLateness(burstArgs{}.Kind()), n)
+	return s.lateness(scheduledLateness(delayArgs{}.Kind()), n)
 }

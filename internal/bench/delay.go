@@ -23,7 +23,8 @@ type delayIn struct {
 	Micros int64 `json:"micros"`
 }
 
-// delayArgs is the River side's scheduled no-op job.
+// delayArgs is the River side's scheduled no-op job, of the delay and
+// delay_burst scenarios.
 type delayArgs struct {
 	I int `json:"i"`
 }
@@ -58,20 +59,22 @@ func (b *bench) delay(ctx context.Context) (*DelayResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	res.RiverP50LateMs = round(percentile(riverLate, 50), 1)
-	res.RiverP99LateMs = round(percentile(riverLate, 99), 1)
-	res.RiverCommitsPerRun = perUnit(riverCommits, n)
+	res.RiverP50LateMs, res.RiverP99LateMs, res.RiverCommitsPerRun = lateFigures(riverLate, riverCommits, n)
 	b.say("delay: river late p50 %.1f ms, p99 %.1f ms, %.2f commits per job", res.RiverP50LateMs, res.RiverP99LateMs, res.RiverCommitsPerRun)
 
 	braidLate, braidCommits, err := b.braidDelays(ctx, lengths)
 	if err != nil {
 		return nil, err
 	}
-	res.BraidP50LateMs = round(percentile(braidLate, 50), 1)
-	res.BraidP99LateMs = round(percentile(braidLate, 99), 1)
-	res.BraidCommitsPerRun = perUnit(braidCommits, n)
+	res.BraidP50LateMs, res.BraidP99LateMs, res.BraidCommitsPerRun = lateFigures(braidLate, braidCommits, n)
 	b.say("delay: braid late p50 %.1f ms, p99 %.1f ms, %.2f commits per delay", res.BraidP50LateMs, res.BraidP99LateMs, res.BraidCommitsPerRun)
 	return res, nil
+}
+
+// lateFigures gives a side's lateness percentiles (p50, p99, in ms to
+// 0.1) and its commits per unit of n.
+func lateFigures(late []float64, commits int64, n int) (p50, p99, commitsPerUnit float64) {
+	return round(percentile(late, 50), 1), round(percentile(late, 99), 1), perUnit(commits, n)
 }
 
 // paced calls fn(i) for i in [0, n), spread evenly over spread.

@@ -41,7 +41,7 @@ const braid = (() => {
     }
   }
 
-  // api calls the JSON API with the session cookie. A 401 sends the
+  // api calls the JSON API with the token cookie. A 401 sends the
   // browser back to the login page.
   async function api(method, path, body) {
     const opts = {method, headers: {"Accept": "application/json", "X-Braid-Request": "1"}, credentials: "same-origin"};
@@ -84,8 +84,10 @@ const braid = (() => {
 
   // page registers a page for a hash pattern such as "/runs/:id". render
   // is called with (params, main element, query) and may return
-  // {refresh(), onEvent(ev)}; refresh is called on every tick and run
-  // event, onEvent on every event.
+  // {refresh(), onEvent(ev), every}; refresh is called on run and schedule
+  // events and on every tick, or every `every` ticks for a page whose
+  // queries are heavy (an overview of whole tables); onEvent on every
+  // event.
   function page(pattern, render, nav) {
     const names = [];
     const re = new RegExp("^" + pattern.replace(/:([a-z_]+)/g, (_, n) => { names.push(n); return "([^/]+)"; }) + "$");
@@ -115,6 +117,7 @@ const braid = (() => {
     main.replaceChildren(h("h1", {}, "Not found"), h("p", {}, "No page at " + path + ". "), h("a", {href: "#/"}, "Overview"));
   }
 
+  let ticks = 0;
   let refreshing = false;
   async function refresh() {
     if (!current || !current.refresh || refreshing) return;
@@ -149,6 +152,7 @@ const braid = (() => {
         if (current && current.onEvent) {
           try { current.onEvent(ev); } catch (e) { /* a page's handler never stops the stream */ }
         }
+        if (type === "tick" && current && current.every > 1 && ++ticks % current.every !== 0) return;
         if (type === "tick" || type === "run" || type === "schedule") refresh();
       });
     }

@@ -167,8 +167,10 @@
       loadKinds();
     }
     await refresh();
+    // Progress moves on its events; the counts refresh every 3 s.
     return {
       refresh,
+      every: 3,
       onEvent(ev) {
         if (ev.type !== "progress") return;
         const b = bars.get(ev.data.job_id);

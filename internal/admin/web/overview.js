@@ -198,6 +198,7 @@
       renderLeases(leases, ov);
     }
     await refresh();
-    return {refresh};
+    // Whole-table counts: every five seconds is live enough.
+    return {refresh, every: 5};
   }, "overview");
 })();
