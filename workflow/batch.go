@@ -300,6 +300,14 @@ func (e *Engine) flushTx(ctx context.Context, batch []*outcome) (waits []waitSpa
 			return err
 		}
 		for i := range wake {
+			if r := wake[i].releasedBy; r != uuid.Nil {
+				// A released DAG node starts in the worker of the node
+				// that released it, and links to that node's turn.
+				if by := st.byTask[r]; by != nil {
+					wake[i].by, wake[i].link = by, newTurnLink(by.traceParent(), linkNode)
+				}
+				continue
+			}
 			// The parent continues in the worker of one of its children
 			// that finished in this batch, and its turn links to that
 			// child's turn: the last to finish, which released it.
@@ -381,7 +389,7 @@ func (e *Engine) lock(ctx context.Context, tx pgx.Tx, batch []*outcome, st *batc
 		   FOR UPDATE OF j`, ids, attempts, ats)
 	b.Queue(`
 		SELECT id, status, workflow, queue, priority, max_attempts FROM braid_tasks
-		 WHERE id IN (SELECT unnest($1::uuid[]) UNION SELECT parent_task_id FROM braid_tasks WHERE id = ANY($2))
+		 WHERE id IN (SELECT unnest($1::uuid[]) UNION SELECT parent_task_id FROM braid_tasks WHERE id = ANY($2) UNION `+lockNodesSQL("$2")+`)
 		 ORDER BY created_at DESC, id DESC
 		   FOR UPDATE`, tasks, finishing)
 	br := tx.SendBatch(ctx, b)
@@ -445,10 +453,12 @@ func (e *Engine) insertSpawns(ctx context.Context, tx pgx.Tx, st *batchState) er
 	var (
 		ids, runIDs, parents            []uuid.UUID
 		keys, workflows, inputs, queues []string
-		maxAttempts                     []int32
+		maxAttempts, remaining          []int32
+		statuses                        []string
 		prios                           []int16
 		defs                            = map[uuid.UUID]*definition{}
 		owners                          = map[uuid.UUID]*outcome{}
+		inputOf                         = map[uuid.UUID]json.RawMessage{}
 	)
 	for _, o := range st.owned {
 		if o.t == nil || (o.kind != outcomeComplete && o.kind != outcomeSuspend) || !isRunnable(st.status[o.taskID]) {
@@ -466,19 +476,27 @@ func (e *Engine) insertSpawns(ctx context.Context, tx pgx.Tx, st *batchState) er
 			maxAttempts = append(maxAttempts, int32(s.def.maxAttempts))
 			queues = append(queues, s.def.queue)
 			prios = append(prios, int16(s.def.priority))
+			// A DAG child waits for its nodes from the start, as a DAG
+			// run's root does.
+			if s.def.dag != nil {
+				statuses, remaining = append(statuses, "waiting"), append(remaining, int32(len(s.def.dag.nodes)))
+			} else {
+				statuses, remaining = append(statuses, "pending"), append(remaining, 0)
+			}
 			defs[id] = s.def
 			owners[id] = o
+			inputOf[id] = s.input
 		}
 	}
 	if len(ids) == 0 {
 		return nil
 	}
 	rows, err := tx.Query(ctx, `
-		INSERT INTO braid_tasks (id, run_id, parent_task_id, key, workflow, status, input, max_attempts, queue, priority)
-		SELECT unnest($1::uuid[]), unnest($2::uuid[]), unnest($3::uuid[]), unnest($4::text[]), unnest($5::text[]), 'pending',
-		       unnest($6::text[])::jsonb, unnest($7::int[]), unnest($8::text[]), unnest($9::smallint[])
+		INSERT INTO braid_tasks (id, run_id, parent_task_id, key, workflow, status, input, max_attempts, queue, priority, remaining)
+		SELECT unnest($1::uuid[]), unnest($2::uuid[]), unnest($3::uuid[]), unnest($4::text[]), unnest($5::text[]), unnest($10::text[]),
+		       unnest($6::text[])::jsonb, unnest($7::int[]), unnest($8::text[]), unnest($9::smallint[]), unnest($11::int[])
 		ON CONFLICT (parent_task_id, key) WHERE parent_task_id IS NOT NULL DO NOTHING
-		RETURNING id`, ids, runIDs, parents, keys, workflows, inputs, maxAttempts, queues, prios)
+		RETURNING id`, ids, runIDs, parents, keys, workflows, inputs, maxAttempts, queues, prios, statuses, remaining)
 	if err != nil {
 		return fmt.Errorf("workflow: creating %d children: %w", len(ids), err)
 	}
@@ -486,11 +504,26 @@ func (e *Engine) insertSpawns(ctx context.Context, tx pgx.Tx, st *batchState) er
 	if err != nil {
 		return fmt.Errorf("workflow: creating %d children: %w", len(ids), err)
 	}
+	var dags []dagRoot
 	for _, id := range created {
 		d := defs[id]
 		o := owners[id]
+		if d.dag != nil {
+			dags = append(dags, dagRoot{spec: d.dag, runID: o.t.runID, rootID: id, input: string(inputOf[id]), by: o})
+			continue
+		}
 		st.fresh = append(st.fresh, turn{taskID: id, workflow: d.name, queue: d.queue, priority: d.priority, maxAttempts: d.maxAttempts,
 			by: o, link: newTurnLink(o.traceParent(), linkSpawning)})
+	}
+	if len(dags) > 0 {
+		turns, err := e.createNodesTx(ctx, tx, dags)
+		if err != nil {
+			return err
+		}
+		for i := range turns {
+			turns[i].link = newTurnLink(turns[i].by.traceParent(), linkSpawning)
+		}
+		st.fresh = append(st.fresh, turns...)
 	}
 	return nil
 }
@@ -539,14 +572,18 @@ func (e *Engine) finishTasks(ctx context.Context, tx pgx.Tx, st *batchState) ([]
 		  FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::jsonb[], $5::int[], $6::bigint[], $7::timestamptz[])
 		       AS u(id, status, output, error, attempt, job_id, at)
 		 WHERE t.id = u.id AND t.status IN ('pending', 'running')
-		RETURNING t.id, t.run_id, t.parent_task_id, u.status, u.output, u.error, u.at`,
+		RETURNING t.id, t.run_id, t.parent_task_id, u.status, u.output, u.error, u.at, t.key, `+nodeDAGSQL,
 		ids, statuses, outputs, errs, attempts, jobIDs, ats)
 	if err != nil {
 		return nil, fmt.Errorf("workflow: finishing %d tasks: %w", len(ids), err)
 	}
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (settlement, error) {
 		var s settlement
-		err := row.Scan(&s.taskID, &s.runID, &s.parentID, &s.status, &s.output, &s.errJSON, &s.startedAt)
+		var dag *string
+		err := row.Scan(&s.taskID, &s.runID, &s.parentID, &s.status, &s.output, &s.errJSON, &s.startedAt, &s.key, &dag)
+		if dag != nil {
+			s.dag = *dag
+		}
 		return s, err
 	})
 }

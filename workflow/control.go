@@ -227,8 +227,9 @@ func (e *Engine) retryTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID str
 	}); err != nil {
 		return err
 	}
+	// The failed and cancelled tasks, and the nodes of the run's DAGs.
 	rows, err := tx.Query(ctx, `
-		SELECT id FROM braid_tasks WHERE run_id = $1 AND status IN ('failed', 'cancelled')
+		SELECT id FROM braid_tasks WHERE run_id = $1 AND (status IN ('failed', 'cancelled') OR dependents IS NOT NULL)
 		 ORDER BY created_at DESC, id DESC FOR UPDATE`, id)
 	if err != nil {
 		return err
@@ -237,8 +238,12 @@ func (e *Engine) retryTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID str
 	if err != nil {
 		return err
 	}
+	nodeTurns, err := e.retryNodesTx(ctx, tx, id)
+	if err != nil {
+		return err
+	}
 	// A reset task with unfinished children waits for them; the others
-	// get a turn.
+	// get a turn. A DAG's root counts its nodes that retryNodesTx reset.
 	rows, err = tx.Query(ctx, `
 		UPDATE braid_tasks t
 		   SET status = CASE WHEN c.n > 0 THEN 'waiting' ELSE 'pending' END, remaining = c.n,
@@ -246,7 +251,7 @@ func (e *Engine) retryTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID str
 		  FROM (SELECT p.id, (SELECT count(*) FROM braid_tasks k
 		                       WHERE k.parent_task_id = p.id AND k.status NOT IN `+finalStatuses+`) AS n
 		          FROM braid_tasks p WHERE p.id = ANY($1)) c
-		 WHERE t.id = c.id AND t.status IN ('failed', 'cancelled')
+		 WHERE t.id = c.id AND t.status IN ('failed', 'cancelled') AND t.dependents IS NULL
 		RETURNING t.id, t.workflow, t.queue, t.priority, t.max_attempts, t.status`, reset)
 	if err != nil {
 		return err
@@ -283,7 +288,7 @@ func (e *Engine) retryTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID str
 	if tag.RowsAffected() == 0 {
 		return fmt.Errorf("%w: run %s changed state meanwhile", ErrRunNotRetryable, runID)
 	}
-	return e.wakeTurns(ctx, tx, turns)
+	return e.wakeTurns(ctx, tx, append(turns, nodeTurns...))
 }
 
 // TurnEndWaitDefault bounds how long Cancel and Retry wait for the turns of

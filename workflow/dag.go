@@ -164,6 +164,9 @@ func DAG[In any](name string, nodes ...DAGNode) *Workflow[In, DAGResult] {
 	d := &definition{name: name, maxAttempts: MaxAttemptsDefault, queue: "default", priority: queue.PriorityNormal}
 	spec, err := buildDAG(name, nodes)
 	d.dag, d.err = spec, err
+	if spec != nil {
+		d.fn = func(t *Task, _ json.RawMessage) (json.RawMessage, error) { return spec.result(t) }
+	}
 	if d.err == nil {
 		d.err = checkDefinitionName(name)
 	}
@@ -221,6 +224,9 @@ func buildDAG(name string, decl []DAGNode) (*dagSpec, error) {
 			seen[dep] = true
 			spec.dependents[dep] = append(spec.dependents[dep], nm)
 		}
+	}
+	if !slices.ContainsFunc(order, func(nm string) bool { return !byName[nm].onFailure }) {
+		return nil, bad("every node runs only if the DAG fails, so none would ever run")
 	}
 	if cycle := findCycle(order, byName); cycle != nil {
 		return nil, bad("the nodes form a cycle: %s", strings.Join(cycle, " → "))

@@ -97,6 +97,21 @@ func (e *ChildError) Error() string {
 // Is makes a cancelled child match ErrCancelled.
 func (e *ChildError) Is(target error) bool { return target == ErrCancelled && e.Status == "cancelled" }
 
+// NodeError is the error of a DAG run that failed because one of its
+// nodes failed under the FailDAG policy (or was cancelled). It names the
+// node.
+type NodeError struct {
+	DAG      string
+	Node     string
+	Workflow string // the node's workflow
+	Status   string // "failed" or "cancelled"
+	Message  string
+}
+
+func (e *NodeError) Error() string {
+	return fmt.Sprintf("DAG %q: node %q (workflow %q) %s: %s", e.DAG, e.Node, e.Workflow, e.Status, e.Message)
+}
+
 // RunError is the error of a failed or cancelled run, returned by
 // Run.Result.
 type RunError struct {

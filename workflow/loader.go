@@ -27,8 +27,10 @@ type loadedTask struct {
 	input       []byte
 	suspended   *string
 	traceParent *string
-	steps       map[string]*stepRecord
-	children    map[string]*childRecord
+	// dag is, for a DAG node, the name of its DAG.
+	dag      *string
+	steps    map[string]*stepRecord
+	children map[string]*childRecord
 }
 
 type loadRequest struct {
@@ -133,7 +135,7 @@ func (e *Engine) loadTasks(ctx context.Context, batch []*loadRequest) error {
 	}
 	b := &pgx.Batch{}
 	b.Queue(`
-		SELECT t.id, t.run_id, t.parent_task_id, t.key, t.workflow, t.status, t.input, t.suspended_span, r.trace_parent
+		SELECT t.id, t.run_id, t.parent_task_id, t.key, t.workflow, t.status, t.input, t.suspended_span, r.trace_parent, `+nodeDAGSQL+`
 		  FROM braid_tasks t JOIN braid_runs r ON r.id = t.run_id
 		 WHERE t.id = ANY($1)`, ids)
 	b.Queue(`SELECT task_id, name, kind, status, output, error, attempts FROM braid_steps WHERE task_id = ANY($1)`, ids)
@@ -149,7 +151,7 @@ func (e *Engine) loadTasks(ctx context.Context, batch []*loadRequest) error {
 	for rows.Next() {
 		var id uuid.UUID
 		lt := &loadedTask{steps: map[string]*stepRecord{}, children: map[string]*childRecord{}}
-		if err := rows.Scan(&id, &lt.runID, &lt.parentID, &lt.key, &lt.workflow, &lt.status, &lt.input, &lt.suspended, &lt.traceParent); err != nil {
+		if err := rows.Scan(&id, &lt.runID, &lt.parentID, &lt.key, &lt.workflow, &lt.status, &lt.input, &lt.suspended, &lt.traceParent, &lt.dag); err != nil {
 			rows.Close()
 			return fmt.Errorf("workflow: loading %d tasks: %w", len(ids), err)
 		}

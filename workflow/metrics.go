@@ -11,6 +11,7 @@ type engineMetrics struct {
 	runsCompleted metric.Int64Counter
 	runsFailed    metric.Int64Counter
 	reconciled    metric.Int64Counter
+	nodesSkipped  metric.Int64Counter
 	stepDuration  metric.Float64Histogram
 	delayLateness metric.Float64Histogram
 }
@@ -37,6 +38,9 @@ func newEngineMetrics(mp metric.MeterProvider) (*engineMetrics, error) {
 		return nil, err
 	}
 	if em.reconciled, err = m.Int64Counter("braid.tasks.reconciled", metric.WithDescription("Tasks the reconciler failed because they had no live turn.")); err != nil {
+		return nil, err
+	}
+	if em.nodesSkipped, err = m.Int64Counter("braid.dag.nodes.skipped", metric.WithDescription("DAG nodes skipped: a false condition, skipped dependencies, or a failed DAG.")); err != nil {
 		return nil, err
 	}
 	if em.stepDuration, err = m.Float64Histogram("braid.step.duration", metric.WithUnit("s"), metric.WithDescription("Duration of step bodies.")); err != nil {

@@ -109,11 +109,13 @@ func (e *Engine) reconcileTask(ctx context.Context, taskID uuid.UUID) (bool, err
 			parentID *uuid.UUID
 			tr       turn
 			prio     int16
+			key      string
+			dag      *string
 		)
 		err := tx.QueryRow(ctx, `
-			SELECT run_id, parent_task_id, workflow, queue, priority, max_attempts FROM braid_tasks
+			SELECT run_id, parent_task_id, workflow, queue, priority, max_attempts, key, `+nodeDAGSQL+` FROM braid_tasks t
 			 WHERE id = $1 AND status IN ('pending', 'running')
-			   FOR UPDATE SKIP LOCKED`, taskID).Scan(&runID, &parentID, &tr.workflow, &tr.queue, &prio, &tr.maxAttempts)
+			   FOR UPDATE SKIP LOCKED`, taskID).Scan(&runID, &parentID, &tr.workflow, &tr.queue, &prio, &tr.maxAttempts, &key, &dag)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil // settled meanwhile, or being changed: a later look decides
 		}
@@ -161,7 +163,11 @@ func (e *Engine) reconcileTask(ctx context.Context, taskID uuid.UUID) (bool, err
 			return err
 		}
 		settled = true
-		wake, err := e.settleTx(ctx, tx, []settlement{{taskID: taskID, runID: runID, parentID: parentID, status: "failed", errJSON: errJSON}}, false)
+		s := settlement{taskID: taskID, runID: runID, parentID: parentID, status: "failed", errJSON: errJSON, key: key}
+		if dag != nil {
+			s.dag = *dag
+		}
+		wake, err := e.settleTx(ctx, tx, []settlement{s}, false)
 		if err != nil {
 			return err
 		}

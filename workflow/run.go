@@ -216,21 +216,26 @@ func (e *Engine) startManyTx(ctx context.Context, tx pgx.Tx, d *definition, star
 		turns = append(turns, turn{taskID: taskIDs[i], workflow: d.name, queue: q, priority: prio, maxAttempts: d.maxAttempts})
 	}
 	// The runs and their root tasks in one statement: a task is created
-	// only when its run is.
+	// only when its run is. A DAG's root task waits for its nodes from the
+	// start: its first turn comes once every node is final.
+	rootStatus, rootRemaining, runStatus := "pending", 0, "pending"
+	if d.dag != nil {
+		rootStatus, rootRemaining, runStatus = "waiting", len(d.dag.nodes), "running"
+	}
 	rows, err := tx.Query(ctx, `
 		WITH u AS (
 		    SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[], $7::smallint[])
 		           AS u(id, task_id, input, key, trace, queue, prio)
 		), run AS (
-		    INSERT INTO braid_runs (id, workflow, status, input, idempotency_key, trace_parent, queue, priority)
-		    SELECT u.id, $8, 'pending', u.input::jsonb, u.key, u.trace, u.queue, u.prio FROM u
+		    INSERT INTO braid_runs (id, workflow, status, input, idempotency_key, trace_parent, queue, priority, started_at)
+		    SELECT u.id, $8, $12, u.input::jsonb, u.key, u.trace, u.queue, u.prio, CASE WHEN $12 = 'running' THEN now() END FROM u
 		    ON CONFLICT DO NOTHING
 		    RETURNING id
 		)
-		INSERT INTO braid_tasks (id, run_id, key, workflow, status, input, max_attempts, queue, priority)
-		SELECT u.task_id, run.id, 'root', $8, 'pending', u.input::jsonb, $9, u.queue, u.prio FROM run JOIN u ON u.id = run.id
+		INSERT INTO braid_tasks (id, run_id, key, workflow, status, input, max_attempts, queue, priority, remaining)
+		SELECT u.task_id, run.id, 'root', $8, $10, u.input::jsonb, $9, u.queue, u.prio, $11 FROM run JOIN u ON u.id = run.id
 		RETURNING run_id`,
-		runIDs, taskIDs, inputs, keys, traces, queues, prios, d.name, d.maxAttempts)
+		runIDs, taskIDs, inputs, keys, traces, queues, prios, d.name, d.maxAttempts, rootStatus, rootRemaining, runStatus)
 	if err != nil {
 		return fmt.Errorf("workflow: starting %d runs: %w", n, err)
 	}
@@ -243,9 +248,14 @@ func (e *Engine) startManyTx(ctx context.Context, tx pgx.Tx, d *definition, star
 		isNew[index[id]] = true
 	}
 	kept := turns[:0]
+	var dagRoots []dagRoot
 	for i := range starts {
 		if isNew[i] {
-			kept = append(kept, turns[i])
+			if d.dag != nil {
+				dagRoots = append(dagRoots, dagRoot{spec: d.dag, runID: runIDs[i], rootID: taskIDs[i], input: inputs[i]})
+			} else {
+				kept = append(kept, turns[i])
+			}
 			continue
 		}
 		// The ID or the idempotency key exists: return that run.
@@ -262,6 +272,13 @@ func (e *Engine) startManyTx(ctx context.Context, tx pgx.Tx, d *definition, star
 			return fmt.Errorf("%w: run %s is of workflow %q, not %q", ErrIdempotencyConflict, existingID, workflow, d.name)
 		}
 		starts[i].id, starts[i].existing = existingID.String(), true
+	}
+	if len(dagRoots) > 0 {
+		nodeTurns, err := e.createNodesTx(ctx, tx, dagRoots)
+		if err != nil {
+			return err
+		}
+		kept = append(kept, nodeTurns...)
 	}
 	if err := e.insertTurns(ctx, tx, kept); err != nil {
 		return err

@@ -57,6 +57,9 @@ type turn struct {
 	// wait is the wait on children that giving this turn ends, for its
 	// span (recordWaits).
 	wait *waitSpan
+	// releasedBy is, for a DAG node released by the settle path, the node
+	// whose turn released it.
+	releasedBy uuid.UUID
 }
 
 // LinkAttribute is the attribute key that says, on every span link braid
@@ -66,7 +69,9 @@ type turn struct {
 //   - "spawning turn": a child's first turn links to the parent's turn that
 //     started it;
 //   - "releasing child": a parent's turn after a wait on children links to
-//     the turn of the child whose finish released it.
+//     the turn of the child whose finish released it;
+//   - "releasing node": a DAG node's first turn links to the turn of the
+//     node whose finish released it.
 //
 // Code that links its own spans to braid's (the example links each
 // digest's run to the fetch that found its entries) uses it too, so that
@@ -78,6 +83,7 @@ const (
 	linkSuspended = "suspended turn"
 	linkSpawning  = "spawning turn"
 	linkReleasing = "releasing child"
+	linkNode      = "releasing node"
 )
 
 // metadataLink is the turn job's metadata key that carries its turnLink.
@@ -431,7 +437,7 @@ func (e *Engine) runTurn(ctx context.Context, job *river.Job[taskArgs], claimed 
 	if l, ok := linkOf(job.JobRow); ok {
 		links = append(links, l)
 	}
-	spanCtx, span := e.tracer.Start(parent, "braid.task "+t.workflow, trace.WithLinks(links...), trace.WithAttributes(
+	attrs := []attribute.KeyValue{
 		attribute.String("run.id", t.runID.String()),
 		attribute.String("task.id", taskID.String()),
 		attribute.String("task.key", t.key),
@@ -439,7 +445,11 @@ func (e *Engine) runTurn(ctx context.Context, job *river.Job[taskArgs], claimed 
 		attribute.Int("attempt", job.Attempt),
 		attribute.Int64("job.id", job.ID),
 		attribute.String("queue", job.Queue),
-	))
+	}
+	if lt.dag != nil {
+		attrs = append(attrs, attribute.String("dag", *lt.dag), attribute.String("dag.node", t.key))
+	}
+	spanCtx, span := e.tracer.Start(parent, "braid.task "+t.workflow, trace.WithLinks(links...), trace.WithAttributes(attrs...))
 	defer span.End()
 	t.ctx, t.span = spanCtx, span
 	t.logger = e.logger.With("run.id", t.runID.String(), "task.id", taskID.String(), "workflow", t.workflow)
@@ -480,12 +490,13 @@ func (e *Engine) runTurn(ctx context.Context, job *river.Job[taskArgs], claimed 
 		}
 		o.errJSON, _ = json.Marshal(se)
 		o.kind, ret = outcomeFailAttempt, runErr
-		if job.Attempt >= job.MaxAttempts {
+		if job.Attempt >= job.MaxAttempts || d.dag != nil {
 			// The task fails, and its parent or run learns of it, fenced
 			// on the attempt; River then discards the job, which stays
 			// inspectable as a dead letter. Should the outcome not
 			// commit, the reconciler finds the task without a live turn
-			// and fails it.
+			// and fails it. A DAG's root reads what its nodes recorded
+			// and nothing else: its error is final at once.
 			o.kind = outcomeFail
 		}
 	default:
@@ -579,6 +590,10 @@ func (e *Engine) storedError(err error, attempt int) storedError {
 	if errors.As(err, &ce) {
 		se.Child = ce.Child
 	}
+	var ne *NodeError
+	if errors.As(err, &ne) {
+		se.Child = ne.Node
+	}
 	return se
 }
 
@@ -635,6 +650,21 @@ type settlement struct {
 	output    []byte
 	errJSON   []byte
 	startedAt *time.Time
+	// key is the task's key; dag, for a DAG node, the name of its DAG.
+	key string
+	dag string
+	// by is, for a node that the settle path skipped or failed, the node
+	// whose settling led to it.
+	by uuid.UUID
+}
+
+// origin is the node whose turn led to this settlement: the task itself,
+// or the node whose settling skipped it.
+func (s settlement) origin() uuid.UUID {
+	if s.by != uuid.Nil {
+		return s.by
+	}
+	return s.taskID
 }
 
 // settleTx is the one settle path: it finishes what finished tasks
@@ -647,6 +677,20 @@ type settlement struct {
 // locked in their own statement first (unless parentsLocked: the caller
 // holds them), so that the decrement sees each parent's committed state.
 func (e *Engine) settleTx(ctx context.Context, tx pgx.Tx, settled []settlement, parentsLocked bool) ([]turn, error) {
+	var nodes []turn
+	if slices.ContainsFunc(settled, func(s settlement) bool { return s.dag != "" }) {
+		if !parentsLocked {
+			if err := e.lockSettling(ctx, tx, settled); err != nil {
+				return nil, err
+			}
+			parentsLocked = true
+		}
+		more, wake, err := e.settleNodes(ctx, tx, settled)
+		if err != nil {
+			return nil, err
+		}
+		settled, nodes = append(slices.Clip(settled), more...), wake
+	}
 	var (
 		runIDs             []uuid.UUID
 		runStatus          []string
@@ -691,7 +735,7 @@ func (e *Engine) settleTx(ctx context.Context, tx pgx.Tx, settled []settlement, 
 		}
 	}
 	if len(parents) == 0 {
-		return nil, nil
+		return nodes, nil
 	}
 	if !parentsLocked {
 		if _, err := tx.Exec(ctx, `
@@ -744,5 +788,5 @@ func (e *Engine) settleTx(ctx context.Context, tx pgx.Tx, settled []settlement, 
 		}
 		wake = append(wake, tr)
 	}
-	return wake, rows.Err()
+	return append(wake, nodes...), rows.Err()
 }

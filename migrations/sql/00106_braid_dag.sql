@@ -1,0 +1,20 @@
+-- DAG nodes. A DAG run's nodes are the children of its root task, all
+-- created when the run starts: a node without dependencies pending with
+-- its first turn, the others blocked with remaining set to the number of
+-- their dependencies. dependents lists the nodes a node releases when it
+-- is final; it is NULL for a task that is not a DAG node, which is how the
+-- settle path tells the two apart. skip_reason says why a skipped node did
+-- not run: the condition that was false, the dependencies that were all
+-- skipped, or the node whose failure failed the DAG.
+
+-- +goose Up
+-- +goose StatementBegin
+ALTER TABLE braid_tasks ADD COLUMN dependents uuid[];
+ALTER TABLE braid_tasks ADD COLUMN skip_reason text;
+-- +goose StatementEnd
+
+-- +goose Down
+-- +goose StatementBegin
+ALTER TABLE braid_tasks DROP COLUMN skip_reason;
+ALTER TABLE braid_tasks DROP COLUMN dependents;
+-- +goose StatementEnd

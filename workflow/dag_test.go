@@ -1,0 +1,456 @@
+package workflow_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+
+	"github.com/braidflow/braid/testutil"
+	"github.com/braidflow/braid/workflow"
+)
+
+type dagIn struct {
+	N    int    `json:"n"`
+	Lang string `json:"lang"`
+}
+
+// nodeStatuses reads a DAG run's nodes: name → status, and name → skip
+// reason for the skipped ones.
+func nodeStatuses(t *testing.T, pool *pgxpool.Pool, runID string) (map[string]string, map[string]string) {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `
+		SELECT key, status, coalesce(skip_reason, '') FROM braid_tasks
+		 WHERE run_id = $1 AND dependents IS NOT NULL`, runID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	status, reasons := map[string]string{}, map[string]string{}
+	for rows.Next() {
+		var k, s, r string
+		if err := rows.Scan(&k, &s, &r); err != nil {
+			t.Fatal(err)
+		}
+		status[k] = s
+		if r != "" {
+			reasons[k] = r
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return status, reasons
+}
+
+// nodeTurns counts the turn jobs of a run's node.
+func nodeTurns(t *testing.T, pool *pgxpool.Pool, runID, node string) int {
+	t.Helper()
+	return count(t, pool, `
+		SELECT count(*) FROM river_job j JOIN braid_tasks k ON j.args->>'task_id' = k.id::text
+		 WHERE k.run_id = $1 AND k.key = $2 AND k.dependents IS NOT NULL`, runID, node)
+}
+
+// TestDiamondRunsTheJoinOnce runs A → B, C → D fifty times, with B and C
+// released by A together and finishing together (both wait on a barrier),
+// and checks that D has exactly one turn each time, after both.
+func TestDiamondRunsTheJoinOnce(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	ledger(t, pool)
+	const reps = 50
+	var mu sync.Mutex
+	arrived := map[string]int{}
+	release := map[string]chan struct{}{}
+	barrier := func(runID string) {
+		mu.Lock()
+		ch := release[runID]
+		if ch == nil {
+			ch = make(chan struct{})
+			release[runID] = ch
+		}
+		arrived[runID]++
+		if arrived[runID] == 2 {
+			close(ch)
+		}
+		mu.Unlock()
+		select {
+		case <-ch:
+		case <-time.After(20 * time.Second):
+		}
+	}
+	start := workflow.Define("diamond_a", func(t *workflow.Task, in dagIn) (int, error) { return in.N, nil })
+	mid := workflow.Define("diamond_mid", func(t *workflow.Task, in dagIn) (int, error) {
+		n, err := workflow.Step(t, "work", func(ctx context.Context) (int, error) {
+			barrier(t.RunID())
+			return in.N * 10, recordStep(pool, t, t.Key())
+		})
+		return n, err
+	})
+	a := workflow.Node("a", start)
+	b := workflow.Node("b", mid, workflow.After("a"))
+	c := workflow.Node("c", mid, workflow.After("a"))
+	var dRefs struct{ b, c *workflow.NodeRef[int] }
+	dRefs.b, dRefs.c = b, c
+	join := workflow.Define("diamond_d", func(t *workflow.Task, in dagIn) (int, error) {
+		bv, err := dRefs.b.Output(t)
+		if err != nil {
+			return 0, err
+		}
+		cv, err := dRefs.c.Output(t)
+		if err != nil {
+			return 0, err
+		}
+		return bv + cv, recordStep(pool, t, "d")
+	})
+	d := workflow.Node("d", join, workflow.After("b", "c"))
+	dag := workflow.DAG[dagIn]("diamond", a, b, c, d)
+	cfg := testConfig(dag, start, mid, join)
+	cfg.Queue.Queues = map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 8}}
+	eng := startEngine(t, pool, cfg)
+	ctx := ctxTimeout(t, 120*time.Second)
+
+	for i := range reps {
+		r, err := dag.Start(ctx, eng, dagIn{N: i}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := r.Result(ctx)
+		if err != nil {
+			t.Fatalf("run %d: %v", i, err)
+		}
+		got, err := d.From(res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != 20*i {
+			t.Errorf("run %d: d = %d, want %d", i, got, 20*i)
+		}
+		if _, err := b.From(res); !errors.Is(err, workflow.ErrNoOutput) {
+			t.Errorf("run %d: b is not a sink, but From gave %v", i, err)
+		}
+		if n := nodeTurns(t, pool, r.ID, "d"); n != 1 {
+			t.Errorf("run %d: d had %d turns, want 1", i, n)
+		}
+		if n := count(t, pool, `SELECT count(*) FROM ledger WHERE run_id = $1 AND step = 'd'`, r.ID); n != 1 {
+			t.Errorf("run %d: d recorded %d times, want 1", i, n)
+		}
+		for _, node := range []string{"b", "c"} {
+			if n := count(t, pool, `SELECT count(*) FROM ledger WHERE run_id = $1 AND step = $2`, r.ID, node); n != 1 {
+				t.Errorf("run %d: %s ran %d times, want 1", i, node, n)
+			}
+		}
+		// D started after both B and C finished.
+		if n := count(t, pool, `
+			SELECT count(*) FROM braid_tasks dd JOIN braid_tasks m ON m.parent_task_id = dd.parent_task_id AND m.key IN ('b', 'c')
+			 WHERE dd.run_id = $1 AND dd.key = 'd' AND dd.started_at >= m.finished_at`, r.ID); n != 2 {
+			t.Errorf("run %d: d started before %d of b and c finished", i, 2-n)
+		}
+	}
+}
+
+// TestWhenFalseSkipsTheBranch checks that a false condition skips its
+// node and the nodes that depend only on it, while a sibling branch runs,
+// and that the skip reasons are recorded.
+func TestWhenFalseSkipsTheBranch(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	extract := workflow.Define("w_extract", func(t *workflow.Task, in dagIn) (string, error) { return in.Lang, nil })
+	summarize := workflow.Define("w_summarize", func(t *workflow.Task, in dagIn) (string, error) { return "summary", nil })
+	translate := workflow.Define("w_translate", func(t *workflow.Task, in dagIn) (string, error) { return "translated", nil })
+	index := workflow.Define("w_index", func(t *workflow.Task, in dagIn) (string, error) { return "indexed", nil })
+	ex := workflow.Node("extract", extract)
+	sum := workflow.Node("summarize", summarize, workflow.After("extract"), workflow.When(`extract == "en"`))
+	tr := workflow.Node("translate", translate, workflow.After("summarize"))
+	idx := workflow.Node("index", index, workflow.After("extract"), workflow.When(`input.n > 0 && status.extract == "completed"`))
+	dag := workflow.DAG[dagIn]("when_dag", ex, sum, tr, idx)
+	eng := startEngine(t, pool, testConfig(dag, extract, summarize, translate, index))
+	ctx := ctxTimeout(t, 30*time.Second)
+
+	run, err := dag.Start(ctx, eng, dagIn{N: 1, Lang: "fr"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := run.Result(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := idx.From(res); err != nil || got != "indexed" {
+		t.Errorf("index = %q, %v", got, err)
+	}
+	if _, err := tr.From(res); !errors.Is(err, workflow.ErrNoOutput) {
+		t.Errorf("translate was skipped, but From gave %v", err)
+	}
+	status, reasons := nodeStatuses(t, pool, run.ID)
+	want := map[string]string{"extract": "completed", "summarize": "skipped", "translate": "skipped", "index": "completed"}
+	if diff := cmp.Diff(want, status); diff != "" {
+		t.Errorf("statuses (-want +got):\n%s", diff)
+	}
+	wantReasons := map[string]string{
+		"summarize": `condition false: extract == "en"`,
+		"translate": "every dependency was skipped: summarize",
+	}
+	if diff := cmp.Diff(wantReasons, reasons); diff != "" {
+		t.Errorf("skip reasons (-want +got):\n%s", diff)
+	}
+	if n := nodeTurns(t, pool, run.ID, "summarize") + nodeTurns(t, pool, run.ID, "translate"); n != 0 {
+		t.Errorf("skipped nodes had %d turns", n)
+	}
+
+	// The same DAG with an English input runs every node.
+	run, err = dag.Start(ctx, eng, dagIn{N: 1, Lang: "en"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err = run.Result(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := tr.From(res); err != nil || got != "translated" {
+		t.Errorf("translate = %q, %v", got, err)
+	}
+}
+
+// TestNodeFailureFailsTheRunAndRetryRerunsOnlyIt fails a node
+// permanently: the run fails naming it, its dependents are skipped, the
+// on-failure node runs, and Retry once the fault is fixed reruns that node
+// and its dependents only.
+func TestNodeFailureFailsTheRunAndRetryRerunsOnlyIt(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	ledger(t, pool)
+	var mu sync.Mutex
+	broken := true
+	ok := func(name string) *workflow.Workflow[dagIn, string] {
+		return workflow.Define(name, func(t *workflow.Task, in dagIn) (string, error) {
+			return name, recordStep(pool, t, t.Key())
+		})
+	}
+	first, side, last, cleanup := ok("f_first"), ok("f_side"), ok("f_last"), ok("f_cleanup")
+	flaky := workflow.Define("f_flaky", func(t *workflow.Task, in dagIn) (string, error) {
+		if err := recordStep(pool, t, t.Key()); err != nil {
+			return "", err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if broken {
+			return "", errors.New("the index is down")
+		}
+		return "fixed", nil
+	}, workflow.WithMaxAttempts(2), workflow.WithRetry(fast))
+	dag := workflow.DAG[dagIn]("failing_dag",
+		workflow.Node("first", first),
+		workflow.Node("side", side, workflow.After("first")),
+		workflow.Node("flaky", flaky, workflow.After("first")),
+		workflow.Node("last", last, workflow.After("flaky", "side")),
+		workflow.Node("cleanup", cleanup, workflow.IfDAGFails()),
+	)
+	eng := startEngine(t, pool, testConfig(dag, first, side, last, cleanup, flaky))
+	ctx := ctxTimeout(t, 60*time.Second)
+	run, err := dag.Start(ctx, eng, dagIn{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = run.Result(ctx)
+	var re *workflow.RunError
+	if !errors.As(err, &re) || re.Status != "failed" || !strings.Contains(re.Message, `node "flaky"`) || !strings.Contains(re.Message, "the index is down") {
+		t.Fatalf("Result = %v, want the run failed naming node flaky and its error", err)
+	}
+	status, reasons := nodeStatuses(t, pool, run.ID)
+	want := map[string]string{"first": "completed", "side": "completed", "flaky": "failed", "last": "skipped", "cleanup": "completed"}
+	if diff := cmp.Diff(want, status); diff != "" {
+		t.Errorf("statuses (-want +got):\n%s", diff)
+	}
+	if r := reasons["last"]; r != `the DAG failed: node "flaky" failed` {
+		t.Errorf("last's skip reason = %q", r)
+	}
+
+	mu.Lock()
+	broken = false
+	mu.Unlock()
+	if err := eng.Retry(ctx, run.ID); err != nil {
+		t.Fatal(err)
+	}
+	res, err := run.Result(ctx)
+	if err != nil {
+		t.Fatalf("after Retry: %v", err)
+	}
+	if len(res) != 1 || string(res["last"]) != `"f_last"` {
+		t.Errorf("result = %v, want last's output", res)
+	}
+	runs := func(node string) int {
+		return count(t, pool, `SELECT count(*) FROM ledger WHERE run_id = $1 AND step = $2`, run.ID, node)
+	}
+	for node, want := range map[string]int{"first": 1, "side": 1, "flaky": 3, "last": 1, "cleanup": 1} {
+		if got := runs(node); got != want {
+			t.Errorf("%s ran %d times, want %d", node, got, want)
+		}
+	}
+	status, _ = nodeStatuses(t, pool, run.ID)
+	want = map[string]string{"first": "completed", "side": "completed", "flaky": "completed", "last": "completed", "cleanup": "skipped"}
+	if diff := cmp.Diff(want, status); diff != "" {
+		t.Errorf("statuses after Retry (-want +got):\n%s", diff)
+	}
+}
+
+// TestContinuePolicyLetsDependentsDecide fails a node under Continue: its
+// dependents run or skip by their conditions, which see its status, and
+// the run completes.
+func TestContinuePolicyLetsDependentsDecide(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	bad := workflow.Define("c_bad", func(t *workflow.Task, in dagIn) (string, error) {
+		return "", errors.New("no luck")
+	}, workflow.WithMaxAttempts(1))
+	fallback := workflow.Define("c_fallback", func(t *workflow.Task, in dagIn) (string, error) { return "fallback", nil })
+	after := workflow.Define("c_after", func(t *workflow.Task, in dagIn) (string, error) { return "after", nil })
+	badRef := workflow.Node("bad", bad, workflow.OnFailure(workflow.Continue))
+	read := workflow.Define("c_read", func(t *workflow.Task, in dagIn) (string, error) {
+		_, err := badRef.Output(t)
+		if !errors.Is(err, workflow.ErrNoOutput) || !strings.Contains(err.Error(), "no luck") {
+			return "", fmt.Errorf("Output of a failed node = %v", err)
+		}
+		return "read", nil
+	})
+	dag := workflow.DAG[dagIn]("continue_dag",
+		badRef,
+		workflow.Node("fallback", fallback, workflow.After("bad"), workflow.When(`status.bad == "failed"`)),
+		workflow.Node("after", after, workflow.After("bad"), workflow.When(`status.bad == "completed"`)),
+		workflow.Node("read", read, workflow.After("bad")),
+	)
+	eng := startEngine(t, pool, testConfig(dag, bad, fallback, after, read))
+	ctx := ctxTimeout(t, 30*time.Second)
+	run, err := dag.Start(ctx, eng, dagIn{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := run.Result(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := workflow.DAGResult{"fallback": []byte(`"fallback"`), "read": []byte(`"read"`)}
+	if diff := cmp.Diff(want, res); diff != "" {
+		t.Errorf("result (-want +got):\n%s", diff)
+	}
+	status, _ := nodeStatuses(t, pool, run.ID)
+	if diff := cmp.Diff(map[string]string{"bad": "failed", "fallback": "completed", "after": "skipped", "read": "completed"}, status); diff != "" {
+		t.Errorf("statuses (-want +got):\n%s", diff)
+	}
+}
+
+// TestConditionErrorFailsTheNode checks that a condition that fails to
+// evaluate fails its node, with the node and the expression in the run's
+// error.
+func TestConditionErrorFailsTheNode(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	src := workflow.Define("e_src", func(t *workflow.Task, in dagIn) (map[string]any, error) { return map[string]any{"a": nil}, nil })
+	dst := workflow.Define("e_dst", func(t *workflow.Task, in dagIn) (string, error) { return "ran", nil })
+	dag := workflow.DAG[dagIn]("cond_error_dag",
+		workflow.Node("src", src),
+		workflow.Node("dst", dst, workflow.After("src"), workflow.When(`src.a.b > 1`)),
+	)
+	eng := startEngine(t, pool, testConfig(dag, src, dst))
+	ctx := ctxTimeout(t, 30*time.Second)
+	run, err := dag.Start(ctx, eng, dagIn{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = run.Result(ctx)
+	if err == nil || !strings.Contains(err.Error(), `node "dst"`) || !strings.Contains(err.Error(), "src.a.b > 1") {
+		t.Fatalf("Result = %v, want an error naming node dst and its expression", err)
+	}
+	if n := nodeTurns(t, pool, run.ID, "dst"); n != 0 {
+		t.Errorf("dst had %d turns", n)
+	}
+}
+
+// TestDAGAsAChildAndAWorkflowAsANode starts a DAG as a child of a
+// workflow, with a node that is itself a workflow spawning children.
+func TestDAGAsAChildAndAWorkflowAsANode(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	double := workflow.Define("k_double", func(t *workflow.Task, n int) (int, error) { return 2 * n, nil })
+	fan := workflow.Define("k_fan", func(t *workflow.Task, in dagIn) (int, error) {
+		outs, err := workflow.Map(t, "double", double, []int{in.N, in.N + 1})
+		if err != nil {
+			return 0, err
+		}
+		return outs[0] + outs[1], nil
+	})
+	plus := workflow.Define("k_plus", func(t *workflow.Task, in dagIn) (int, error) { return in.N + 100, nil })
+	fanRef := workflow.Node("fan", fan)
+	sum := workflow.Define("k_sum", func(t *workflow.Task, in dagIn) (int, error) {
+		return fanRef.Output(t)
+	})
+	sumRef := workflow.Node("sum", sum, workflow.After("fan", "plus"))
+	dag := workflow.DAG[dagIn]("child_dag", fanRef, workflow.Node("plus", plus), sumRef)
+	parent := workflow.Define("k_parent", func(t *workflow.Task, n int) (int, error) {
+		f := workflow.Go(t, "dag", dag, dagIn{N: n})
+		res, err := f.Get()
+		if err != nil {
+			return 0, err
+		}
+		return sumRef.From(res)
+	})
+	eng := startEngine(t, pool, testConfig(parent, dag, fan, plus, sum, double))
+	ctx := ctxTimeout(t, 30*time.Second)
+	run, err := parent.Start(ctx, eng, 5, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := run.Result(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != 2*5+2*6 {
+		t.Errorf("result = %d, want %d", got, 2*5+2*6)
+	}
+}
+
+// TestCancelADAGRun cancels a DAG run while a node runs: the blocked
+// nodes are cancelled, and no node runs afterwards.
+func TestCancelADAGRun(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	ledger(t, pool)
+	started := make(chan struct{}, 1)
+	slow := workflow.Define("x_slow", func(t *workflow.Task, in dagIn) (string, error) {
+		return workflow.Step(t, "wait", func(ctx context.Context) (string, error) {
+			started <- struct{}{}
+			<-ctx.Done()
+			return "", ctx.Err()
+		})
+	})
+	next := workflow.Define("x_next", func(t *workflow.Task, in dagIn) (string, error) {
+		return "next", recordStep(pool, t, "next")
+	})
+	dag := workflow.DAG[dagIn]("cancel_dag", workflow.Node("slow", slow), workflow.Node("next", next, workflow.After("slow")))
+	eng := startEngine(t, pool, testConfig(dag, slow, next))
+	ctx := ctxTimeout(t, 30*time.Second)
+	run, err := dag.Start(ctx, eng, dagIn{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	if err := eng.Cancel(ctx, run.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run.Result(ctx); !errors.Is(err, workflow.ErrCancelled) {
+		t.Fatalf("Result = %v, want cancelled", err)
+	}
+	status, _ := nodeStatuses(t, pool, run.ID)
+	if diff := cmp.Diff(map[string]string{"slow": "cancelled", "next": "cancelled"}, status); diff != "" {
+		t.Errorf("statuses (-want +got):\n%s", diff)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM ledger WHERE run_id = $1`, run.ID); n != 0 {
+		t.Errorf("next ran %d times after Cancel", n)
+	}
+}

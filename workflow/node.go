@@ -1,0 +1,676 @@
+package workflow
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/braidflow/braid/queue"
+)
+
+// A DAG run is its root task and one task per node, the root's children,
+// all created in the transaction that creates the root (Start, or the
+// batch that spawns the DAG as a child). The root waits from the start,
+// counting its nodes (the join of invariant 5); a node without
+// dependencies gets its first turn at once; the others are blocked, with
+// remaining set to their number of dependencies. When a node is final, the
+// settle path (settleNodes) counts it off each of its dependents, in the
+// same transaction; a dependent whose count reaches zero is released (its
+// condition holds: it gets its first turn) or skipped, and a skip settles
+// like a finish, so skips cascade. The root's one turn, once every node is
+// final, reads the sinks' outputs (dagSpec.result).
+
+// dagRoot is a DAG root task whose nodes are to be created.
+type dagRoot struct {
+	spec   *dagSpec
+	runID  uuid.UUID
+	rootID uuid.UUID
+	input  string
+	// by is the outcome whose batch spawns the DAG as a child, if any.
+	by *outcome
+}
+
+// createNodesTx creates the nodes of DAG roots created in tx, and returns
+// the first turns of the nodes that depend on nothing, to insert with the
+// transaction's other turns. Each node's dependents include the DAG's
+// on-failure nodes, which wait for every other node.
+func (e *Engine) createNodesTx(ctx context.Context, tx pgx.Tx, roots []dagRoot) ([]turn, error) {
+	var (
+		ids, runIDs, parents            []uuid.UUID
+		keys, workflows, inputs, queues []string
+		statuses, dependents            []string
+		maxAttempts, remaining          []int32
+		prios                           []int16
+		turns                           []turn
+	)
+	for _, r := range roots {
+		spec := r.spec
+		regular := 0
+		var onFailure []uuid.UUID
+		nodeIDs := make([]uuid.UUID, len(spec.nodes))
+		for i, n := range spec.nodes {
+			nodeIDs[i] = mustID()
+			if n.onFailure {
+				onFailure = append(onFailure, nodeIDs[i])
+			} else {
+				regular++
+			}
+		}
+		for i, n := range spec.nodes {
+			nd := n.def.def()
+			deps := make([]string, 0, len(spec.dependents[n.name])+len(onFailure))
+			for _, name := range spec.dependents[n.name] {
+				deps = append(deps, nodeIDs[spec.index[name]].String())
+			}
+			count := len(n.after)
+			if n.onFailure {
+				count = regular
+			} else {
+				for _, id := range onFailure {
+					deps = append(deps, id.String())
+				}
+			}
+			status := "blocked"
+			if count == 0 {
+				status = "pending"
+				turns = append(turns, turn{taskID: nodeIDs[i], workflow: nd.name, queue: nd.queue, priority: nd.priority,
+					maxAttempts: nd.maxAttempts, by: r.by})
+			}
+			ids = append(ids, nodeIDs[i])
+			runIDs = append(runIDs, r.runID)
+			parents = append(parents, r.rootID)
+			keys = append(keys, n.name)
+			workflows = append(workflows, nd.name)
+			inputs = append(inputs, r.input)
+			statuses = append(statuses, status)
+			dependents = append(dependents, "{"+strings.Join(deps, ",")+"}")
+			maxAttempts = append(maxAttempts, int32(nd.maxAttempts))
+			remaining = append(remaining, int32(count))
+			queues = append(queues, nd.queue)
+			prios = append(prios, int16(nd.priority))
+		}
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	if _, err := tx.Exec(ctx, `
+		INSERT INTO braid_tasks (id, run_id, parent_task_id, key, workflow, status, input, max_attempts, remaining, queue, priority, dependents)
+		SELECT u.id, u.run_id, u.parent, u.key, u.workflow, u.status, u.input::jsonb, u.max_attempts, u.remaining, u.queue, u.prio, u.dependents::uuid[]
+		  FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::text[], $7::text[], $8::int[], $9::int[], $10::text[], $11::smallint[], $12::text[])
+		       AS u(id, run_id, parent, key, workflow, status, input, max_attempts, remaining, queue, prio, dependents)`,
+		ids, runIDs, parents, keys, workflows, statuses, inputs, maxAttempts, remaining, queues, prios, dependents); err != nil {
+		return nil, fmt.Errorf("workflow: creating the %d nodes of %d DAG runs: %w", len(ids), len(roots), err)
+	}
+	return turns, nil
+}
+
+// nodeDAGSQL is, in a statement over braid_tasks t, the name of t's DAG
+// when t is a DAG node, else NULL.
+const nodeDAGSQL = `CASE WHEN t.dependents IS NOT NULL THEN (SELECT p.workflow FROM braid_tasks p WHERE p.id = t.parent_task_id) END`
+
+// lockNodesSQL selects, for the finishing tasks given by param, the
+// blocked nodes of the DAGs of those that are DAG nodes: the rows the
+// settle path may change besides the finishing tasks and their parents.
+// The batch locks them in its one ordered lock statement, so that its
+// locks keep the lock order (invariant 9).
+func lockNodesSQL(param string) string {
+	return `SELECT s.id FROM braid_tasks f JOIN braid_tasks s ON s.parent_task_id = f.parent_task_id
+	 WHERE f.id = ANY(` + param + `) AND f.dependents IS NOT NULL AND s.status = 'blocked'`
+}
+
+// lockSettling locks, in the lock order, the parents of settled and the
+// blocked nodes of the DAGs of those that are nodes, for a settle whose
+// caller holds only the settled tasks (the reconciler).
+func (e *Engine) lockSettling(ctx context.Context, tx pgx.Tx, settled []settlement) error {
+	ids := make([]uuid.UUID, len(settled))
+	for i, s := range settled {
+		ids[i] = s.taskID
+	}
+	if _, err := tx.Exec(ctx, `
+		SELECT 1 FROM braid_tasks
+		 WHERE id IN (SELECT parent_task_id FROM braid_tasks WHERE id = ANY($1) UNION `+lockNodesSQL("$1")+`)
+		 ORDER BY created_at DESC, id DESC FOR UPDATE`, ids); err != nil {
+		return fmt.Errorf("workflow: locking the parents and DAG nodes of %d settled tasks: %w", len(ids), err)
+	}
+	return nil
+}
+
+// releaseCandidate is a blocked node whose dependencies are all final.
+type releaseCandidate struct {
+	tr     turn
+	runID  uuid.UUID
+	rootID uuid.UUID
+	key    string
+	dag    string
+	// by is the node whose settling brought the count to zero.
+	by uuid.UUID
+}
+
+// settleNodes is the DAG part of the settle path: for the DAG nodes among
+// settled (finished by their turn, failed by the reconciler), it counts
+// each off its dependents, releases or skips the dependents that reach
+// zero, and goes on with the nodes it skipped, so that skips cascade. A
+// node that fails under FailDAG skips every blocked node of its DAG that
+// does not run on failure. It returns the nodes it skipped or failed, to
+// settle with the others (their root counts them off), and the turns of
+// the nodes it released. tx holds the blocked nodes of the DAGs locked
+// (see lockNodesSQL), and the roots.
+func (e *Engine) settleNodes(ctx context.Context, tx pgx.Tx, settled []settlement) (more []settlement, wake []turn, err error) {
+	var frontier []settlement
+	for _, s := range settled {
+		if s.dag != "" {
+			frontier = append(frontier, s)
+		}
+	}
+	for len(frontier) > 0 {
+		skipped, err := e.failDAGs(ctx, tx, frontier)
+		if err != nil {
+			return nil, nil, err
+		}
+		cands, err := e.countOffDependents(ctx, tx, frontier)
+		if err != nil {
+			return nil, nil, err
+		}
+		released, final, err := e.decide(ctx, tx, cands)
+		if err != nil {
+			return nil, nil, err
+		}
+		wake = append(wake, released...)
+		next := append(skipped, final...)
+		more = append(more, next...)
+		frontier = next
+	}
+	return more, wake, nil
+}
+
+// failDAGs skips, for each node of frontier that failed under FailDAG,
+// the blocked nodes of its DAG that do not run on failure, and returns
+// them as settled.
+func (e *Engine) failDAGs(ctx context.Context, tx pgx.Tx, frontier []settlement) ([]settlement, error) {
+	var (
+		roots, keepRoots []uuid.UUID
+		reasons, keep    []string
+		causes           []uuid.UUID
+		dags             = map[uuid.UUID]string{}
+	)
+	for _, s := range frontier {
+		if s.status != "failed" || s.parentID == nil {
+			continue
+		}
+		spec := e.dagSpecOf(s.dag)
+		if spec == nil {
+			continue
+		}
+		n := spec.node(s.key)
+		if n == nil || n.onFailure || n.policy != FailDAG || slices.Contains(roots, *s.parentID) {
+			continue
+		}
+		roots = append(roots, *s.parentID)
+		causes = append(causes, s.taskID)
+		reasons = append(reasons, fmt.Sprintf("the DAG failed: node %q failed", s.key))
+		dags[*s.parentID] = s.dag
+		for _, o := range spec.nodes {
+			if o.onFailure {
+				keepRoots, keep = append(keepRoots, *s.parentID), append(keep, o.name)
+			}
+		}
+	}
+	if len(roots) == 0 {
+		return nil, nil
+	}
+	rows, err := tx.Query(ctx, `
+		UPDATE braid_tasks t
+		   SET status = 'skipped', skip_reason = u.reason, remaining = 0, finished_at = now(), updated_at = now()
+		  FROM unnest($1::uuid[], $2::text[], $3::uuid[]) AS u(root, reason, cause)
+		 WHERE t.parent_task_id = u.root AND t.status = 'blocked'
+		   AND NOT EXISTS (SELECT 1 FROM unnest($4::uuid[], $5::text[]) AS k(root, key) WHERE k.root = t.parent_task_id AND k.key = t.key)
+		RETURNING t.id, t.run_id, t.parent_task_id, t.key, u.cause`, roots, reasons, causes, keepRoots, keep)
+	if err != nil {
+		return nil, fmt.Errorf("workflow: skipping the blocked nodes of %d failed DAGs: %w", len(roots), err)
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (settlement, error) {
+		s := settlement{status: "skipped"}
+		err := row.Scan(&s.taskID, &s.runID, &s.parentID, &s.key, &s.by)
+		s.dag = dags[*s.parentID]
+		return s, err
+	})
+}
+
+// countOffDependents subtracts each node of frontier from the count of
+// each of its blocked dependents, in one statement, and returns the
+// dependents whose count reached zero.
+func (e *Engine) countOffDependents(ctx context.Context, tx pgx.Tx, frontier []settlement) ([]releaseCandidate, error) {
+	ids := make([]uuid.UUID, len(frontier))
+	origin := make([]uuid.UUID, len(frontier))
+	for i, s := range frontier {
+		ids[i], origin[i] = s.taskID, s.origin()
+	}
+	rows, err := tx.Query(ctx, `
+		WITH f AS (
+		    SELECT u.origin, unnest(t.dependents) AS dep
+		      FROM unnest($1::uuid[], $2::uuid[]) AS u(id, origin) JOIN braid_tasks t ON t.id = u.id
+		), c AS (
+		    SELECT dep, count(*)::int AS n, (array_agg(origin))[1] AS origin FROM f GROUP BY dep
+		)
+		UPDATE braid_tasks d SET remaining = greatest(d.remaining - c.n, 0), updated_at = now()
+		  FROM c
+		 WHERE d.id = c.dep AND d.status = 'blocked'
+		RETURNING d.id, d.workflow, d.queue, d.priority, d.max_attempts, d.run_id, d.parent_task_id, d.key, c.origin,
+		          CASE WHEN d.remaining = 0 THEN (SELECT p.workflow FROM braid_tasks p WHERE p.id = d.parent_task_id) END`, ids, origin)
+	if err != nil {
+		return nil, fmt.Errorf("workflow: counting %d finished nodes off their dependents: %w", len(ids), err)
+	}
+	defer rows.Close()
+	var cands []releaseCandidate
+	for rows.Next() {
+		var c releaseCandidate
+		var prio int16
+		var dag *string
+		if err := rows.Scan(&c.tr.taskID, &c.tr.workflow, &c.tr.queue, &prio, &c.tr.maxAttempts, &c.runID, &c.rootID, &c.key, &c.by, &dag); err != nil {
+			return nil, fmt.Errorf("workflow: counting finished nodes off their dependents: %w", err)
+		}
+		c.tr.priority = queue.Priority(prio)
+		if dag != nil {
+			c.dag = *dag
+			cands = append(cands, c)
+		}
+	}
+	return cands, rows.Err()
+}
+
+// dependency is a final dependency of a release candidate.
+type dependency struct {
+	key    string
+	status string
+	output json.RawMessage
+}
+
+// decide releases or skips the candidates whose dependencies are all
+// final, and fails those whose condition cannot be evaluated. An
+// on-failure node runs when a node of its DAG failed under FailDAG, and is
+// skipped otherwise. A node with a When condition runs when it holds. A
+// node without one is skipped when every dependency was skipped, and runs
+// otherwise. It returns the turns of the released nodes, and the skipped
+// and failed ones as settled.
+func (e *Engine) decide(ctx context.Context, tx pgx.Tx, cands []releaseCandidate) (released []turn, final []settlement, err error) {
+	if len(cands) == 0 {
+		return nil, nil, nil
+	}
+	var ids, withOutput, roots []uuid.UUID
+	for _, c := range cands {
+		ids = append(ids, c.tr.taskID)
+		spec := e.dagSpecOf(c.dag)
+		if spec == nil {
+			continue
+		}
+		if n := spec.node(c.key); n != nil && n.cond != nil {
+			withOutput = append(withOutput, c.tr.taskID)
+			if !slices.Contains(roots, c.rootID) {
+				roots = append(roots, c.rootID)
+			}
+		}
+	}
+	b := &pgx.Batch{}
+	b.Queue(`
+		SELECT c.id, s.key, s.status, CASE WHEN c.id = ANY($2) THEN s.output END
+		  FROM braid_tasks c JOIN braid_tasks s ON s.parent_task_id = c.parent_task_id AND c.id = ANY(s.dependents)
+		 WHERE c.id = ANY($1)`, ids, withOutput)
+	b.Queue(`SELECT id, input FROM braid_tasks WHERE id = ANY($1)`, roots)
+	br := tx.SendBatch(ctx, b)
+	deps := map[uuid.UUID][]dependency{}
+	inputs := map[uuid.UUID]json.RawMessage{}
+	readErr := func() error {
+		defer func() { _ = br.Close() }()
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var id uuid.UUID
+			var d dependency
+			if err := rows.Scan(&id, &d.key, &d.status, &d.output); err != nil {
+				rows.Close()
+				return err
+			}
+			deps[id] = append(deps[id], d)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		rows, err = br.Query()
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var id uuid.UUID
+			var in json.RawMessage
+			if err := rows.Scan(&id, &in); err != nil {
+				rows.Close()
+				return err
+			}
+			inputs[id] = in
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return br.Close()
+	}()
+	if readErr != nil {
+		return nil, nil, fmt.Errorf("workflow: reading the dependencies of %d released nodes: %w", len(cands), readErr)
+	}
+
+	var (
+		relIDs               []uuid.UUID
+		finIDs               []uuid.UUID
+		finStatus, finReason []string
+		finErr               [][]byte
+		byCand               = map[uuid.UUID]releaseCandidate{}
+	)
+	for _, c := range cands {
+		byCand[c.tr.taskID] = c
+		spec := e.dagSpecOf(c.dag)
+		var n *dagNode
+		if spec != nil {
+			n = spec.node(c.key)
+		}
+		if n == nil {
+			// This process does not know the DAG (a rolling deploy): the
+			// node stays blocked with nothing left to wait for, and the
+			// reconciler of a process that knows it decides.
+			e.logger.WarnContext(ctx, "workflow: a DAG node's dependencies are final, but this process does not know its DAG; leaving it to the reconciler",
+				"dag", c.dag, "node", c.key, "task.id", c.tr.taskID)
+			continue
+		}
+		run, reason, evalErr := n.decide(spec, deps[c.tr.taskID], inputs[c.rootID])
+		switch {
+		case evalErr != nil:
+			se := e.storedError(evalErr, 0)
+			errJSON, _ := json.Marshal(se)
+			finIDs, finStatus, finReason, finErr = append(finIDs, c.tr.taskID), append(finStatus, "failed"), append(finReason, ""), append(finErr, errJSON)
+		case run:
+			relIDs = append(relIDs, c.tr.taskID)
+			tr := c.tr
+			tr.releasedBy = c.by
+			released = append(released, tr)
+		default:
+			finIDs, finStatus, finReason, finErr = append(finIDs, c.tr.taskID), append(finStatus, "skipped"), append(finReason, reason), append(finErr, nil)
+		}
+	}
+	if len(relIDs) > 0 {
+		if _, err := tx.Exec(ctx, `
+			UPDATE braid_tasks SET status = 'pending', updated_at = now() WHERE id = ANY($1) AND status = 'blocked'`, relIDs); err != nil {
+			return nil, nil, fmt.Errorf("workflow: releasing %d nodes: %w", len(relIDs), err)
+		}
+	}
+	if len(finIDs) > 0 {
+		rows, err := tx.Query(ctx, `
+			UPDATE braid_tasks t
+			   SET status = u.status, skip_reason = nullif(u.reason, ''), error = u.error, remaining = 0,
+			       finished_at = now(), updated_at = now()
+			  FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[]) AS u(id, status, reason, error)
+			 WHERE t.id = u.id AND t.status = 'blocked'
+			RETURNING t.id, t.run_id, t.parent_task_id, t.key, u.status, u.error`, finIDs, finStatus, finReason, finErr)
+		if err != nil {
+			return nil, nil, fmt.Errorf("workflow: skipping %d nodes: %w", len(finIDs), err)
+		}
+		final, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (settlement, error) {
+			var s settlement
+			err := row.Scan(&s.taskID, &s.runID, &s.parentID, &s.key, &s.status, &s.errJSON)
+			c := byCand[s.taskID]
+			s.dag, s.by = c.dag, c.by
+			return s, err
+		})
+		if err != nil {
+			return nil, nil, fmt.Errorf("workflow: skipping nodes: %w", err)
+		}
+		for _, s := range final {
+			if s.status == "skipped" {
+				e.metrics.nodesSkipped.Add(ctx, 1)
+			}
+		}
+	}
+	return released, final, nil
+}
+
+// decide says whether the node runs, now that its dependencies (deps) are
+// final, and if not, why; input is its DAG's input. An error is a
+// condition that could not be evaluated: it fails the node.
+func (n *dagNode) decide(spec *dagSpec, deps []dependency, input json.RawMessage) (run bool, reason string, err error) {
+	if n.onFailure {
+		for _, d := range deps {
+			if o := spec.node(d.key); d.status == "failed" && o != nil && o.policy == FailDAG {
+				return true, "", nil
+			}
+		}
+		return false, "the DAG did not fail", nil
+	}
+	if n.cond != nil {
+		outputs := make(map[string]json.RawMessage, len(deps))
+		status := make(map[string]string, len(deps))
+		for _, d := range deps {
+			if d.status == "completed" {
+				outputs[d.key] = d.output
+			}
+			status[d.key] = d.status
+		}
+		ok, err := n.cond.eval(input, outputs, status)
+		if err != nil {
+			return false, "", err
+		}
+		if !ok {
+			return false, "condition false: " + n.when, nil
+		}
+		return true, "", nil
+	}
+	var skipped []string
+	for _, d := range deps {
+		if d.status != "skipped" {
+			return true, "", nil
+		}
+		skipped = append(skipped, d.key)
+	}
+	slices.Sort(skipped)
+	return false, "every dependency was skipped: " + strings.Join(skipped, ", "), nil
+}
+
+// dagSpecOf returns the DAG registered under name, or nil.
+func (e *Engine) dagSpecOf(name string) *dagSpec {
+	if d, ok := e.registry[name]; ok {
+		return d.dag
+	}
+	return nil
+}
+
+// node returns the node named name, or nil.
+func (s *dagSpec) node(name string) *dagNode {
+	if i, ok := s.index[name]; ok {
+		return s.nodes[i]
+	}
+	return nil
+}
+
+// result is the work of a DAG's root task, in its one turn once every node
+// is final: the run fails with the first node (in topological order) that
+// failed under FailDAG, and otherwise completes with its sinks' outputs.
+// A root whose nodes are not all final (a Retry that reset some) waits for
+// them.
+func (s *dagSpec) result(t *Task) (json.RawMessage, error) {
+	var failed *NodeError
+	for _, n := range s.nodes {
+		c := t.children[n.name]
+		if c == nil {
+			return nil, fmt.Errorf("workflow: DAG %q has no task for its node %q", s.name, n.name)
+		}
+		if !finished(c.status) {
+			t.waitChildren = true
+			return nil, t.suspend()
+		}
+		if failed == nil && !n.onFailure && n.policy == FailDAG && (c.status == "failed" || c.status == "cancelled") {
+			failed = &NodeError{DAG: s.name, Node: n.name, Workflow: c.workflow, Status: c.status, Message: c.err.Message}
+		}
+	}
+	if failed != nil {
+		return nil, failed
+	}
+	res := DAGResult{}
+	for _, name := range s.sinks {
+		if c := t.children[name]; c.status == "completed" {
+			res[name] = c.output
+		}
+	}
+	return t.eng.encode(fmt.Sprintf("output of DAG %q", s.name), res)
+}
+
+// Output reads the output of this node from inside one of its dependents'
+// turns, typed. A dependency that did not complete (it was skipped, or
+// failed under Continue) has no output: Output returns an error that
+// matches ErrNoOutput. Reading a node that is not a dependency of the
+// running node is an error too.
+func (r *NodeRef[Out]) Output(t *Task) (Out, error) {
+	var out Out
+	if t.parentID == nil {
+		return out, fmt.Errorf("workflow: task %s is not a DAG node, so it has no node %q to read", t.id, r.n.name)
+	}
+	var (
+		status string
+		raw    json.RawMessage
+		errRaw []byte
+	)
+	err := t.eng.pool.QueryRow(t.ctx, `
+		SELECT status, output, error FROM braid_tasks
+		 WHERE parent_task_id = $1 AND key = $2 AND $3 = ANY(dependents)`, *t.parentID, r.n.name, t.id).Scan(&status, &raw, &errRaw)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return out, fmt.Errorf("workflow: node %q is not a dependency of node %q", r.n.name, t.key)
+	}
+	if err != nil {
+		return out, fmt.Errorf("workflow: reading the output of node %q: %w", r.n.name, err)
+	}
+	if status != "completed" {
+		var se storedError
+		_ = json.Unmarshal(errRaw, &se)
+		if se.Message != "" {
+			return out, fmt.Errorf("%w: node %q %s: %s", ErrNoOutput, r.n.name, status, se.Message)
+		}
+		return out, fmt.Errorf("%w: node %q is %s", ErrNoOutput, r.n.name, status)
+	}
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return out, &EncodeError{What: fmt.Sprintf("output of node %q", r.n.name), Err: err}
+	}
+	return out, nil
+}
+
+// retryNodesTx resets the nodes of a failed or cancelled run's DAGs for
+// Retry: every node that did not complete (failed, cancelled, skipped)
+// and every on-failure node is blocked again, counting its dependencies
+// among the reset ones; completed nodes keep their output. The reset
+// nodes with nothing to wait for are decided at once, as the settle path
+// decides them, and what that skips settles on. It returns the turns of
+// the nodes it released. tx holds the run's tasks locked.
+func (e *Engine) retryNodesTx(ctx context.Context, tx pgx.Tx, runID uuid.UUID) ([]turn, error) {
+	rows, err := tx.Query(ctx, `
+		SELECT t.id, t.parent_task_id, t.key, t.status, t.workflow, t.queue, t.priority, t.max_attempts, p.workflow
+		  FROM braid_tasks t JOIN braid_tasks p ON p.id = t.parent_task_id
+		 WHERE t.run_id = $1 AND t.dependents IS NOT NULL`, runID)
+	if err != nil {
+		return nil, fmt.Errorf("workflow: reading the DAG nodes of run %s: %w", runID, err)
+	}
+	type nodeRow struct {
+		c      releaseCandidate
+		status string
+	}
+	byRoot := map[uuid.UUID][]nodeRow{}
+	var roots []uuid.UUID
+	for rows.Next() {
+		var r nodeRow
+		var prio int16
+		if err := rows.Scan(&r.c.tr.taskID, &r.c.rootID, &r.c.key, &r.status, &r.c.tr.workflow, &r.c.tr.queue, &prio, &r.c.tr.maxAttempts, &r.c.dag); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("workflow: reading the DAG nodes of run %s: %w", runID, err)
+		}
+		r.c.tr.priority, r.c.runID = queue.Priority(prio), runID
+		if byRoot[r.c.rootID] == nil {
+			roots = append(roots, r.c.rootID)
+		}
+		byRoot[r.c.rootID] = append(byRoot[r.c.rootID], r)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("workflow: reading the DAG nodes of run %s: %w", runID, err)
+	}
+	var (
+		ids       []uuid.UUID
+		remaining []int32
+		cands     []releaseCandidate
+	)
+	for _, root := range roots {
+		nodes := byRoot[root]
+		spec := e.dagSpecOf(nodes[0].c.dag)
+		if spec == nil {
+			return nil, fmt.Errorf("workflow: run %s has nodes of DAG %q, which is not registered with this engine; retry it from a process that registers it", runID, nodes[0].c.dag)
+		}
+		again := map[string]bool{}
+		regular := 0
+		for _, r := range nodes {
+			n := spec.node(r.c.key)
+			if n == nil {
+				return nil, fmt.Errorf("workflow: run %s has a node %q that DAG %q does not declare", runID, r.c.key, spec.name)
+			}
+			if r.status != "completed" || n.onFailure {
+				again[r.c.key] = true
+				if !n.onFailure {
+					regular++
+				}
+			}
+		}
+		for _, r := range nodes {
+			if !again[r.c.key] {
+				continue
+			}
+			n := spec.node(r.c.key)
+			count := 0
+			if n.onFailure {
+				count = regular
+			} else {
+				for _, dep := range n.after {
+					if again[dep] {
+						count++
+					}
+				}
+			}
+			ids, remaining = append(ids, r.c.tr.taskID), append(remaining, int32(count))
+			if count == 0 {
+				cands = append(cands, r.c)
+			}
+		}
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	if _, err := tx.Exec(ctx, `
+		UPDATE braid_tasks t
+		   SET status = 'blocked', remaining = u.remaining, output = NULL, error = NULL, skip_reason = NULL,
+		       attempt = 0, finished_at = NULL, updated_at = now()
+		  FROM unnest($1::uuid[], $2::int[]) AS u(id, remaining)
+		 WHERE t.id = u.id`, ids, remaining); err != nil {
+		return nil, fmt.Errorf("workflow: resetting %d DAG nodes of run %s: %w", len(ids), runID, err)
+	}
+	wake, final, err := e.decide(ctx, tx, cands)
+	if err != nil {
+		return nil, err
+	}
+	// What the decisions skipped settles on among the nodes; the roots
+	// count their unfinished nodes afresh (retryTx).
+	_, released, err := e.settleNodes(ctx, tx, final)
+	if err != nil {
+		return nil, err
+	}
+	return append(wake, released...), nil
+}
