@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -69,6 +70,15 @@ type TaskInfo struct {
 	// Waits are the intervals the task spent suspended: on a delay, or on
 	// its children. See WaitInfo.
 	Waits []WaitInfo `json:"waits,omitempty"`
+	// Node is set for a node of a DAG (a child of the DAG's root task, Key
+	// its node name). DependsOn names the nodes it waits for; an
+	// on-failure node waits for every other node. SkipReason says why a
+	// skipped node did not run: the condition that was false, the
+	// dependencies that were all skipped, or the node whose failure failed
+	// the DAG.
+	Node       bool     `json:"node,omitempty"`
+	DependsOn  []string `json:"depends_on,omitempty"`
+	SkipReason string   `json:"skip_reason,omitempty"`
 }
 
 // StepInfo describes a recorded step or delay of a task.
@@ -316,7 +326,8 @@ func Inspect(ctx context.Context, db Querier, runID string) (*RunInfo, error) {
 		SELECT t.id, t.parent_task_id, t.key, t.workflow,
 		       CASE WHEN j.attempt IS NOT NULL OR t.status = 'running' THEN 'running' ELSE t.status END,
 		       coalesce(j.attempt, t.attempt), t.max_attempts, t.turns, t.remaining, t.error, t.input, t.output,
-		       t.created_at, coalesce(t.started_at, j.attempted_at), t.finished_at, t.updated_at
+		       t.created_at, coalesce(t.started_at, j.attempted_at), t.finished_at, t.updated_at,
+		       t.dependents, coalesce(t.skip_reason, '')
 		  FROM braid_tasks t `+taskTurnSQL+`
 		 WHERE t.run_id = $1 ORDER BY t.created_at, t.id`, id)
 	if err != nil {
@@ -325,6 +336,7 @@ func Inspect(ctx context.Context, db Querier, runID string) (*RunInfo, error) {
 	index := map[uuid.UUID]int{}
 	var taskIDs []string
 	var updated []time.Time
+	dependents := map[uuid.UUID][]uuid.UUID{}
 	for rows.Next() {
 		var (
 			ti            TaskInfo
@@ -333,9 +345,10 @@ func Inspect(ctx context.Context, db Querier, runID string) (*RunInfo, error) {
 			errRaw        []byte
 			input, output []byte
 			updatedAt     time.Time
+			deps          []uuid.UUID
 		)
 		if err := rows.Scan(&tid, &parentID, &ti.Key, &ti.Workflow, &ti.Status, &ti.Attempt, &ti.MaxAttempts, &ti.Turns, &ti.Remaining,
-			&errRaw, &input, &output, &ti.CreatedAt, &ti.StartedAt, &ti.FinishedAt, &updatedAt); err != nil {
+			&errRaw, &input, &output, &ti.CreatedAt, &ti.StartedAt, &ti.FinishedAt, &updatedAt, &deps, &ti.SkipReason); err != nil {
 			rows.Close()
 			return nil, err
 		}
@@ -346,6 +359,10 @@ func Inspect(ctx context.Context, db Querier, runID string) (*RunInfo, error) {
 		ti.Error, ti.ErrorKind = errorText(errRaw)
 		ti.FailedStep = failedStep(errRaw)
 		ti.Input, ti.Output = input, output
+		if deps != nil {
+			ti.Node = true
+			dependents[tid] = deps
+		}
 		index[tid] = len(run.Tasks)
 		run.Tasks = append(run.Tasks, ti)
 		taskIDs = append(taskIDs, ti.ID)
@@ -354,6 +371,16 @@ func Inspect(ctx context.Context, db Querier, runID string) (*RunInfo, error) {
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return nil, err
+	}
+	for from, deps := range dependents {
+		for _, d := range deps {
+			if i, ok := index[d]; ok {
+				run.Tasks[i].DependsOn = append(run.Tasks[i].DependsOn, run.Tasks[index[from]].Key)
+			}
+		}
+	}
+	for i := range run.Tasks {
+		slices.Sort(run.Tasks[i].DependsOn)
 	}
 	if err := inspectSteps(ctx, db, id, run, index); err != nil {
 		return nil, err
