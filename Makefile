@@ -23,6 +23,13 @@ setup-browser: ## Install Chromium for the dashboard's browser test if missing (
 test: setup setup-browser verify ## go vet, then every test under the race detector (the dashboard's in headless Chromium)
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 25m $(TESTFLAGS) ./...
+	$(MAKE) --no-print-directory fuzz
+
+FUZZTIME ?= 5s
+
+.PHONY: fuzz
+fuzz: ## Fuzz DAG When conditions in expr's sandbox for FUZZTIME (default 5s; make test runs it)
+	$(GO) test -run '^$$' -fuzz '^FuzzCondition$$' -fuzztime $(FUZZTIME) ./workflow
 
 .PHONY: verify
 verify: ## Fail if go.mod is not tidy or the rendered River migrations drift from the pinned River version

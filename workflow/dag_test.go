@@ -454,3 +454,54 @@ func TestCancelADAGRun(t *testing.T) {
 		t.Errorf("next ran %d times after Cancel", n)
 	}
 }
+
+// TestUndecidedNodeIsDecidedByAProcessThatKnowsTheDAG settles a node's
+// last dependency in a process that runs the node workflows but does not
+// know their DAG, as during a rolling deploy: the dependent is left
+// blocked with nothing to wait for, and the reconciler of a process that
+// knows the DAG decides it.
+func TestUndecidedNodeIsDecidedByAProcessThatKnowsTheDAG(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	a := workflow.Define("u_a", func(t *workflow.Task, in dagIn) (int, error) { return 1, nil })
+	b := workflow.Define("u_b", func(t *workflow.Task, in dagIn) (string, error) { return "b ran", nil })
+	bRef := workflow.Node("b", b, workflow.After("a"), workflow.When(`a == 1`))
+	dag := workflow.DAG[dagIn]("undecided_dag", workflow.Node("a", a), bRef)
+	ctx := ctxTimeout(t, 60*time.Second)
+
+	old, err := workflow.NewEngine(pool, testConfig(a, b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	full := newEngine(t, pool, testConfig(dag, a, b))
+	run, err := dag.Start(ctx, full, dagIn{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if n := count(t, pool, `SELECT count(*) FROM braid_tasks WHERE run_id = $1 AND key = 'b' AND status = 'blocked' AND remaining = 0`, run.ID); n == 1 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("node b never became undecided")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if err := old.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := full.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	res, err := run.Result(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := bRef.From(res); err != nil || got != "b ran" {
+		t.Errorf("b = %q, %v", got, err)
+	}
+}

@@ -674,3 +674,74 @@ func (e *Engine) retryNodesTx(ctx context.Context, tx pgx.Tx, runID uuid.UUID) (
 	}
 	return append(wake, released...), nil
 }
+
+// decideUndecidedNodes is the reconciler's look for DAG nodes left
+// blocked with no dependency left to wait for: the process that settled
+// their last dependency did not know their DAG (during a rolling deploy),
+// so it left the decision to a process that does. This one decides the
+// nodes of the DAGs it knows, as the settle path would have, each DAG
+// under its locks (its blocked nodes, then its root, in the lock order).
+func (e *Engine) decideUndecidedNodes(ctx context.Context) error {
+	rows, err := e.pool.Query(ctx, `
+		SELECT t.parent_task_id, p.workflow FROM braid_tasks t JOIN braid_tasks p ON p.id = t.parent_task_id
+		 WHERE t.status = 'blocked' AND t.remaining = 0 AND t.dependents IS NOT NULL
+		 GROUP BY t.parent_task_id, p.workflow
+		 LIMIT $1`, reconcileBatch)
+	if err != nil {
+		return fmt.Errorf("workflow: reconciler: finding undecided DAG nodes: %w", err)
+	}
+	type dagRef struct {
+		root uuid.UUID
+		dag  string
+	}
+	refs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (dagRef, error) {
+		var r dagRef
+		return r, row.Scan(&r.root, &r.dag)
+	})
+	if err != nil {
+		return fmt.Errorf("workflow: reconciler: finding undecided DAG nodes: %w", err)
+	}
+	var errs []error
+	for _, r := range refs {
+		if e.dagSpecOf(r.dag) == nil {
+			continue
+		}
+		err := e.withTx(ctx, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `
+				SELECT 1 FROM braid_tasks WHERE id = $1 OR (parent_task_id = $1 AND status = 'blocked')
+				 ORDER BY created_at DESC, id DESC FOR UPDATE`, r.root); err != nil {
+				return err
+			}
+			rows, err := tx.Query(ctx, `
+				SELECT id, workflow, queue, priority, max_attempts, run_id, key FROM braid_tasks
+				 WHERE parent_task_id = $1 AND status = 'blocked' AND remaining = 0 AND dependents IS NOT NULL`, r.root)
+			if err != nil {
+				return err
+			}
+			cands, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (releaseCandidate, error) {
+				c := releaseCandidate{rootID: r.root, dag: r.dag}
+				var prio int16
+				err := row.Scan(&c.tr.taskID, &c.tr.workflow, &c.tr.queue, &prio, &c.tr.maxAttempts, &c.runID, &c.key)
+				c.tr.priority = queue.Priority(prio)
+				c.by = c.tr.taskID
+				return c, err
+			})
+			if err != nil {
+				return err
+			}
+			released, final, err := e.decide(ctx, tx, cands)
+			if err != nil {
+				return err
+			}
+			wake, err := e.settleTx(ctx, tx, final, true)
+			if err != nil {
+				return err
+			}
+			return e.wakeTurns(ctx, tx, append(released, wake...))
+		})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("workflow: reconciler: deciding the nodes of DAG %q (root task %s): %w", r.dag, r.root, err))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -42,6 +42,9 @@ const reconcileLookback = 10 * time.Minute
 // costs next to nothing while every task has its turn; reconcileSweep
 // looks at every task, less often.
 func (e *Engine) reconcile(ctx context.Context) error {
+	if err := e.decideUndecidedNodes(ctx); err != nil {
+		return err
+	}
 	return e.reconcileFrom(ctx, `
 		SELECT DISTINCT t.id FROM river_job j
 		  JOIN braid_tasks t ON t.id = CASE WHEN j.args->>'task_id' ~ '^[0-9a-fA-F-]{36}$' THEN (j.args->>'task_id')::uuid END

@@ -11,10 +11,16 @@
 -- +goose StatementBegin
 ALTER TABLE braid_tasks ADD COLUMN dependents uuid[];
 ALTER TABLE braid_tasks ADD COLUMN skip_reason text;
+-- The reconciler's look for nodes left undecided: blocked with nothing
+-- left to wait for, which happens only when the process that settled
+-- their last dependency did not know their DAG.
+CREATE INDEX braid_tasks_undecided_nodes ON braid_tasks (updated_at)
+    WHERE status = 'blocked' AND remaining = 0 AND dependents IS NOT NULL;
 -- +goose StatementEnd
 
 -- +goose Down
 -- +goose StatementBegin
+DROP INDEX braid_tasks_undecided_nodes;
 ALTER TABLE braid_tasks DROP COLUMN skip_reason;
 ALTER TABLE braid_tasks DROP COLUMN dependents;
 -- +goose StatementEnd
