@@ -23,6 +23,76 @@
 // invocation of a workflow inside a run: the run's root, and every child
 // started with [Go] or [Map].
 //
+// # DAGs
+//
+// A workflow can also be a declared graph: [DAG] names its nodes, each a
+// [Node] running any registered workflow, with its dependencies ([After]),
+// an optional condition ([When]) and a failure policy ([OnFailure],
+// [IfDAGFails]):
+//
+//	fetch := workflow.Node("fetch", Fetch)
+//	lang := workflow.Node("language", Detect, workflow.After("fetch"))
+//	sum := workflow.Node("summary", Summarize, workflow.After("language"),
+//		workflow.When(`language.code in input.languages`))
+//	index := workflow.Node("index", Index, workflow.After("language", "summary"))
+//	var Pipeline = workflow.DAG[Article]("article", fetch, lang, sum, index)
+//
+// A DAG is a [Workflow]: Start, StartTx, Result, Cancel and Retry work on
+// its runs as on any other, and a workflow can start one as a child with
+// [Go] or [Map]. Every node gets the DAG's input as its own. A dependent
+// reads a dependency's output typed, through the dependency's [NodeRef]
+// ([NodeRef.Output]); the DAG's output, a [DAGResult], holds the outputs
+// of its sinks (the nodes nothing depends on) that completed, read with
+// [NodeRef.From]. Register each node's workflow with the engine too.
+// [NewEngine] rejects a DAG with no nodes, a duplicate node, an unknown
+// dependency, a cycle (naming its nodes), a condition that does not
+// compile or is not boolean (with its position), or a node whose workflow
+// is not registered.
+//
+// A DAG run is its root task and one task per node, the root's children,
+// created in the transaction that creates the root. A node without
+// dependencies gets its first turn there; the others are blocked, their
+// count of remaining dependencies on their row (invariant 6). When a node
+// is final, the batch that records it counts it off each of its
+// dependents, in the same transaction: this is the settle path of joins
+// and run finishes, with the DAG's blocked nodes locked in the batch's one
+// ordered lock statement. A dependent whose count reaches zero is decided
+// there and then: it is released, and its first turn inserted (and claimed
+// for this process, so the edge costs one hop, see "Continuations without
+// a queue hop"), or it is skipped. A skip counts as a finish for the
+// skipped node's dependents, so skips cascade. The root waits for its
+// nodes as a parent waits for its children; its one turn, once every node
+// is final, reads the outcome.
+//
+// A node is skipped when its condition is false, or, without a condition,
+// when every one of its dependencies was skipped; its row keeps the reason
+// (skip_reason), which braid runs show prints. A condition is an
+// expr-lang/expr program over the DAG's input (input), each dependency's
+// output under the dependency's name (nil for one that did not complete)
+// and status (dependency name → completed, failed or skipped). It runs in
+// a sandbox: bounded source, syntax nodes, memory, steps and bytes, an
+// allow-list of builtins, no method calls, only data. A condition that
+// fails to evaluate fails its node, with the node and the expression in
+// the error.
+//
+// A node's attempts and backoff are its workflow's. Once they are spent,
+// its policy applies. Under FailDAG, the default, the DAG fails: every
+// blocked node is skipped at once ("the DAG failed: node … failed"), the
+// nodes that run finish, and the run fails with a *[NodeError] naming the
+// node. Under [Continue] the failure counts as final for the dependents,
+// which see it in status. An on-failure node ([IfDAGFails]) waits for
+// every other node and runs only if the DAG failed. [Engine.Retry] of a
+// failed DAG run keeps its completed nodes, and resets the others (and
+// the on-failure nodes), which run again once their dependencies have,
+// their conditions evaluated afresh.
+//
+// A node's turn spans carry dag and dag.node attributes; a released
+// node's first turn links to the turn of the node that released it
+// ("releasing node"). Should the process that settles a node's last
+// dependency not know its DAG (a rolling deploy), the node stays blocked
+// with nothing to wait for, and the reconciler of a process that knows the
+// DAG decides it.
+//
 // # Turns and replay
 //
 // A task executes in turns. A turn is exactly one River job of kind
@@ -176,7 +246,10 @@
 //  2. task rows, children before parents (a batch locks its turns' tasks
 //     and the parents they settle in one statement; every path that locks
 //     many tasks orders them by created_at DESC, id DESC, and a child is
-//     always created after its parent);
+//     always created after its parent; a DAG's nodes, created together,
+//     follow id DESC among themselves, and a batch that finishes a node
+//     locks its DAG's blocked nodes in the same statement, the only rows
+//     its settle may change besides its tasks and their parents);
 //  3. step rows;
 //  4. the run row.
 //
@@ -186,7 +259,9 @@
 // the run's turn jobs last with SKIP LOCKED (a turn it skips finds its task
 // cancelled and does nothing), and locks children created while it waited
 // for their parent with NOWAIT, starting over when one is held; the delay
-// processor claims delays and their tasks with SKIP LOCKED; retention skips
+// processor claims delays and their tasks with SKIP LOCKED; the reconciler,
+// holding the task it fails, locks that task's DAG nodes and parent with
+// NOWAIT and looks again later when one is held; retention skips
 // a batch whose tasks are locked; waking an existing task first checks, with
 // a plain read, that it has no live turn, so River's unique insert never
 // waits on a job row.
@@ -246,7 +321,9 @@
 //   - "spawning turn": for a child's first turn, the parent's turn that
 //     started it with Go or Map (kept in the turn job's metadata);
 //   - "releasing child": for a parent's turn after a wait on children, the
-//     turn of the child whose finish released it (kept likewise).
+//     turn of the child whose finish released it (kept likewise);
+//   - "releasing node": for a DAG node's first turn, the turn of the node
+//     whose finish released it (kept likewise).
 //
 // A wait is a span too, so that a trace shows why nothing ran: braid.wait
 // delay <name> for a delay, from the turn's suspension (when the delay was

@@ -126,7 +126,10 @@ func lockNodesSQL(param string) string {
 
 // lockSettling locks, in the lock order, the parents of settled and the
 // blocked nodes of the DAGs of those that are nodes, for a settle whose
-// caller holds only the settled tasks (the reconciler).
+// caller holds only the settled tasks (the reconciler). A blocked node
+// may come before a settled task in the lock order, so it never waits
+// (NOWAIT): when another transaction holds one of these rows, the
+// reconciler gives up and looks again a second later.
 func (e *Engine) lockSettling(ctx context.Context, tx pgx.Tx, settled []settlement) error {
 	ids := make([]uuid.UUID, len(settled))
 	for i, s := range settled {
@@ -135,7 +138,7 @@ func (e *Engine) lockSettling(ctx context.Context, tx pgx.Tx, settled []settleme
 	if _, err := tx.Exec(ctx, `
 		SELECT 1 FROM braid_tasks
 		 WHERE id IN (SELECT parent_task_id FROM braid_tasks WHERE id = ANY($1) UNION `+lockNodesSQL("$1")+`)
-		 ORDER BY created_at DESC, id DESC FOR UPDATE`, ids); err != nil {
+		 ORDER BY created_at DESC, id DESC FOR UPDATE NOWAIT`, ids); err != nil {
 		return fmt.Errorf("workflow: locking the parents and DAG nodes of %d settled tasks: %w", len(ids), err)
 	}
 	return nil
