@@ -167,6 +167,14 @@ func TestCancelRetryStormNoDeadlockNothingRunsAfterCancel(t *testing.T) {
 	leaf := workflow.Define("storm_leaf", func(t *workflow.Task, n int) (int, error) {
 		return workflow.Step(t, "work", body(t, "work", n))
 	}, workflow.WithRetry(fast))
+	// A diamond DAG, started as a child of each mixed run, so that
+	// cancels and retries land on blocked, released and skipped nodes too.
+	diamond := workflow.DAG[int]("storm_diamond",
+		workflow.Node("a", leaf),
+		workflow.Node("b", leaf, workflow.After("a")),
+		workflow.Node("c", leaf, workflow.After("a")),
+		workflow.Node("d", leaf, workflow.After("b", "c")),
+	)
 	mixed := workflow.Define("storm_mixed", func(t *workflow.Task, n int) (int, error) {
 		a, err := workflow.Step(t, "a", body(t, "a", n))
 		if err != nil {
@@ -187,6 +195,9 @@ func TestCancelRetryStormNoDeadlockNothingRunsAfterCancel(t *testing.T) {
 		}
 		few, err := workflow.Map(t, "few", leaf, []int{3, 4, 5})
 		if err != nil {
+			return 0, err
+		}
+		if _, err := workflow.Go(t, "diamond", diamond, 0).Get(); err != nil {
 			return 0, err
 		}
 		b, err := workflow.Step(t, "b", body(t, "b", 1))
@@ -220,7 +231,7 @@ func TestCancelRetryStormNoDeadlockNothingRunsAfterCancel(t *testing.T) {
 		return workflow.Step(t, "sum", body(t, "sum", sum))
 	}, workflow.WithRetry(fast))
 
-	eng := startEngine(t, epool, testConfig(leaf, mixed, big))
+	eng := startEngine(t, epool, testConfig(leaf, mixed, big, diamond))
 	ctx := ctxTimeout(t, 2*time.Minute)
 
 	var (
@@ -308,7 +319,7 @@ func TestCancelRetryStormNoDeadlockNothingRunsAfterCancel(t *testing.T) {
 		}
 	}()
 
-	cancelPoints := []string{"root/a", "left/work", "few/1/work", "root/b", "root/c0", "root/c4"}
+	cancelPoints := []string{"root/a", "left/work", "few/1/work", "b/work", "d/work", "root/b", "root/c0", "root/c4"}
 	// The storm: small runs cancelled at random points, retried, cancelled
 	// again; some are left cancelled, the others complete.
 	for g := range stormers {
