@@ -133,6 +133,14 @@ func TestDAGOnFailureNodeTakesNoDependencies(t *testing.T) {
 	badDAG(t, dag, `node "alert" runs if the DAG fails, so it takes neither After nor When`)
 }
 
+func TestDAGWithOnlyOnFailureNodes(t *testing.T) {
+	t.Parallel()
+	dag := workflow.DAG[etlIn]("dag_only_on_failure",
+		workflow.Node("alert", loadWF, workflow.IfDAGFails()),
+	)
+	badDAG(t, dag, "every node runs only if the DAG fails, so none would ever run")
+}
+
 func TestDAGNodeWithANilWorkflowOrBadName(t *testing.T) {
 	t.Parallel()
 	badDAG(t, workflow.DAG[etlIn]("dag_nil", workflow.Node[etlIn, rows]("extract", nil)), `node "extract" has a nil workflow`)
