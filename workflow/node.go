@@ -305,26 +305,31 @@ func (e *Engine) decide(ctx context.Context, tx pgx.Tx, cands []releaseCandidate
 	if len(cands) == 0 {
 		return nil, nil, nil
 	}
-	var ids, withOutput, roots []uuid.UUID
+	var ids, withOutput, roots, inputRoots []uuid.UUID
 	for _, c := range cands {
 		ids = append(ids, c.tr.taskID)
+		if !slices.Contains(roots, c.rootID) {
+			roots = append(roots, c.rootID)
+		}
 		spec := e.dagSpecOf(c.dag)
 		if spec == nil {
 			continue
 		}
 		if n := spec.node(c.key); n != nil && n.cond != nil {
 			withOutput = append(withOutput, c.tr.taskID)
-			if !slices.Contains(roots, c.rootID) {
-				roots = append(roots, c.rootID)
+			if !slices.Contains(inputRoots, c.rootID) {
+				inputRoots = append(inputRoots, c.rootID)
 			}
 		}
 	}
+	// The dependencies of the candidates: the nodes of their DAGs that
+	// name them among their dependents, in one pass over those nodes.
 	b := &pgx.Batch{}
 	b.Queue(`
-		SELECT c.id, s.key, s.status, CASE WHEN c.id = ANY($2) THEN s.output END
-		  FROM braid_tasks c JOIN braid_tasks s ON s.parent_task_id = c.parent_task_id AND c.id = ANY(s.dependents)
-		 WHERE c.id = ANY($1)`, ids, withOutput)
-	b.Queue(`SELECT id, input FROM braid_tasks WHERE id = ANY($1)`, roots)
+		SELECT d.dep, s.key, s.status, CASE WHEN d.dep = ANY($3) THEN s.output END
+		  FROM braid_tasks s CROSS JOIN LATERAL unnest(s.dependents) AS d(dep)
+		 WHERE s.parent_task_id = ANY($1) AND d.dep = ANY($2)`, roots, ids, withOutput)
+	b.Queue(`SELECT id, input FROM braid_tasks WHERE id = ANY($1)`, inputRoots)
 	br := tx.SendBatch(ctx, b)
 	deps := map[uuid.UUID][]dependency{}
 	inputs := map[uuid.UUID]json.RawMessage{}
