@@ -575,8 +575,8 @@ func (r *NodeRef[Out]) Output(t *Task) (Out, error) {
 	return out, nil
 }
 
-// retryNodesTx resets the nodes of a failed or cancelled run's DAGs for
-// Retry: every node that did not complete (failed, cancelled, skipped)
+// retryNodesTx resets the nodes of a failed or cancelled run's DAGs
+// (those that did not complete) for Retry: every node that did not complete (failed, cancelled, skipped)
 // and every on-failure node is blocked again, counting its dependencies
 // among the reset ones; completed nodes keep their output. The reset
 // nodes with nothing to wait for are decided at once, as the settle path
@@ -586,7 +586,7 @@ func (e *Engine) retryNodesTx(ctx context.Context, tx pgx.Tx, runID uuid.UUID) (
 	rows, err := tx.Query(ctx, `
 		SELECT t.id, t.parent_task_id, t.key, t.status, t.workflow, t.queue, t.priority, t.max_attempts, p.workflow
 		  FROM braid_tasks t JOIN braid_tasks p ON p.id = t.parent_task_id
-		 WHERE t.run_id = $1 AND t.dependents IS NOT NULL`, runID)
+		 WHERE t.run_id = $1 AND t.dependents IS NOT NULL AND p.status <> 'completed'`, runID)
 	if err != nil {
 		return nil, fmt.Errorf("workflow: reading the DAG nodes of run %s: %w", runID, err)
 	}
