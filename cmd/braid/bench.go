@@ -45,6 +45,8 @@ func benchCmd(ctx context.Context, c *cli, args []string) error {
 	fs.IntVar(&cfg.Sizes.Runs, "runs", 0, "runs and River jobs of the runs scenario (default 5000, quick 500)")
 	fs.IntVar(&cfg.Sizes.Chains, "chains", 0, "chains of the hop scenario (default 10, quick 3)")
 	fs.IntVar(&cfg.Sizes.Fanout, "children", 0, "children of the fanout scenario (default 10000, quick 1000)")
+	fs.IntVar(&cfg.Sizes.DAGChains, "dag-chains", 0, "chain DAGs of the dag scenario (default 10, quick 3)")
+	fs.IntVar(&cfg.Sizes.DAGWidth, "dag-width", 0, "middle nodes of the dag scenario's diamond (default 1000)")
 	fs.IntVar(&cfg.Sizes.Delays, "delays", 0, "delays of the delay scenario (default 1000, quick 200)")
 	fs.IntVar(&cfg.Sizes.StepTasks, "step-tasks", 0, "tasks of the steps scenario (default 200, quick 50)")
 	fs.IntVar(&cfg.Sizes.BurstDelays, "burst", 0, "delays of the delay_burst scenario, all due at one instant (default 1000)")
@@ -130,6 +132,8 @@ func benchPlan(cfg bench.Config) (string, error) {
 	over(&sz.Runs, o.Runs)
 	over(&sz.Chains, o.Chains)
 	over(&sz.Fanout, o.Fanout)
+	over(&sz.DAGChains, o.DAGChains)
+	over(&sz.DAGWidth, o.DAGWidth)
 	over(&sz.Delays, o.Delays)
 	over(&sz.StepTasks, o.StepTasks)
 	over(&sz.BurstDelays, o.BurstDelays)
@@ -147,6 +151,7 @@ func benchPlan(cfg bench.Config) (string, error) {
 		bench.ScenarioRuns:       fmt.Sprintf("%d single-task runs, and as many River jobs", sz.Runs),
 		bench.ScenarioHop:        fmt.Sprintf("%d chains of %d hops", sz.Chains, sz.Hops),
 		bench.ScenarioFanout:     fmt.Sprintf("a Map over %d children, and as many River jobs", sz.Fanout),
+		bench.ScenarioDAG:        fmt.Sprintf("%d chain DAGs of %d nodes and a diamond DAG %d wide, and River chains and a River diamond", sz.DAGChains, bench.DAGChainNodes, sz.DAGWidth),
 		bench.ScenarioDelay:      fmt.Sprintf("%d delays of %s to %s, and as many scheduled River jobs", sz.Delays, sz.DelayMin, sz.DelayMax),
 		bench.ScenarioDelayBurst: fmt.Sprintf("%d delays due at one instant, and as many River jobs", sz.BurstDelays),
 		bench.ScenarioSteps:      fmt.Sprintf("%d tasks of %d steps, and as many River jobs", sz.StepTasks, sz.StepsPerTask),

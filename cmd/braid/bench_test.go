@@ -76,6 +76,7 @@ func TestBenchWithoutRunSaysWhatItWouldDo(t *testing.T) {
 			"at the full sizes:\n",
 			"  runs         5000 single-task runs, and as many River jobs\n",
 			"  fanout       a Map over 10000 children",
+			"  dag          10 chain DAGs of 20 nodes and a diamond DAG 1000 wide, and River chains and a River diamond\n",
 			"  sustained    runs offered at 70% of braid's runs throughput for 1m0s on each side\n",
 			"It starts a private PostgreSQL",
 			"A full run takes about five minutes.",
@@ -87,6 +88,9 @@ func TestBenchWithoutRunSaysWhatItWouldDo(t *testing.T) {
 			"on the server at db.example:5433 in scratch databases it creates and drops (the role needs CREATEDB); database prod is never written to.",
 			"A quick run takes well under two minutes.",
 		}, []string{"fanout", "private PostgreSQL"}},
+		{[]string{"--quick", "--scenarios", "dag", "--dag-chains", "4", "--dag-width", "50"}, []string{
+			"  dag  4 chain DAGs of 20 nodes and a diamond DAG 50 wide, and River chains and a River diamond\n",
+		}, []string{"fanout", "  runs"}},
 		{[]string{"--long", "--sustained-rate", "50"}, []string{
 			"runs offered at 50 runs a second for 10m0s on each side",
 		}, nil},

@@ -21,6 +21,7 @@ const (
 	ScenarioRuns       = "runs"
 	ScenarioHop        = "hop"
 	ScenarioFanout     = "fanout"
+	ScenarioDAG        = "dag"
 	ScenarioDelay      = "delay"
 	ScenarioDelayBurst = "delay_burst"
 	ScenarioSteps      = "steps"
@@ -31,7 +32,7 @@ const (
 // Scenarios lists every scenario in the order Run measures them. The
 // sustained scenario comes after runs, whose throughput sets its load.
 var Scenarios = []string{
-	ScenarioRuns, ScenarioHop, ScenarioFanout, ScenarioDelay, ScenarioDelayBurst,
+	ScenarioRuns, ScenarioHop, ScenarioFanout, ScenarioDAG, ScenarioDelay, ScenarioDelayBurst,
 	ScenarioSteps, ScenarioPool, ScenarioSustained,
 }
 
@@ -72,6 +73,13 @@ type Sizes struct {
 	// Fanout is how many children the fanout scenario's Map spawns, and how
 	// many River jobs its baseline burns down.
 	Fanout int
+	// DAGChains is how many chain DAGs (of dagChainNodes nodes) the dag
+	// scenario runs one after another, and how many River chains of as
+	// many jobs.
+	DAGChains int
+	// DAGWidth is how many middle nodes the dag scenario's diamond has
+	// between its root and its sink, and how many middle jobs River's.
+	DAGWidth int
 	// Delays is how many delays, and scheduled River jobs, the delay
 	// scenario sets.
 	Delays int
@@ -114,7 +122,7 @@ type Sizes struct {
 
 // FullSizes are the sizes of a full benchmark.
 var FullSizes = Sizes{
-	Runs: 5000, Hops: 20, Chains: 10, Fanout: 10_000,
+	Runs: 5000, Hops: 20, Chains: 10, Fanout: 10_000, DAGChains: 10, DAGWidth: 1000,
 	Delays: 1000, DelayMin: 500 * time.Millisecond, DelayMax: 3 * time.Second, DelaySpread: riverSchedulerInterval,
 	StepTasks: 200, StepsPerTask: 10, PoolRuns: 300,
 	BurstDelays: 1000, BurstLead: 2 * time.Second,
@@ -126,7 +134,7 @@ var FullSizes = Sizes{
 // shorter than the 30-second interval of River's job cleaner, so the
 // retention of river_job does not show in a quick run.
 var QuickSizes = Sizes{
-	Runs: 500, Hops: 20, Chains: 3, Fanout: 1000,
+	Runs: 500, Hops: 20, Chains: 3, Fanout: 1000, DAGChains: 3, DAGWidth: 1000,
 	Delays: 200, DelayMin: 500 * time.Millisecond, DelayMax: 3 * time.Second, DelaySpread: riverSchedulerInterval,
 	StepTasks: 50, StepsPerTask: 10, PoolRuns: 300,
 	BurstDelays: 1000, BurstLead: 2 * time.Second,
@@ -243,6 +251,7 @@ type ScenarioSet struct {
 	Runs       *RunsResult       `json:"runs,omitempty"`
 	Hop        *HopResult        `json:"hop,omitempty"`
 	Fanout     *FanoutResult     `json:"fanout,omitempty"`
+	DAG        *DAGResult        `json:"dag,omitempty"`
 	Delay      *DelayResult      `json:"delay,omitempty"`
 	DelayBurst *DelayBurstResult `json:"delay_burst,omitempty"`
 	Steps      *StepsResult      `json:"steps,omitempty"`
@@ -404,6 +413,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			rep.Scenarios.Hop, err = b.hop(ctx)
 		case ScenarioFanout:
 			rep.Scenarios.Fanout, err = b.fanout(ctx)
+		case ScenarioDAG:
+			rep.Scenarios.DAG, err = b.dag(ctx)
 		case ScenarioDelay:
 			rep.Scenarios.Delay, err = b.delay(ctx)
 		case ScenarioDelayBurst:
@@ -439,6 +450,8 @@ func newBench(cfg Config) (*bench, error) {
 	fill(&s.Hops, base.Hops)
 	fill(&s.Chains, base.Chains)
 	fill(&s.Fanout, base.Fanout)
+	fill(&s.DAGChains, base.DAGChains)
+	fill(&s.DAGWidth, base.DAGWidth)
 	fill(&s.Delays, base.Delays)
 	fill(&s.StepTasks, base.StepTasks)
 	fill(&s.StepsPerTask, base.StepsPerTask)
@@ -465,6 +478,7 @@ func newBench(cfg Config) (*bench, error) {
 		v    int
 	}{
 		{"Runs", s.Runs}, {"Hops", s.Hops}, {"Chains", s.Chains}, {"Fanout", s.Fanout},
+		{"DAGChains", s.DAGChains}, {"DAGWidth", s.DAGWidth},
 		{"Delays", s.Delays}, {"StepTasks", s.StepTasks}, {"StepsPerTask", s.StepsPerTask}, {"PoolRuns", s.PoolRuns},
 		{"BurstDelays", s.BurstDelays},
 	} {
@@ -577,6 +591,11 @@ func targets(s *ScenarioSet) []TargetCheck {
 	}
 	if s.Fanout != nil {
 		out = append(out, TargetCheck{"fanout.ratio", s.Fanout.Ratio, "<= 1.5", s.Fanout.Ratio <= 1.5})
+	}
+	if s.DAG != nil {
+		out = append(out,
+			TargetCheck{"dag.chain_ratio", s.DAG.ChainRatio, "<= 1.5", s.DAG.ChainRatio <= 1.5},
+			TargetCheck{"dag.diamond_ratio", s.DAG.DiamondRatio, "<= 1.5", s.DAG.DiamondRatio <= 1.5})
 	}
 	if s.Delay != nil {
 		out = append(out, TargetCheck{"delay.braid_p99_late_ms", s.Delay.BraidP99LateMs, "<= 100", s.Delay.BraidP99LateMs <= 100})

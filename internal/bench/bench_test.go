@@ -20,7 +20,7 @@ func TestMain(m *testing.M) { testutil.Main(m) }
 // tiny are sizes that run every scenario in a few seconds. River's
 // scheduled jobs still wait for its scheduler's tick, up to 5s.
 var tiny = Sizes{
-	Runs: 20, Hops: 3, Chains: 1, Fanout: 20,
+	Runs: 20, Hops: 3, Chains: 1, Fanout: 20, DAGChains: 1, DAGWidth: 5,
 	Delays: 5, DelayMin: 10 * time.Millisecond, DelayMax: 50 * time.Millisecond, DelaySpread: 50 * time.Millisecond,
 	StepTasks: 3, StepsPerTask: 2, PoolRuns: 5,
 	BurstDelays: 5,
@@ -38,6 +38,10 @@ var reportFields = []string{
 	"scenarios.runs.n", "scenarios.runs.braid_per_sec", "scenarios.runs.river_per_sec", "scenarios.runs.ratio",
 	"scenarios.hop.hops", "scenarios.hop.braid_p50_ms", "scenarios.hop.braid_p99_ms", "scenarios.hop.river_p50_ms", "scenarios.hop.river_p99_ms",
 	"scenarios.fanout.children", "scenarios.fanout.braid_s", "scenarios.fanout.river_s", "scenarios.fanout.ratio",
+	"scenarios.dag.chain_nodes", "scenarios.dag.chains", "scenarios.dag.chain_braid_s", "scenarios.dag.chain_river_s",
+	"scenarios.dag.chain_braid_ms_per_edge", "scenarios.dag.chain_river_ms_per_edge", "scenarios.dag.chain_ratio",
+	"scenarios.dag.diamond_width", "scenarios.dag.diamond_braid_s", "scenarios.dag.diamond_river_s",
+	"scenarios.dag.diamond_braid_ms_per_edge", "scenarios.dag.diamond_river_ms_per_edge", "scenarios.dag.diamond_ratio",
 	"scenarios.delay.n", "scenarios.delay.braid_p50_late_ms", "scenarios.delay.braid_p99_late_ms", "scenarios.delay.river_p50_late_ms", "scenarios.delay.river_p99_late_ms",
 	"scenarios.delay_burst.n", "scenarios.delay_burst.braid_p50_late_ms", "scenarios.delay_burst.braid_p99_late_ms",
 	"scenarios.delay_burst.river_p50_late_ms", "scenarios.delay_burst.river_p99_late_ms",
@@ -117,8 +121,10 @@ func TestRunReportsEveryField(t *testing.T) {
 
 	// The sizes asked for are the sizes measured.
 	s := rep.Scenarios
-	got := []int{s.Runs.N, s.Hop.Hops, s.Hop.Chains, s.Fanout.Children, s.Delay.N, s.DelayBurst.N, s.Steps.StepsPerTask, s.Steps.Tasks, s.Pool.Runs}
-	want := []int{tiny.Runs, tiny.Hops, tiny.Chains, tiny.Fanout, tiny.Delays, tiny.BurstDelays, tiny.StepsPerTask, tiny.StepTasks, tiny.PoolRuns}
+	got := []int{s.Runs.N, s.Hop.Hops, s.Hop.Chains, s.Fanout.Children, s.DAG.Chains, s.DAG.ChainNodes, s.DAG.DiamondWidth,
+		s.Delay.N, s.DelayBurst.N, s.Steps.StepsPerTask, s.Steps.Tasks, s.Pool.Runs}
+	want := []int{tiny.Runs, tiny.Hops, tiny.Chains, tiny.Fanout, tiny.DAGChains, DAGChainNodes, tiny.DAGWidth,
+		tiny.Delays, tiny.BurstDelays, tiny.StepsPerTask, tiny.StepTasks, tiny.PoolRuns}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("sizes (-want +got):\n%s", diff)
 	}
@@ -136,6 +142,9 @@ func TestRunReportsEveryField(t *testing.T) {
 		"runs.braid_per_sec": s.Runs.BraidPerSec, "runs.river_per_sec": s.Runs.RiverPerSec,
 		"hop.braid_p50_ms": s.Hop.BraidP50Ms, "hop.river_p50_ms": s.Hop.RiverP50Ms,
 		"fanout.braid_s": s.Fanout.BraidS, "fanout.river_s": s.Fanout.RiverS,
+		"dag.chain_braid_ms_per_edge": s.DAG.ChainBraidMsPerEdge, "dag.chain_river_ms_per_edge": s.DAG.ChainRiverMsPerEdge,
+		"dag.diamond_braid_ms_per_edge": s.DAG.DiamondBraidMsPerEdge, "dag.diamond_river_ms_per_edge": s.DAG.DiamondRiverMsPerEdge,
+		"dag.chain_ratio": s.DAG.ChainRatio, "dag.diamond_ratio": s.DAG.DiamondRatio,
 		"steps.braid_steps_per_sec": s.Steps.BraidStepsPerSec, "steps.river_steps_per_sec": s.Steps.RiverStepsPerSec,
 		"pool.pool4_s": s.Pool.Pool4S, "pool.pool16_s": s.Pool.Pool16S,
 	} {
@@ -152,7 +161,7 @@ func TestRunReportsEveryField(t *testing.T) {
 	}
 	wantFigures := []string{
 		"runs.ratio", "runs.braid_commits_per_run", "hop.braid_p50_ms", "fanout.ratio",
-		"delay.braid_p99_late_ms", "delay_burst.braid_p99_late_ms", "steps.ratio",
+		"dag.chain_ratio", "dag.diamond_ratio", "delay.braid_p99_late_ms", "delay_burst.braid_p99_late_ms", "steps.ratio",
 		"pool.ratio", "pool.lease_changes", "sustained.braid_drift", "sustained.braid_growth",
 	}
 	if diff := cmp.Diff(wantFigures, figures); diff != "" {
@@ -178,6 +187,53 @@ func TestRunSelectedScenarios(t *testing.T) {
 		figures = append(figures, tc.Figure)
 	}
 	if diff := cmp.Diff([]string{"runs.ratio", "runs.braid_commits_per_run", "steps.ratio"}, figures); diff != "" {
+		t.Errorf("target figures (-want +got):\n%s", diff)
+	}
+}
+
+func TestDAGScenarioAlone(t *testing.T) {
+	t.Parallel()
+	sizes := tiny
+	sizes.DAGChains, sizes.DAGWidth = 2, 7
+	rep, err := Run(context.Background(), Config{DatabaseURL: testutil.URL(t), Sizes: sizes, StatsSettle: settle, Scenarios: []string{ScenarioDAG}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := rep.Scenarios
+	if s.DAG == nil || s.Runs != nil || s.Hop != nil || s.Fanout != nil {
+		t.Fatalf("scenarios run: %+v, want dag only", s)
+	}
+	d := s.DAG
+	if d.Chains != 2 || d.ChainNodes != DAGChainNodes || d.DiamondWidth != 7 {
+		t.Errorf("sizes: %d chains of %d nodes, a diamond %d wide; want 2 of %d, 7", d.Chains, d.ChainNodes, d.DiamondWidth, DAGChainNodes)
+	}
+	// Time per edge is each phase's time over its edges: 19 a chain, twice
+	// the width for the diamond.
+	for _, c := range []struct {
+		name     string
+		s, perMs float64
+		edges    int
+	}{
+		{"chain braid", d.ChainBraidS, d.ChainBraidMsPerEdge, 2 * (DAGChainNodes - 1)},
+		{"chain river", d.ChainRiverS, d.ChainRiverMsPerEdge, 2 * (DAGChainNodes - 1)},
+		{"diamond braid", d.DiamondBraidS, d.DiamondBraidMsPerEdge, 14},
+		{"diamond river", d.DiamondRiverS, d.DiamondRiverMsPerEdge, 14},
+	} {
+		if c.s <= 0 || math.Abs(c.perMs*float64(c.edges)-c.s*1000) > float64(c.edges)*0.001+1 {
+			t.Errorf("%s: %vs for %d edges, %v ms per edge", c.name, c.s, c.edges, c.perMs)
+		}
+	}
+	if d.ChainRatio <= 0 || d.DiamondRatio <= 0 || d.BraidCommitsPerRun <= 0 || d.RiverCommitsPerRun <= 0 {
+		t.Errorf("ratios %v and %v, commits %v and %v; want positive figures", d.ChainRatio, d.DiamondRatio, d.BraidCommitsPerRun, d.RiverCommitsPerRun)
+	}
+	var figures []string
+	for _, tc := range rep.Targets {
+		figures = append(figures, tc.Figure)
+		if want := tc.Value <= 1.5; tc.Met != want {
+			t.Errorf("%s = %v: met %t, want %t", tc.Figure, tc.Value, tc.Met, want)
+		}
+	}
+	if diff := cmp.Diff([]string{"dag.chain_ratio", "dag.diamond_ratio"}, figures); diff != "" {
 		t.Errorf("target figures (-want +got):\n%s", diff)
 	}
 }
@@ -412,6 +468,8 @@ func TestRunRejectsBadConfig(t *testing.T) {
 		{Config{Sizes: Sizes{DelayMin: 2 * time.Second, DelayMax: time.Second}}, "delay lengths 2s to 1s"},
 		{Config{Sizes: Sizes{DelaySpread: -time.Second}}, "Sizes.DelaySpread -1s is negative"},
 		{Config{Sizes: Sizes{BurstDelays: -1}}, "Sizes.BurstDelays is -1"},
+		{Config{Sizes: Sizes{DAGChains: -2}}, "Sizes.DAGChains is -2"},
+		{Config{Sizes: Sizes{DAGWidth: -1}}, "Sizes.DAGWidth is -1"},
 		{Config{Sizes: Sizes{BurstLead: -time.Second}}, "Sizes.BurstLead -1s is negative"},
 		{Config{Sizes: Sizes{Sustained: 15 * time.Second}}, "Sizes.Sustained 15s holds fewer than two windows of 10s"},
 		{Config{Quick: true, Sizes: Sizes{SustainedWindow: 11 * time.Second}}, "Sizes.Sustained 20s holds fewer than two windows of 11s"},

@@ -27,6 +27,18 @@
 //   - fanout: workflow.Map over no-op children until the parent's result
 //     is in, against River burning down as many no-op jobs inserted with
 //     one InsertMany. The ratio is braid's time over River's.
+//   - dag: DAGs of no-op nodes, in time per edge: the wall time from a
+//     phase's first start (or insert) until its last completion is seen,
+//     over the phase's edges. First chains of 20 nodes (19 edges), each
+//     node depending on the one before, run one at a time after one
+//     uncounted warm-up chain, against the hop scenario's River chains of
+//     20 jobs. Then one diamond: a root, Sizes.DAGWidth middle nodes (1000
+//     by default) that depend on it and a sink that depends on all of them
+//     (twice as many edges), against a River root job that creates a join
+//     row and inserts as many middle jobs, each of which, in the
+//     transaction that completes it, counts itself off the join row and
+//     inserts the sink job when the count reaches zero. The ratios are
+//     braid's time per edge over River's.
 //   - delay: Task.Delay of random length (0.5 to 3 s by default), against
 //     River jobs with ScheduledAt as far ahead. Lateness is read on the
 //     database clock: the wake turn's attempted_at minus the delay's
@@ -70,8 +82,8 @@
 // Every scenario reports braid_commits_per_run and river_commits_per_run:
 // the transactions the side's scratch database committed during the
 // measured phase (xact_commit of pg_stat_database) per unit of work, the
-// unit named in each result's doc (a run, a job, a link, a child, a delay,
-// a step, an INSERT). What is counted is every committed transaction of
+// unit named in each result's doc (a run, a job, a link, a child, a node,
+// a delay, a step, an INSERT). What is counted is every committed transaction of
 // that database, read-only ones included, from every connection: the
 // transactions that start runs or insert jobs, the workers, the engine's and
 // River's background work (fetch polls, leader election, the delay
@@ -99,6 +111,7 @@
 //   - runs.ratio >= 0.5, and runs.braid_commits_per_run <= 1.5;
 //   - hop.braid_p50_ms <= 0.5 x hop.river_p50_ms;
 //   - fanout.ratio <= 1.5;
+//   - dag.chain_ratio <= 1.5, and dag.diamond_ratio <= 1.5;
 //   - delay.braid_p99_late_ms <= 100, and delay_burst.braid_p99_late_ms
 //     <= 100;
 //   - steps.ratio >= 0.8;
