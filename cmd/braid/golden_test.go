@@ -20,20 +20,29 @@ const (
 	waitingRun = "0195a1b2-0000-7000-8000-000000000003"
 	pendingRun = "0195a1b2-0000-7000-8000-000000000004"
 	panicRun   = "0195a1b2-0000-7000-8000-000000000005"
+	// dagRun is the failed DAG run of testdata/seed-dag.sql.
+	dagRun = "0195a1b2-0000-7000-8000-000000000010"
 	// deadTurnJob is the dead turn job of panicRun's root task.
 	deadTurnJob = "9"
 )
 
-// seeded returns the URL of a fresh database holding testdata/seed.sql.
-func seeded(t *testing.T) string {
+// seeded returns the URL of a fresh database holding the files of
+// testdata named, by default seed.sql.
+func seeded(t *testing.T, files ...string) string {
 	t.Helper()
-	sql, err := os.ReadFile(filepath.Join("testdata", "seed.sql"))
-	if err != nil {
-		t.Fatal(err)
+	if len(files) == 0 {
+		files = []string{"seed.sql"}
 	}
 	url := testutil.URL(t)
-	if _, err := testutil.Pool(t, url).Exec(context.Background(), string(sql)); err != nil {
-		t.Fatalf("seeding: %v", err)
+	pool := testutil.Pool(t, url)
+	for _, f := range files {
+		sql, err := os.ReadFile(filepath.Join("testdata", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pool.Exec(context.Background(), string(sql)); err != nil {
+			t.Fatalf("seeding %s: %v", f, err)
+		}
 	}
 	return url
 }
@@ -63,10 +72,14 @@ func golden(t *testing.T, name, got string) {
 func TestGolden(t *testing.T) {
 	t.Parallel()
 	url := seeded(t)
+	// The DAG run has a database of its own, so that the listings of
+	// seed.sql stay as they are.
+	dbs := map[string]string{"runs-show-dag": seeded(t, "seed-dag.sql")}
 	for _, tc := range []struct {
 		name string
 		args []string
 	}{
+		{"runs-show-dag", []string{"runs", "show", dagRun}},
 		{"runs-list", []string{"runs", "list"}},
 		{"runs-list-digest-failed", []string{"runs", "list", "--workflow", "digest", "--status", "failed"}},
 		{"runs-list-empty", []string{"runs", "list", "--status", "cancelled"}},
@@ -94,7 +107,11 @@ func TestGolden(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			code, out, errOut := braid(t, append(tc.args, "--database-url", url)...)
+			db := url
+			if dbs[tc.name] != "" {
+				db = dbs[tc.name]
+			}
+			code, out, errOut := braid(t, append(tc.args, "--database-url", db)...)
 			if code != 0 || errOut != "" {
 				t.Fatalf("braid %v: code %d, stderr %q", tc.args, code, errOut)
 			}

@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/braidflow/braid/internal/admin"
 	"github.com/braidflow/braid/queue"
 	"github.com/braidflow/braid/workflow"
 )
@@ -184,6 +185,64 @@ func printRun(w io.Writer, r *workflow.RunInfo) {
 	for _, t := range roots {
 		printTask(w, t, children, 0)
 	}
+	printDAGs(w, r)
+}
+
+// printDAGs draws each DAG of a run below its task tree: the nodes in
+// topological layers, each with the nodes it waits for ("index ← language,
+// summary"), its status, and why it was skipped, or the first line of its
+// error, or how many dependencies it still awaits.
+func printDAGs(w io.Writer, r *workflow.RunInfo) {
+	for _, dag := range admin.DAGs(r.Tasks) {
+		nodes := map[string]*workflow.TaskInfo{}
+		count := 0
+		for i := range r.Tasks {
+			if t := &r.Tasks[i]; t.Node && t.ParentID == dag.TaskID {
+				nodes[t.Key] = t
+				count++
+			}
+		}
+		fmt.Fprintln(w)
+		row(w, fmt.Sprintf("DAG %s (task %s): %s in %s", dag.Workflow, dag.TaskKey, counted(count, "node"), counted(len(dag.Layers), "layer")))
+		row(w, "LAYER", "NODE ← DEPENDENCIES", "STATUS", "DETAIL")
+		for i, layer := range dag.Layers {
+			for j, name := range layer {
+				n := nodes[name]
+				num := ""
+				if j == 0 {
+					num = fmt.Sprint(i + 1)
+				}
+				node := n.Key
+				if len(n.DependsOn) > 0 {
+					node += " ← " + strings.Join(n.DependsOn, ", ")
+				}
+				row(w, num, node, mark(n.Status), nodeDetail(n))
+			}
+		}
+	}
+}
+
+// counted writes n things: "1 node", "3 nodes".
+func counted(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return fmt.Sprintf("%d %ss", n, thing)
+}
+
+// nodeDetail says what a DAG node's status alone does not: why it was
+// skipped, what its error was, or how many dependencies a blocked node
+// still awaits.
+func nodeDetail(n *workflow.TaskInfo) string {
+	switch {
+	case n.SkipReason != "":
+		return n.SkipReason
+	case n.Error != "":
+		return firstLine(n.Error, clipDefault)
+	case n.Status == "blocked" && n.Remaining > 0:
+		return fmt.Sprintf("awaiting %d of %d", n.Remaining, len(n.DependsOn))
+	}
+	return "-"
 }
 
 // treeEntry is a step or a child task under a task, placed in time.
@@ -206,6 +265,9 @@ func printTask(w io.Writer, t *workflow.TaskInfo, children map[string][]*workflo
 	}
 	if t.Error != "" {
 		detail += ": " + firstLine(t.Error, clipDefault)
+	}
+	if t.SkipReason != "" {
+		detail += ": " + t.SkipReason
 	}
 	row(w, indent+t.Key, "task", mark(t.Status), t.Attempt, between(t.StartedAt, t.FinishedAt), detail)
 

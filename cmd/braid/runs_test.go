@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strconv"
 	"strings"
 	"testing"
@@ -255,5 +256,155 @@ func TestRunsShowPanicStack(t *testing.T) {
 	code, out, errOut = braid(t, "jobs", "retry", id, "--database-url", url)
 	if want := "job " + id + " is a turn job of run " + run.ID + " (import): retried the run, which is now running\n"; code != 0 || out != want {
 		t.Errorf("jobs retry %s: code %d, stdout %q, stderr %q; want %q", id, code, out, errOut, want)
+	}
+}
+
+// TestRunsShowDAG runs a DAG on a real engine, in which a false condition
+// skips one node, a node fails, the node after it is skipped for that, and
+// the on-failure node runs; then it shows the run: each node is drawn in
+// its layer with the nodes it waits for, its status and, when skipped, why.
+func TestRunsShowDAG(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	url := testutil.URL(t)
+	pool := testutil.Pool(t, url)
+	type article struct {
+		URL string `json:"url"`
+	}
+	node := func(name string, out string) *workflow.Workflow[article, string] {
+		return workflow.Define(name, func(t *workflow.Task, in article) (string, error) { return out, nil })
+	}
+	fetch, language, summarize, notify, cleanup := node("fetch_page", "<html>"), node("detect_language", "de"),
+		node("summarize", "summary"), node("notify", "sent"), node("cleanup", "cleaned")
+	index := workflow.Define("index_article", func(t *workflow.Task, in article) (string, error) {
+		return "", errors.New("search index unavailable")
+	}, workflow.WithMaxAttempts(1))
+	dag := workflow.DAG[article]("publish",
+		workflow.Node("fetch", fetch),
+		workflow.Node("language", language, workflow.After("fetch")),
+		workflow.Node("summary", summarize, workflow.After("language"), workflow.When(`language == "en"`)),
+		workflow.Node("index", index, workflow.After("language", "summary")),
+		workflow.Node("notify", notify, workflow.After("index")),
+		workflow.Node("cleanup", cleanup, workflow.IfDAGFails()),
+	)
+	eng, err := workflow.NewEngine(pool, &workflow.Config{
+		Workflows:             []workflow.Definition{dag, fetch, language, summarize, index, notify, cleanup},
+		DisableDelayProcessor: true, Logger: quiet, Queue: &queue.Config{Logger: quiet},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = eng.Stop(context.Background()) })
+	run, err := dag.Start(ctx, eng, article{URL: "https://example.com/a"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run.Result(ctx); err == nil || !strings.Contains(err.Error(), `node "index"`) {
+		t.Fatalf("the DAG ended with %v; want it failed naming node index", err)
+	}
+
+	code, out, errOut := braid(t, "runs", "show", run.ID, "--database-url", url)
+	if code != 0 {
+		t.Fatalf("runs show: code %d: %s", code, errOut)
+	}
+	_, drawing, ok := strings.Cut(out, "\nDAG publish (task root): 6 nodes in 6 layers\n")
+	if !ok {
+		t.Fatalf("runs show of a DAG run does not draw the DAG:\n%s", out)
+	}
+	drawing, _, _ = strings.Cut(drawing, "\nFAILURES\n")
+	var got [][]string
+	for _, line := range strings.Split(strings.TrimSpace(drawing), "\n") {
+		cells := strings.Split(line, "  ")
+		var row []string
+		for _, c := range cells {
+			if c = strings.TrimSpace(c); c != "" {
+				row = append(row, c)
+			}
+		}
+		got = append(got, row)
+	}
+	want := [][]string{
+		{"LAYER", "NODE ← DEPENDENCIES", "STATUS", "DETAIL"},
+		{"1", "fetch", "completed", "-"},
+		{"2", "language ← fetch", "completed", "-"},
+		{"3", "summary ← language", "skipped", `condition false: language == "en"`},
+		{"4", "index ← language, summary", "✗ failed", "search index unavailable"},
+		{"5", "notify ← index", "skipped", `the DAG failed: node "index" failed`},
+		{"6", "cleanup ← fetch, index, language, notify, summary", "completed", "-"},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("the DAG's drawing (-want +got):\n%s\n%s", diff, out)
+	}
+	// The task tree names the skip reason too, and the failed node is
+	// among the failures.
+	for _, want := range []string{
+		`summarize, 0 turns: condition false: language == "en"`,
+		"\n✗ task index (index_article, failed, attempt 1):\n    search index unavailable\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("runs show does not hold %q:\n%s", want, out)
+		}
+	}
+
+	// --json carries the nodes' dependencies and skip reasons.
+	_, out, _ = braid(t, "runs", "show", run.ID, "--json", "--database-url", url)
+	var info workflow.RunInfo
+	if err := json.Unmarshal([]byte(out), &info); err != nil {
+		t.Fatalf("runs show --json: %v\n%s", err, out)
+	}
+	reasons := map[string]string{}
+	for _, task := range info.Tasks {
+		if task.Node {
+			reasons[task.Key] = task.Status + ": " + task.SkipReason
+		}
+	}
+	wantReasons := map[string]string{
+		"fetch": "completed: ", "language": "completed: ", "summary": `skipped: condition false: language == "en"`,
+		"index": "failed: ", "notify": `skipped: the DAG failed: node "index" failed`, "cleanup": "completed: ",
+	}
+	if diff := cmp.Diff(wantReasons, reasons); diff != "" {
+		t.Errorf("runs show --json nodes (-want +got):\n%s", diff)
+	}
+}
+
+// TestPrintDAGsUnfinished draws a DAG that is under way: a node that runs,
+// one that waits, and blocked nodes that say how many dependencies they
+// still await; an on-failure node waits for every other one.
+func TestPrintDAGsUnfinished(t *testing.T) {
+	t.Parallel()
+	node := func(key, status string, remaining int, deps ...string) workflow.TaskInfo {
+		return workflow.TaskInfo{ID: key, ParentID: "r", Key: key, Workflow: "w", Status: status, Remaining: remaining, Node: true, DependsOn: deps}
+	}
+	run := &workflow.RunInfo{Tasks: []workflow.TaskInfo{
+		{ID: "r", Key: "root", Workflow: "etl", Status: "waiting", Remaining: 6},
+		node("extract", "completed", 0),
+		node("geo", "running", 0, "extract"),
+		node("prices", "waiting", 2, "extract"),
+		node("load", "blocked", 2, "geo", "prices"),
+		node("publish", "pending", 0),
+		node("alert", "blocked", 3, "extract", "geo", "load", "prices", "publish"),
+	}}
+	var b strings.Builder
+	printDAGs(&b, run)
+	var got []string
+	for _, line := range strings.Split(strings.TrimSpace(b.String()), "\n") {
+		got = append(got, strings.Join(strings.Fields(line), " "))
+	}
+	want := []string{
+		"DAG etl (task root): 6 nodes in 4 layers",
+		"LAYER NODE ← DEPENDENCIES STATUS DETAIL",
+		"1 extract completed -",
+		"publish pending -",
+		"2 geo ← extract running -",
+		"prices ← extract waiting -",
+		"3 load ← geo, prices blocked awaiting 2 of 2",
+		"4 alert ← extract, geo, load, prices, publish blocked awaiting 3 of 5",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("the DAG's drawing (-want +got):\n%s", diff)
 	}
 }

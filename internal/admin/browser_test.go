@@ -108,8 +108,21 @@ func TestDashboardInABrowser(t *testing.T) {
 			return fmt.Sprintf("%s: %d rows", month, rows), nil
 		})
 	}, workflow.WithMaxAttempts(1))
+	// A DAG whose condition skips its summary node.
+	type article struct {
+		Lang string `json:"lang"`
+	}
+	node := func(name string) *workflow.Workflow[article, string] {
+		return workflow.Define(name, func(t *workflow.Task, in article) (string, error) { return name, nil })
+	}
+	fetchPage, summarize, indexPage := node("fetch_page"), node("summarize"), node("index_page")
+	publish := workflow.DAG[article]("publish",
+		workflow.Node("fetch", fetchPage),
+		workflow.Node("summary", summarize, workflow.After("fetch"), workflow.When(`input.lang == "en"`)),
+		workflow.Node("index", indexPage, workflow.After("fetch", "summary")),
+	)
 	eng, err := workflow.NewEngine(f.pool, &workflow.Config{
-		Workflows: []workflow.Definition{report},
+		Workflows: []workflow.Definition{report, publish, fetchPage, summarize, indexPage},
 		Queue:     &queue.Config{Workers: workers},
 	})
 	if err != nil {
@@ -126,6 +139,13 @@ func TestDashboardInABrowser(t *testing.T) {
 	}
 	if _, err := run.Result(ctx); err == nil {
 		t.Fatal("the report run completed; it should fail at render")
+	}
+	dagRun, err := publish.Start(ctx, eng, article{Lang: "de"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dagRun.Result(ctx); err != nil {
+		t.Fatalf("the DAG run: %v", err)
 	}
 	job, err := eng.Queue().Insert(ctx, exportArgs{Steps: 40}, nil)
 	if err != nil {
@@ -248,5 +268,22 @@ func TestDashboardInABrowser(t *testing.T) {
 	noReload("run page")
 	if !strings.Contains(f.auditLog(), run.ID) {
 		t.Errorf("the retry from the dashboard was not audited with the run's ID")
+	}
+
+	// The DAG run's page draws its nodes layer by layer, each with its
+	// status, and says why the skipped one was skipped.
+	step("open the DAG run",
+		chromedp.Navigate(fmt.Sprintf("%s/#/runs/%s", f.http.URL, dagRun.ID)),
+		chromedp.WaitVisible(chromedp.CSS(`.dag [data-node="summary"] .skip-reason`)),
+	)
+	layers := read("read the DAG's layers", chromedp.Evaluate[string](`[...document.querySelectorAll(".dag .dag-layer")].map(l =>
+		l.dataset.layer + ": " + [...l.querySelectorAll(".dag-node")].map(n => n.dataset.node + " " + n.dataset.status).join(", ")).join("; ")`))
+	if want := "1: fetch completed; 2: summary skipped; 3: index completed"; layers != want {
+		t.Errorf("the DAG's layers on the run page: %q; want %q", layers, want)
+	}
+	reason := read("read the skip reason", chromedp.Text(chromedp.CSS(`.dag [data-node="summary"] .skip-reason`)))
+	deps := read("read the dependencies", chromedp.Text(chromedp.CSS(`.dag [data-node="index"] .dag-deps`)))
+	if strings.TrimSpace(reason) != `condition false: input.lang == "en"` || strings.TrimSpace(deps) != "← fetch, summary" {
+		t.Errorf("the skipped node's reason is %q and index's dependencies %q; want the false condition and ← fetch, summary", reason, deps)
 	}
 }

@@ -41,10 +41,89 @@ type RunDetail struct {
 	// Timeline lists the run's turns, steps, waits on children and delays,
 	// oldest first, for a Gantt chart.
 	Timeline []TimelineEntry `json:"timeline"`
+	// DAGs are the run's DAGs, each with its nodes in layers; empty for a
+	// run without one. The nodes' statuses, dependencies and skip reasons
+	// are in Tasks.
+	DAGs []RunDAG `json:"dags"`
 	// TraceID is the run's trace, and TraceURL its page in the Jaeger UI
 	// when the server is configured with one.
 	TraceID  string `json:"trace_id,omitempty"`
 	TraceURL string `json:"trace_url,omitempty"`
+}
+
+// RunDAG is a DAG of a run: the nodes under one DAG root task, drawn in
+// topological layers. The nodes that depend on nothing form the first
+// layer; every other node sits one layer past its deepest dependency, so
+// that each node comes after everything it waits for. An on-failure node,
+// which waits for every other node, lands in the last layer.
+type RunDAG struct {
+	// TaskID and TaskKey name the DAG's root task: the run's root, or a
+	// task that started the DAG as a child.
+	TaskID  string `json:"task_id"`
+	TaskKey string `json:"task_key"`
+	// Workflow is the DAG's name.
+	Workflow string `json:"workflow"`
+	// Layers hold the names of the nodes (their tasks' keys), layer by
+	// layer; within a layer, in the order the DAG declared them.
+	Layers [][]string `json:"layers"`
+}
+
+// DAGs finds the DAGs among a run's tasks (in the order Inspect lists
+// them) and lays out the nodes of each in layers. A run without a DAG has
+// none.
+func DAGs(tasks []workflow.TaskInfo) []RunDAG {
+	nodes := map[string][]*workflow.TaskInfo{} // DAG root task ID → its nodes
+	for i := range tasks {
+		if t := &tasks[i]; t.Node && t.ParentID != "" {
+			nodes[t.ParentID] = append(nodes[t.ParentID], t)
+		}
+	}
+	out := []RunDAG{}
+	for i := range tasks {
+		root := &tasks[i]
+		if len(nodes[root.ID]) == 0 {
+			continue
+		}
+		out = append(out, RunDAG{TaskID: root.ID, TaskKey: root.Key, Workflow: root.Workflow, Layers: layers(nodes[root.ID])})
+	}
+	return out
+}
+
+// layers places the nodes of one DAG in topological layers.
+func layers(nodes []*workflow.TaskInfo) [][]string {
+	byKey := make(map[string]*workflow.TaskInfo, len(nodes))
+	for _, n := range nodes {
+		byKey[n.Key] = n
+	}
+	depth := make(map[string]int, len(nodes))
+	const visiting = -1
+	var place func(n *workflow.TaskInfo) int
+	place = func(n *workflow.TaskInfo) int {
+		switch d, ok := depth[n.Key]; {
+		case ok && d == visiting:
+			return 0 // a cycle, which a DAG's definition refuses
+		case ok:
+			return d
+		}
+		depth[n.Key] = visiting
+		d := 0
+		for _, dep := range n.DependsOn {
+			if m := byKey[dep]; m != nil {
+				d = max(d, place(m)+1)
+			}
+		}
+		depth[n.Key] = d
+		return d
+	}
+	var out [][]string
+	for _, n := range nodes {
+		d := place(n)
+		for len(out) <= d {
+			out = append(out, []string{})
+		}
+		out[d] = append(out[d], n.Key)
+	}
+	return out
 }
 
 // RunStep is a recorded step or delay with the task it belongs to.
@@ -330,6 +409,7 @@ func (s *Server) runDetail(run *workflow.RunInfo) RunDetail {
 		Steps:    []RunStep{},
 		Delays:   []RunDelay{},
 		Timeline: timeline(run.Tasks),
+		DAGs:     DAGs(run.Tasks),
 		TraceID:  run.TraceID,
 	}
 	if d.TraceID != "" && s.cfg.JaegerURL != "" {

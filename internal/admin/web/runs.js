@@ -1,6 +1,6 @@
-// Runs: the filterable list, and a run's page with its task tree, a Gantt
-// timeline of turns, steps, waits and delays, its steps with their outputs
-// and errors, and the Cancel and Retry actions.
+// Runs: the filterable list, and a run's page with its task tree, its DAGs'
+// nodes in layers, a Gantt timeline of turns, steps, waits and delays, its
+// steps with their outputs and errors, and the Cancel and Retry actions.
 "use strict";
 
 (() => {
@@ -241,6 +241,7 @@
     return [
       io,
       h("h2", {}, "Timeline"), gantt(d, byID),
+      (d.dags || []).map(g => dagLayers(g, d.tasks)),
       h("h2", {}, "Tasks ", h("span", {class: "muted"}, "(" + d.tasks.length + ")")), taskTree(d.tasks, open),
       h("h2", {}, "Steps ", h("span", {class: "muted"}, "(" + d.steps.length + ")")), stepsTable(d, byID, open),
       d.delays.length ? [h("h2", {}, "Delays"), delaysTable(d.delays)] : null,
@@ -264,7 +265,8 @@
           t.turns + " turn" + (t.turns === 1 ? "" : "s") +
           (t.started_at ? " · " + fmt.between(t.started_at, t.finished_at) : "") +
           (t.remaining > 0 ? " · awaiting " + t.remaining : "")),
-        t.error ? [" ", h("span", {class: "error"}, truncate(t.error, 80))] : null);
+        t.error ? [" ", h("span", {class: "error"}, truncate(t.error, 80))] : null,
+        t.skip_reason ? [" ", h("span", {class: "skip-reason"}, t.skip_reason)] : null);
       const key = "task:" + t.id;
       return h("li", {id: "task-" + t.id, class: "task task-" + t.status, "data-status": t.status},
         h("details", {"data-key": key, open: open.has(key)}, summary,
@@ -276,6 +278,36 @@
         kids.length ? h("ul", {class: "tree"}, kids.map(node)) : null);
     };
     return h("ul", {class: "tree", id: "run-tree"}, (children.get("") || []).map(node));
+  }
+
+  // dagLayers draws a DAG's nodes layer by layer, as the server laid them
+  // out: each node with its status, the nodes it waits for, and why it
+  // was skipped, what failed it, or what it still awaits.
+  function dagLayers(g, tasks) {
+    const nodes = new Map(tasks.filter(t => t.node && t.parent_id === g.task_id).map(t => [t.key, t]));
+    const item = (name) => {
+      const t = nodes.get(name);
+      if (!t) return h("li", {class: "dag-node", "data-node": name}, h("code", {class: "task-key"}, name));
+      const deps = t.depends_on || [];
+      let why = null;
+      if (t.skip_reason) why = h("span", {class: "skip-reason"}, t.skip_reason);
+      else if (t.error) why = h("span", {class: "error", title: t.error}, truncate(t.error, 100));
+      else if (t.status === "blocked" && t.remaining > 0) why = h("span", {class: "muted"}, "awaiting " + t.remaining + " of " + deps.length);
+      return h("li", {class: "dag-node task-" + t.status, "data-node": t.key, "data-status": t.status},
+        status(t.status), " ", h("code", {class: "task-key"}, t.key),
+        deps.length ? [" ", h("span", {class: "muted dag-deps", title: "runs after " + deps.join(", ")}, "← " + deps.join(", "))] : null,
+        " ", h("span", {class: "muted"}, "· " + t.workflow),
+        why ? [" ", why] : null);
+    };
+    return [
+      h("h2", {}, "DAG ", h("code", {}, g.workflow), " ", h("span", {class: "muted"},
+        "(task " + g.task_key + " · " + nodes.size + " node" + (nodes.size === 1 ? "" : "s") + " in " +
+        g.layers.length + " layer" + (g.layers.length === 1 ? "" : "s") + ")")),
+      h("ol", {class: "dag", "data-dag": g.task_id}, g.layers.map((layer, i) =>
+        h("li", {class: "dag-layer", "data-layer": String(i + 1)},
+          h("span", {class: "muted dag-layer-label"}, "layer " + (i + 1)),
+          h("ul", {class: "tree"}, layer.map(item))))),
+    ];
   }
 
   function stepsTable(d, byID, open) {
