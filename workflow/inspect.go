@@ -72,11 +72,13 @@ type TaskInfo struct {
 	Waits []WaitInfo `json:"waits,omitempty"`
 	// Node is set for a node of a DAG (a child of the DAG's root task, Key
 	// its node name). DependsOn names the nodes it waits for; an
-	// on-failure node waits for every other node. SkipReason says why a
+	// on-failure node (OnFailure) waits for every other node, and runs
+	// only if the DAG failed. SkipReason says why a
 	// skipped node did not run: the condition that was false, the
 	// dependencies that were all skipped, or the node whose failure failed
 	// the DAG.
 	Node       bool     `json:"node,omitempty"`
+	OnFailure  bool     `json:"on_failure,omitempty"`
 	DependsOn  []string `json:"depends_on,omitempty"`
 	SkipReason string   `json:"skip_reason,omitempty"`
 }
@@ -327,7 +329,7 @@ func Inspect(ctx context.Context, db Querier, runID string) (*RunInfo, error) {
 		       CASE WHEN j.attempt IS NOT NULL OR t.status = 'running' THEN 'running' ELSE t.status END,
 		       coalesce(j.attempt, t.attempt), t.max_attempts, t.turns, t.remaining, t.error, t.input, t.output,
 		       t.created_at, coalesce(t.started_at, j.attempted_at), t.finished_at, t.updated_at,
-		       t.dependents, coalesce(t.skip_reason, '')
+		       t.dependents, coalesce(t.skip_reason, ''), t.on_failure
 		  FROM braid_tasks t `+taskTurnSQL+`
 		 WHERE t.run_id = $1 ORDER BY t.created_at, t.id`, id)
 	if err != nil {
@@ -348,7 +350,7 @@ func Inspect(ctx context.Context, db Querier, runID string) (*RunInfo, error) {
 			deps          []uuid.UUID
 		)
 		if err := rows.Scan(&tid, &parentID, &ti.Key, &ti.Workflow, &ti.Status, &ti.Attempt, &ti.MaxAttempts, &ti.Turns, &ti.Remaining,
-			&errRaw, &input, &output, &ti.CreatedAt, &ti.StartedAt, &ti.FinishedAt, &updatedAt, &deps, &ti.SkipReason); err != nil {
+			&errRaw, &input, &output, &ti.CreatedAt, &ti.StartedAt, &ti.FinishedAt, &updatedAt, &deps, &ti.SkipReason, &ti.OnFailure); err != nil {
 			rows.Close()
 			return nil, err
 		}

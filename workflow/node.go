@@ -45,6 +45,7 @@ func (e *Engine) createNodesTx(ctx context.Context, tx pgx.Tx, roots []dagRoot) 
 		ids, runIDs, parents            []uuid.UUID
 		keys, workflows, inputs, queues []string
 		statuses, dependents            []string
+		onFailures                      []bool
 		maxAttempts, remaining          []int32
 		prios                           []int16
 		turns                           []turn
@@ -90,6 +91,7 @@ func (e *Engine) createNodesTx(ctx context.Context, tx pgx.Tx, roots []dagRoot) 
 			inputs = append(inputs, r.input)
 			statuses = append(statuses, status)
 			dependents = append(dependents, "{"+strings.Join(deps, ",")+"}")
+			onFailures = append(onFailures, n.onFailure)
 			maxAttempts = append(maxAttempts, int32(nd.maxAttempts))
 			remaining = append(remaining, int32(count))
 			queues = append(queues, nd.queue)
@@ -100,11 +102,11 @@ func (e *Engine) createNodesTx(ctx context.Context, tx pgx.Tx, roots []dagRoot) 
 		return nil, nil
 	}
 	if _, err := tx.Exec(ctx, `
-		INSERT INTO braid_tasks (id, run_id, parent_task_id, key, workflow, status, input, max_attempts, remaining, queue, priority, dependents)
-		SELECT u.id, u.run_id, u.parent, u.key, u.workflow, u.status, u.input::jsonb, u.max_attempts, u.remaining, u.queue, u.prio, u.dependents::uuid[]
-		  FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::text[], $7::text[], $8::int[], $9::int[], $10::text[], $11::smallint[], $12::text[])
-		       AS u(id, run_id, parent, key, workflow, status, input, max_attempts, remaining, queue, prio, dependents)`,
-		ids, runIDs, parents, keys, workflows, statuses, inputs, maxAttempts, remaining, queues, prios, dependents); err != nil {
+		INSERT INTO braid_tasks (id, run_id, parent_task_id, key, workflow, status, input, max_attempts, remaining, queue, priority, dependents, on_failure)
+		SELECT u.id, u.run_id, u.parent, u.key, u.workflow, u.status, u.input::jsonb, u.max_attempts, u.remaining, u.queue, u.prio, u.dependents::uuid[], u.on_failure
+		  FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::text[], $7::text[], $8::int[], $9::int[], $10::text[], $11::smallint[], $12::text[], $13::bool[])
+		       AS u(id, run_id, parent, key, workflow, status, input, max_attempts, remaining, queue, prio, dependents, on_failure)`,
+		ids, runIDs, parents, keys, workflows, statuses, inputs, maxAttempts, remaining, queues, prios, dependents, onFailures); err != nil {
 		return nil, fmt.Errorf("workflow: creating the %d nodes of %d DAG runs: %w", len(ids), len(roots), err)
 	}
 	return turns, nil

@@ -213,7 +213,9 @@ func printDAGs(w io.Writer, r *workflow.RunInfo) {
 					num = fmt.Sprint(i + 1)
 				}
 				node := n.Key
-				if len(n.DependsOn) > 0 {
+				if n.OnFailure {
+					node += " (if the DAG fails)"
+				} else if len(n.DependsOn) > 0 {
 					node += " ← " + strings.Join(n.DependsOn, ", ")
 				}
 				row(w, num, node, mark(n.Status), nodeDetail(n))

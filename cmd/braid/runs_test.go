@@ -334,7 +334,7 @@ func TestRunsShowDAG(t *testing.T) {
 		{"3", "summary ← language", "skipped", `condition false: language == "en"`},
 		{"4", "index ← language, summary", "✗ failed", "search index unavailable"},
 		{"5", "notify ← index", "skipped", `the DAG failed: node "index" failed`},
-		{"6", "cleanup ← fetch, index, language, notify, summary", "completed", "-"},
+		{"6", "cleanup (if the DAG fails)", "completed", "-"},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("the DAG's drawing (-want +got):\n%s\n%s", diff, out)

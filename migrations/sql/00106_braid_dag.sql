@@ -11,6 +11,9 @@
 -- +goose StatementBegin
 ALTER TABLE braid_tasks ADD COLUMN dependents uuid[];
 ALTER TABLE braid_tasks ADD COLUMN skip_reason text;
+-- An on-failure node waits for every other node of its DAG and runs only
+-- if the DAG failed.
+ALTER TABLE braid_tasks ADD COLUMN on_failure boolean NOT NULL DEFAULT false;
 -- The reconciler's look for nodes left undecided: blocked with nothing
 -- left to wait for, which happens only when the process that settled
 -- their last dependency did not know their DAG.
@@ -21,6 +24,7 @@ CREATE INDEX braid_tasks_undecided_nodes ON braid_tasks (updated_at)
 -- +goose Down
 -- +goose StatementBegin
 DROP INDEX braid_tasks_undecided_nodes;
+ALTER TABLE braid_tasks DROP COLUMN on_failure;
 ALTER TABLE braid_tasks DROP COLUMN skip_reason;
 ALTER TABLE braid_tasks DROP COLUMN dependents;
 -- +goose StatementEnd

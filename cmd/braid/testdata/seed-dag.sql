@@ -46,3 +46,6 @@ INSERT INTO braid_tasks (id, run_id, parent_task_id, key, workflow, status, inpu
 INSERT INTO braid_steps (task_id, name, kind, status, output, error, attempts, resume_at, started_at, created_at, finished_at) VALUES
 ('0195a1b2-1000-7000-8000-000000000011', 'read', 'step', 'completed', '{"rows": 1200}', NULL, 1, NULL,
  '2026-03-02 10:00:00.2+00', '2026-03-02 10:00:01.9+00', '2026-03-02 10:00:01.9+00');
+
+-- alert is the DAG's on-failure node.
+UPDATE braid_tasks SET on_failure = true WHERE id = '0195a1b2-1000-7000-8000-000000000016';

@@ -295,7 +295,8 @@
       else if (t.status === "blocked" && t.remaining > 0) why = h("span", {class: "muted"}, "awaiting " + t.remaining + " of " + deps.length);
       return h("li", {class: "dag-node task-" + t.status, "data-node": t.key, "data-status": t.status},
         status(t.status), " ", h("code", {class: "task-key"}, t.key),
-        deps.length ? [" ", h("span", {class: "muted dag-deps", title: "runs after " + deps.join(", ")}, "← " + deps.join(", "))] : null,
+        t.on_failure ? [" ", h("span", {class: "muted dag-deps", title: "runs after every other node, only if the DAG failed"}, "if the DAG fails")]
+          : deps.length ? [" ", h("span", {class: "muted dag-deps", title: "runs after " + deps.join(", ")}, "← " + deps.join(", "))] : null,
         " ", h("span", {class: "muted"}, "· " + t.workflow),
         why ? [" ", why] : null);
     };
