@@ -199,10 +199,9 @@ func (e *Engine) settleNodes(ctx context.Context, tx pgx.Tx, settled []settlemen
 // them as settled.
 func (e *Engine) failDAGs(ctx context.Context, tx pgx.Tx, frontier []settlement) ([]settlement, error) {
 	var (
-		roots, keepRoots []uuid.UUID
-		reasons, keep    []string
-		causes           []uuid.UUID
-		dags             = map[uuid.UUID]string{}
+		roots, causes []uuid.UUID
+		reasons       []string
+		dags          = map[uuid.UUID]string{}
 	)
 	for _, s := range frontier {
 		if s.status != "failed" || s.parentID == nil {
@@ -220,11 +219,6 @@ func (e *Engine) failDAGs(ctx context.Context, tx pgx.Tx, frontier []settlement)
 		causes = append(causes, s.taskID)
 		reasons = append(reasons, fmt.Sprintf("the DAG failed: node %q failed", s.key))
 		dags[*s.parentID] = s.dag
-		for _, o := range spec.nodes {
-			if o.onFailure {
-				keepRoots, keep = append(keepRoots, *s.parentID), append(keep, o.name)
-			}
-		}
 	}
 	if len(roots) == 0 {
 		return nil, nil
@@ -233,9 +227,8 @@ func (e *Engine) failDAGs(ctx context.Context, tx pgx.Tx, frontier []settlement)
 		UPDATE braid_tasks t
 		   SET status = 'skipped', skip_reason = u.reason, remaining = 0, finished_at = now(), updated_at = now()
 		  FROM unnest($1::uuid[], $2::text[], $3::uuid[]) AS u(root, reason, cause)
-		 WHERE t.parent_task_id = u.root AND t.status = 'blocked'
-		   AND NOT EXISTS (SELECT 1 FROM unnest($4::uuid[], $5::text[]) AS k(root, key) WHERE k.root = t.parent_task_id AND k.key = t.key)
-		RETURNING t.id, t.run_id, t.parent_task_id, t.key, u.cause`, roots, reasons, causes, keepRoots, keep)
+		 WHERE t.parent_task_id = u.root AND t.status = 'blocked' AND NOT t.on_failure
+		RETURNING t.id, t.run_id, t.parent_task_id, t.key, u.cause`, roots, reasons, causes)
 	if err != nil {
 		return nil, fmt.Errorf("workflow: skipping the blocked nodes of %d failed DAGs: %w", len(roots), err)
 	}
