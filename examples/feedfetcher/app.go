@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -99,6 +101,14 @@ type Config struct {
 	// defaults to WebSubLeaseDefault (10 days).
 	WebSubLease time.Duration
 
+	// Languages are the languages the reader wants summaries in, as ISO
+	// 639-1 codes among those the detector knows ([KnownLanguages]). The
+	// article pipeline of every new entry detects the entry's language,
+	// and its summary node runs only when that language is one of these
+	// (SummaryCondition); otherwise the node is skipped, and the entry is
+	// indexed without a summary. It defaults to LanguagesDefault (en).
+	Languages []string
+
 	// MaxFailures parks a feed's recurring job as a dead letter after this
 	// many failed fetches in a row; a negative value never parks. It
 	// defaults to scheduler.RecurringMaxFailuresDefault.
@@ -130,7 +140,8 @@ type Config struct {
 
 // App is the back end of a feed reader built on braid: users subscribe to
 // feeds, every feed is fetched by its own recurring job, and new entries
-// start a digest workflow per subscriber. Create it with [New], then
+// start an article pipeline per entry and a digest workflow per
+// subscriber. Create it with [New], then
 // [App.Start] it; [App.Subscribe] and the other methods work whether it is
 // started or not. An App is safe for concurrent use.
 type App struct {
@@ -144,6 +155,7 @@ type App struct {
 
 	digest  *workflow.Workflow[DigestInput, DigestOutput]
 	article *workflow.Workflow[ArticleInput, ArticleSummary]
+	pipe    pipeline
 
 	mu      sync.Mutex
 	started bool
@@ -202,6 +214,10 @@ func New(pool *pgxpool.Pool, cfg *Config) (*App, error) {
 	if _, err := scheduler.Parse(c.WebSubSchedule, ""); err != nil {
 		return nil, fmt.Errorf("feedfetcher: Config.WebSubSchedule: %w", err)
 	}
+	var err error
+	if c.Languages, err = checkLanguages(c.Languages); err != nil {
+		return nil, err
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -247,6 +263,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*App, error) {
 	a.article = workflow.Define(FetchArticleWorkflow, a.fetchArticle, workflow.WithMaxAttempts(5))
 	a.digest = workflow.Define(DigestWorkflow, a.sendDigest, workflow.WithMaxAttempts(10))
 	ec.Workflows = append(append([]workflow.Definition(nil), ec.Workflows...), a.digest, a.article)
+	ec.Workflows = append(ec.Workflows, a.definePipeline()...)
 	if ec.Logger == nil {
 		ec.Logger = c.Logger
 	}
@@ -280,7 +297,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*App, error) {
 
 // Start creates the renew_websub schedule (or brings its expression up to
 // date), then starts the workflow engine, which works the fetch_feed,
-// renew_websub and digest jobs, and the scheduler, which claims due
+// renew_websub, digest and article pipeline jobs, and the scheduler, which claims due
 // recurring jobs and fires schedules.
 func (a *App) Start(ctx context.Context) error {
 	a.mu.Lock()
@@ -370,3 +387,27 @@ func (a *App) Fetcher() *Fetcher { return a.fetcher }
 
 // Pool returns the App's database pool.
 func (a *App) Pool() *pgxpool.Pool { return a.pool }
+
+// checkLanguages normalizes the configured languages (lower case, no
+// repeats), or says which one the detector does not know. None means
+// LanguagesDefault.
+func checkLanguages(langs []string) ([]string, error) {
+	if len(langs) == 0 {
+		return slices.Clone(LanguagesDefault), nil
+	}
+	known := KnownLanguages()
+	out := make([]string, 0, len(langs))
+	for _, l := range langs {
+		l = strings.ToLower(strings.TrimSpace(l))
+		if !slices.Contains(known, l) {
+			return nil, fmt.Errorf("feedfetcher: Config.Languages: %q is not a language the detector knows (%s)", l, strings.Join(known, ", "))
+		}
+		if !slices.Contains(out, l) {
+			out = append(out, l)
+		}
+	}
+	return out, nil
+}
+
+// Languages returns the languages the reader wants summaries in.
+func (a *App) Languages() []string { return slices.Clone(a.cfg.Languages) }

@@ -2,6 +2,9 @@ package feedfetcher
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -10,6 +13,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/braidflow/braid/examples/feedfetcher/feedserver"
 	"github.com/braidflow/braid/workflow"
@@ -297,5 +302,214 @@ func TestDigestSendsOnce(t *testing.T) {
 	}
 	if n := len(digestsOf(t, app, alice.ID, sub.FeedID)); n != 1 {
 		t.Errorf("%d digests after sending twice, want 1", n)
+	}
+}
+
+// TestArticlePipeline follows the article pipeline of every new entry of
+// three feeds, in English, French and German, for a reader who wants
+// summaries in English and German: each entry is fetched, extracted,
+// its language detected and indexed; the summary node runs for the English
+// and German entries and is skipped, with its condition as the reason, for
+// the French ones.
+func TestArticlePipeline(t *testing.T) {
+	t.Parallel()
+	pool := testDB(t)
+	srv := startServer(t)
+	cfg := testConfig(nil)
+	cfg.Languages = []string{"EN", "de", "en"}
+	app := startApp(t, pool, cfg)
+	ctx := ctxTimeout(t, 50*time.Second)
+	if got := app.Languages(); !slices.Equal(got, []string{"en", "de"}) {
+		t.Fatalf("Languages() = %v, want [en de]", got)
+	}
+	alice := user(t, app, "alice")
+	feeds := map[string]int64{}
+	for _, slug := range []string{"cycling-dispatch", "marche-du-quartier", "bergwetter"} {
+		sub, err := app.Subscribe(ctx, alice.ID, srv.FeedURL(slug))
+		if err != nil {
+			t.Fatal(err)
+		}
+		feeds[slug] = sub.FeedID
+	}
+	articles := func(slug string) []*IndexedArticle {
+		t.Helper()
+		arts, err := app.Articles(ctx, feeds[slug])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return arts
+	}
+	eventually(t, 30*time.Second, "three indexed articles per feed", func() bool {
+		for slug := range feeds {
+			if len(articles(slug)) != 3 {
+				return false
+			}
+		}
+		return true
+	})
+	// The index node writes the article; the run completes a turn later.
+	eventually(t, 10*time.Second, "nine completed pipeline runs", func() bool {
+		n, err := workflow.CountRuns(ctx, pool, workflow.RunFilter{Workflow: PipelineWorkflow, Status: "completed"})
+		return err == nil && n == 9
+	})
+
+	skipReason := "condition false: " + SummaryCondition
+	for slug, want := range map[string]struct {
+		lang      string
+		summarize bool
+	}{"cycling-dispatch": {"en", true}, "marche-du-quartier": {"fr", false}, "bergwetter": {"de", true}} {
+		entries, err := app.Entries(ctx, feeds[slug])
+		if err != nil {
+			t.Fatal(err)
+		}
+		byEntry := map[int64]*IndexedArticle{}
+		for _, art := range articles(slug) {
+			byEntry[art.EntryID] = art
+		}
+		for _, e := range entries {
+			art := byEntry[e.ID]
+			if art == nil {
+				t.Errorf("%s: entry %d %q is not indexed", slug, e.ID, e.Title)
+				continue
+			}
+			if art.Language != want.lang || art.Title != e.Title || art.Chars < len(e.Summary) ||
+				(art.Summary != nil) != want.summarize || (art.Summary != nil && *art.Summary == "") {
+				t.Errorf("%s: article %+v of entry %d %q; want language %s, summarized %t", slug, art, e.ID, e.Title, want.lang, want.summarize)
+			}
+			run, err := app.PipelineRun(ctx, e.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if run.ID != art.RunID || run.Status != "completed" {
+				t.Errorf("%s: pipeline run %s is %s; want the completed run %s that indexed the entry", slug, run.ID, run.Status, art.RunID)
+			}
+			nodes := map[string]workflow.TaskInfo{}
+			for _, task := range run.Tasks {
+				if task.Node {
+					nodes[task.Key] = task
+				}
+			}
+			for _, name := range []string{NodeFetch, NodeExtract, NodeLanguage, NodeIndex} {
+				if n := nodes[name]; n.Status != "completed" {
+					t.Errorf("%s: node %s of entry %d is %q (%s), want completed", slug, name, e.ID, n.Status, n.Error)
+				}
+			}
+			if n := nodes[NodeIndex]; !slices.Equal(n.DependsOn, []string{NodeExtract, NodeLanguage, NodeSummary}) {
+				t.Errorf("index depends on %v", n.DependsOn)
+			}
+			switch sum := nodes[NodeSummary]; {
+			case want.summarize && sum.Status != "completed":
+				t.Errorf("%s: summary of entry %d is %q (%s), want completed", slug, e.ID, sum.Status, sum.SkipReason)
+			case !want.summarize && (sum.Status != "skipped" || sum.SkipReason != skipReason):
+				t.Errorf("%s: summary of entry %d is %q with reason %q; want skipped with %q", slug, e.ID, sum.Status, sum.SkipReason, skipReason)
+			}
+			var res workflow.DAGResult
+			if err := json.Unmarshal(run.Output, &res); err != nil {
+				t.Fatal(err)
+			}
+			out, err := app.pipe.index.From(res)
+			if err != nil || out.ArticleID != art.ID || out.Language != want.lang || out.Summarized != want.summarize || out.AlreadyIndexed {
+				t.Errorf("%s: the run's index output %+v, %v; want article %d", slug, out, err, art.ID)
+			}
+		}
+	}
+
+	// Starting the pipelines again for the same entries, as a fetch retried
+	// after its transaction committed would, starts nothing: each entry's
+	// run is keyed by the entry.
+	count := func() int64 {
+		n, err := workflow.CountRuns(ctx, pool, workflow.RunFilter{Workflow: PipelineWorkflow})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := count(); n != 9 {
+		t.Errorf("%d pipeline runs, want 9", n)
+	}
+	f := feed(t, app, feeds["marche-du-quartier"])
+	entries, err := app.Entries(ctx, f.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := app.startPipelinesTx(ctx, tx, f, entries)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := count(); n != 9 {
+		t.Errorf("%d pipeline runs after starting them again, want still 9", n)
+	}
+	// A store step that runs again writes nothing.
+	art := articles("marche-du-quartier")[0]
+	if got, inserted, err := insertArticle(ctx, pool, &IndexedArticle{EntryID: art.EntryID, FeedID: art.FeedID, RunID: "again", Language: "en"}); err != nil || inserted || got.ID != art.ID || got.RunID != art.RunID {
+		t.Errorf("indexing entry %d again = %+v, %t, %v; want the article as it was", art.EntryID, got, inserted, err)
+	}
+
+	// An entry whose page is gone is read from its own summary.
+	var gone []StoredEntry
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		var err error
+		gone, err = insertEntries(ctx, tx, f.ID, []Entry{{GUID: "gone", Link: srv.URL() + "/articles/marche-du-quartier/999",
+			Title: "Fermé", Summary: "Le marché est fermé pour les vacances, et il rouvre avec les producteurs de la vallée en septembre."}})
+		if err != nil {
+			return err
+		}
+		_, err = app.startPipelinesTx(ctx, tx, f, gone)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "the pipeline of the entry whose page is gone", func() bool {
+		run, err := app.PipelineRun(ctx, gone[0].ID)
+		return err == nil && run.Status == "completed"
+	})
+	run, err := app.PipelineRun(ctx, gone[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fetched FetchOutput
+	var goneSummary workflow.TaskInfo
+	for _, task := range run.Tasks {
+		switch task.Key {
+		case NodeFetch:
+			if err := json.Unmarshal(task.Output, &fetched); err != nil {
+				t.Fatal(err)
+			}
+		case NodeSummary:
+			goneSummary = task
+		}
+	}
+	if !fetched.FromEntry || !strings.Contains(fetched.Error, "404") || fetched.Body != gone[0].Summary {
+		t.Errorf("fetch of a page that is gone: %+v; want the entry's summary instead, and the 404", fetched)
+	}
+	if goneSummary.Status != "skipped" || goneSummary.SkipReason != skipReason {
+		t.Errorf("summary of the entry whose page is gone: %s %q", goneSummary.Status, goneSummary.SkipReason)
+	}
+	if _, err := app.PipelineRun(ctx, 1<<40); !errors.Is(err, ErrNoPipeline) {
+		t.Errorf("PipelineRun of an unknown entry: %v, want ErrNoPipeline", err)
+	}
+
+	st, err := app.Stats(ctx, StatsFilter{FeedIDs: slices.Collect(maps.Values(feeds))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The entry whose page is gone is one more French article, with its
+	// summary skipped.
+	wantSkipped := []SkippedNodes{{Node: NodeSummary, Reason: skipReason, Count: 4}}
+	if st.Pipelines["completed"] != 10 || len(st.Pipelines) != 1 || st.PipelineNodes[NodeIndex]["completed"] != 10 ||
+		st.PipelineNodes[NodeSummary]["completed"] != 6 || st.PipelineNodes[NodeSummary]["skipped"] != 4 ||
+		!slices.Equal(st.Skipped, wantSkipped) || st.Articles != 10 || st.Summarized != 6 ||
+		*st.Languages["fr"] != (LanguageStats{Articles: 4}) || *st.Languages["de"] != (LanguageStats{Articles: 3, Summarized: 3}) {
+		t.Errorf("pipeline stats: pipelines %v, nodes %v, skipped %v, articles %d (%d summarized)",
+			st.Pipelines, st.PipelineNodes, st.Skipped, st.Articles, st.Summarized)
+	}
+	for _, fs := range st.PerFeed {
+		if fs.Articles < 3 || fs.Language == "" {
+			t.Errorf("feed %s: %d articles in %q, want 3 or more and a language", fs.URL, fs.Articles, fs.Language)
+		}
 	}
 }

@@ -1,8 +1,8 @@
 // Package feedfetcher is braid's bundled example: the back end of a feed
 // reader. Users subscribe to RSS and Atom feeds; each feed is fetched by its
-// own recurring job, and new entries start a digest workflow per subscriber
-// that fetches the article pages and, after a digest window, sends the
-// digest. The command in cmd/feedfetcher runs it against the bundled feed
+// own recurring job, and every new entry starts an article pipeline, a
+// DAG that reads and indexes it, and a digest workflow per subscriber that
+// fetches the article pages and, after a digest window, sends the digest. The command in cmd/feedfetcher runs it against the bundled feed
 // server with a live view; `make demo` starts it.
 //
 // # The application
@@ -18,7 +18,8 @@
 // validators of the last fetch (etag, last_modified), the declared ttl, the
 // mirrored next_fetch_at, consecutive_failures and last_error;
 // subscriptions, soft-deleted by unsubscribed_at; entries, unique per feed
-// by their key (GUID, else link); digests, unique by idempotency key; and
+// by their key (GUID, else link); digests, unique by idempotency key;
+// articles, the article pipeline's index, unique per entry; and
 // websub_subscriptions with a websub_renewals record.
 //
 // # Subscriptions and the fetch_feed job
@@ -52,6 +53,36 @@
 // starts a trace of its own (feedfetcher.digest, linked to the fetch that
 // found the entries): its turns, the fan-out children, the delay between
 // turns, and the send step.
+//
+// # The article pipeline
+//
+// New entries also start one [PipelineWorkflow] run per entry, a DAG, in
+// the same transaction, under an idempotency key that names the entry, so
+// a fetch retried after it committed never starts a second pipeline for
+// an entry. Its nodes, each a task of the run with its own retries:
+//
+//   - fetch ([NodeFetch]) gets the entry's page in a step with a retry
+//     policy ([Fetcher.FetchPage]); when the entry has no link or its
+//     attempts are spent, the entry's summary from the feed stands in;
+//   - extract ([NodeExtract]) turns the page into plain text;
+//   - language ([NodeLanguage]) detects the text's language by counting
+//     stop words ([KnownLanguages]);
+//   - summary ([NodeSummary]) picks the text's most representative
+//     sentences, only When the language is one the reader wants
+//     ([SummaryCondition] over Config.Languages, which travel in the
+//     run's input); otherwise it is skipped, with the reason
+//     "condition false: language.code in input.languages";
+//   - index ([NodeIndex]) writes the article's row, with its summary or
+//     none, in a step keyed by the entry.
+//
+// language and summary follow extract; summary depends on language, whose
+// output its condition reads; index waits for extract, language and
+// summary, and runs whether summary ran or was skipped. Each node reads its
+// dependencies' outputs typed (workflow.NodeRef.Output). [App.PipelineRun]
+// returns an entry's run with its nodes and skip reasons, [App.Articles] a
+// feed's index, and [App.Stats] counts the runs, the skipped nodes by
+// reason and the articles by language. Each run starts a trace of its own
+// (feedfetcher.article_pipeline, linked to the fetch that found the entry).
 //
 // # WebSub renewal
 //

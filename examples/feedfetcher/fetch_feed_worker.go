@@ -31,9 +31,9 @@ type fetchFeedWorker struct {
 }
 
 // Work fetches one feed with a conditional GET. On success it stores the
-// new entries, starts a digest run per subscriber in the same transaction,
-// and chooses the next run from the response's cache headers and the feed's
-// TTL (NextRunAt). On failure it counts the failure on the feed, mirrors the
+// new entries and, in the same transaction, starts an article pipeline run
+// per entry and a digest run per subscriber, and chooses the next run from
+// the response's cache headers and the feed's TTL (NextRunAt). On failure it counts the failure on the feed, mirrors the
 // backoff into next_fetch_at, and returns the error, so that the recurring
 // row counts it too and backs off by the same schedule.
 func (w *fetchFeedWorker) Work(ctx context.Context, job *river.Job[FetchFeedArgs]) error {
@@ -62,7 +62,7 @@ func (w *fetchFeedWorker) Work(ctx context.Context, job *river.Job[FetchFeedArgs
 		return fetchErr
 	}
 
-	var digests int
+	var digests, pipelines int
 	err = pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
 		if err := recordFetchSuccess(ctx, tx, feed.ID, res); err != nil {
 			return err
@@ -76,6 +76,9 @@ func (w *fetchFeedWorker) Work(ctx context.Context, job *river.Job[FetchFeedArgs
 		}
 		a.logger.InfoContext(ctx, "new entries", slog.Int64("feed_id", feed.ID), slog.String("feed", feed.URL),
 			slog.String("title", res.Title), slog.Int("entries", len(fresh)))
+		if pipelines, err = a.startPipelinesTx(ctx, tx, feed, fresh); err != nil {
+			return err
+		}
 		digests, err = a.startDigestsTx(ctx, tx, feed.ID, fresh)
 		return err
 	})
@@ -83,7 +86,7 @@ func (w *fetchFeedWorker) Work(ctx context.Context, job *river.Job[FetchFeedArgs
 		return err
 	}
 	a.logger.DebugContext(ctx, "fetched", slog.Int64("feed_id", feed.ID), slog.Int("status", res.Status),
-		slog.Int("digests", digests), slog.Time("next_fetch_at", res.NextFetch))
+		slog.Int("pipelines", pipelines), slog.Int("digests", digests), slog.Time("next_fetch_at", res.NextFetch))
 	return scheduler.NextRunAt(ctx, res.NextFetch)
 }
 

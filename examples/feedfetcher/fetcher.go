@@ -349,6 +349,46 @@ func (f *Fetcher) FetchArticle(ctx context.Context, pageURL string) (Article, er
 	return a, nil
 }
 
+// Page is an entry's page as fetched for the article pipeline: the body
+// itself, for the pipeline to extract the text from.
+type Page struct {
+	// URL is the page's URL, after redirects.
+	URL string `json:"url"`
+	// Status is the HTTP status of the page.
+	Status int `json:"status"`
+	// ContentType is the page's media type, such as "text/html".
+	ContentType string `json:"content_type,omitempty"`
+	// Body is the page's body as text, cut to the limit passed to
+	// FetchPage; Truncated says whether it was cut.
+	Body      string `json:"body"`
+	Truncated bool   `json:"truncated,omitempty"`
+	// Bytes is the size of the whole body.
+	Bytes int `json:"bytes"`
+	// FetchedAt is when the page arrived.
+	FetchedAt time.Time `json:"fetched_at,omitzero"`
+}
+
+// FetchPage fetches an entry's page and returns its body, cut to at most
+// limit bytes (at a character boundary) so that it can travel as a
+// workflow's output. Invalid UTF-8 and NUL bytes are dropped. It fails like
+// [Fetcher.Fetch]: every error is a *FetchError, and any status other than
+// 2xx is ErrHTTPStatus.
+func (f *Fetcher) FetchPage(ctx context.Context, pageURL string, limit int) (Page, error) {
+	header := http.Header{"Accept": {"text/html, application/xhtml+xml;q=0.9, text/plain;q=0.8, */*;q=0.5"}}
+	resp, body, err := f.get(ctx, pageURL, header, false)
+	if err != nil {
+		return Page{}, err
+	}
+	p := Page{URL: resp.Request.URL.String(), Status: resp.StatusCode, Bytes: len(body), FetchedAt: f.now()}
+	p.ContentType, _, _ = strings.Cut(resp.Header.Get("Content-Type"), ";")
+	p.ContentType = strings.TrimSpace(strings.ToLower(p.ContentType))
+	if limit >= 0 && len(body) > limit {
+		body, p.Truncated = body[:limit], true
+	}
+	p.Body = strings.ReplaceAll(strings.ToValidUTF8(string(body), ""), "\x00", "")
+	return p, nil
+}
+
 // get sends a GET and reads the whole body within the fetcher's timeout and
 // size cap. It accepts 2xx answers, and 304 when notModifiedOK.
 func (f *Fetcher) get(ctx context.Context, rawURL string, header http.Header, notModifiedOK bool) (*http.Response, []byte, error) {

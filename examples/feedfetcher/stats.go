@@ -1,6 +1,7 @@
 package feedfetcher
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -18,8 +19,9 @@ import (
 type StatsFilter struct {
 	// FeedIDs limits the figures to these feeds; nil means every feed.
 	FeedIDs []int64
-	// Since limits entries, digest runs, digests and renewals to those
-	// created at or after it; the zero time means all.
+	// Since limits entries, digest runs, digests, renewals, article
+	// pipeline runs and articles to those created at or after it; the zero
+	// time means all.
 	Since time.Time
 }
 
@@ -51,8 +53,35 @@ type Stats struct {
 	DuplicatesSuppressed int   `json:"duplicates_suppressed"`
 	// WebSubRenewals counts the renewals of WebSub subscriptions.
 	WebSubRenewals int64 `json:"websub_renewals"`
+	// Pipelines counts article pipeline runs by status.
+	Pipelines map[string]int `json:"pipelines"`
+	// PipelineNodes counts the nodes of those runs by node name, then by
+	// status: blocked, pending, completed, failed, skipped, cancelled.
+	PipelineNodes map[string]map[string]int `json:"pipeline_nodes"`
+	// Skipped counts the skipped nodes of those runs by node and skip
+	// reason, most frequent first.
+	Skipped []SkippedNodes `json:"skipped"`
+	// Articles counts the articles indexed, and Summarized those indexed
+	// with a summary. Languages has both per detected language.
+	Articles   int64                     `json:"articles"`
+	Summarized int64                     `json:"summarized"`
+	Languages  map[string]*LanguageStats `json:"languages"`
 	// PerFeed has the figures of each feed, in ID order.
 	PerFeed []*FeedStats `json:"per_feed"`
+}
+
+// SkippedNodes counts the skipped nodes of article pipeline runs that share
+// a node name and a skip reason.
+type SkippedNodes struct {
+	Node   string `json:"node"`
+	Reason string `json:"reason"`
+	Count  int    `json:"count"`
+}
+
+// LanguageStats count the indexed articles of one language.
+type LanguageStats struct {
+	Articles   int64 `json:"articles"`
+	Summarized int64 `json:"summarized"`
 }
 
 // FeedStats are the figures of one feed.
@@ -61,6 +90,10 @@ type FeedStats struct {
 	Subscribers int   `json:"subscribers"`
 	Entries     int64 `json:"entries"`
 	Digests     int64 `json:"digests"`
+	// Articles counts the feed's indexed articles, and Language is the
+	// language most of them are in ("" without articles).
+	Articles int64  `json:"articles"`
+	Language string `json:"language"`
 	// FetchEnabled is whether the feed's fetch_feed job is enabled, and
 	// FetchDead whether it is parked as a dead letter after too many
 	// failures.
@@ -70,12 +103,16 @@ type FeedStats struct {
 
 // Stats returns the feed reader's figures, selected by f.
 func (a *App) Stats(ctx context.Context, f StatsFilter) (*Stats, error) {
-	st := &Stats{Runs: map[string]int{}}
+	st := &Stats{Runs: map[string]int{}, Pipelines: map[string]int{}, PipelineNodes: map[string]map[string]int{},
+		Languages: map[string]*LanguageStats{}}
 	rows, err := a.pool.Query(ctx, `
 SELECT `+feedColumns+`,
     (SELECT count(*) FROM subscriptions s WHERE s.feed_id = feeds.id AND s.unsubscribed_at IS NULL),
     (SELECT count(*) FROM entries e WHERE e.feed_id = feeds.id AND e.created_at >= $2),
-    (SELECT count(*) FROM digests d WHERE d.feed_id = feeds.id AND d.sent_at >= $2)
+    (SELECT count(*) FROM digests d WHERE d.feed_id = feeds.id AND d.sent_at >= $2),
+    (SELECT count(*) FROM articles a WHERE a.feed_id = feeds.id AND a.indexed_at >= $2),
+    coalesce((SELECT a.language FROM articles a WHERE a.feed_id = feeds.id AND a.indexed_at >= $2
+        GROUP BY a.language ORDER BY count(*) DESC, a.language LIMIT 1), '')
 FROM feeds WHERE $1::bigint[] IS NULL OR id = ANY($1) ORDER BY id`, f.FeedIDs, f.Since)
 	if err != nil {
 		return nil, fmt.Errorf("feedfetcher: reading feed figures: %w", err)
@@ -87,7 +124,7 @@ FROM feeds WHERE $1::bigint[] IS NULL OR id = ANY($1) ORDER BY id`, f.FeedIDs, f
 		)
 		err := row.Scan(&fs.ID, &fs.URL, &fs.Title, &fs.ETag, &fs.LastModified, &ttl, &fs.NextFetchAt, &fs.LastFetchedAt,
 			&fs.ConsecutiveFailures, &fs.LastError, &fs.FetchCount, &fs.NotModifiedCount, &fs.FailureCount,
-			&fs.CreatedAt, &fs.UpdatedAt, &fs.Subscribers, &fs.Entries, &fs.Digests)
+			&fs.CreatedAt, &fs.UpdatedAt, &fs.Subscribers, &fs.Entries, &fs.Digests, &fs.Articles, &fs.Language)
 		fs.TTL = time.Duration(ttl) * time.Second
 		return &fs, err
 	})
@@ -142,6 +179,10 @@ SELECT
 		return nil, fmt.Errorf("feedfetcher: reading digest figures: %w", err)
 	}
 
+	if err := a.pipelineStats(ctx, f, st); err != nil {
+		return nil, err
+	}
+
 	runs, err := a.engine.ListRuns(ctx, workflow.RunFilter{Workflow: DigestWorkflow, Limit: 10_000})
 	if err != nil {
 		return nil, fmt.Errorf("feedfetcher: listing digest runs: %w", err)
@@ -165,6 +206,75 @@ SELECT
 		}
 	}
 	return st, nil
+}
+
+// pipelineStats fills the figures of the article pipelines: their runs by
+// status, their nodes by status and skip reason (braid_tasks rows whose
+// dependents are set are DAG nodes), and the articles indexed.
+func (a *App) pipelineStats(ctx context.Context, f StatsFilter, st *Stats) error {
+	const selected = `r.workflow = $3 AND r.created_at >= $2 AND ($1::bigint[] IS NULL OR (r.input->>'feed_id')::bigint = ANY($1))`
+	rows, err := a.pool.Query(ctx, `SELECT r.status, count(*) FROM braid_runs r WHERE `+selected+` GROUP BY 1`,
+		f.FeedIDs, f.Since, PipelineWorkflow)
+	if err != nil {
+		return fmt.Errorf("feedfetcher: counting article pipelines: %w", err)
+	}
+	var (
+		status string
+		n      int
+	)
+	_, err = pgx.ForEachRow(rows, []any{&status, &n}, func() error {
+		st.Pipelines[status] = n
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("feedfetcher: counting article pipelines: %w", err)
+	}
+
+	rows, err = a.pool.Query(ctx, `
+SELECT t.key, t.status, coalesce(t.skip_reason, ''), count(*)
+FROM braid_runs r JOIN braid_tasks t ON t.run_id = r.id AND t.dependents IS NOT NULL
+WHERE `+selected+`
+GROUP BY 1, 2, 3`, f.FeedIDs, f.Since, PipelineWorkflow)
+	if err != nil {
+		return fmt.Errorf("feedfetcher: counting article pipeline nodes: %w", err)
+	}
+	var node, reason string
+	_, err = pgx.ForEachRow(rows, []any{&node, &status, &reason, &n}, func() error {
+		if st.PipelineNodes[node] == nil {
+			st.PipelineNodes[node] = map[string]int{}
+		}
+		st.PipelineNodes[node][status] += n
+		if status == "skipped" {
+			st.Skipped = append(st.Skipped, SkippedNodes{Node: node, Reason: reason, Count: n})
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("feedfetcher: counting article pipeline nodes: %w", err)
+	}
+	slices.SortFunc(st.Skipped, func(x, y SkippedNodes) int {
+		return cmp.Or(cmp.Compare(y.Count, x.Count), cmp.Compare(x.Node, y.Node), cmp.Compare(x.Reason, y.Reason))
+	})
+
+	rows, err = a.pool.Query(ctx, `
+SELECT language, count(*), count(summary) FROM articles
+WHERE ($1::bigint[] IS NULL OR feed_id = ANY($1)) AND indexed_at >= $2
+GROUP BY 1`, f.FeedIDs, f.Since)
+	if err != nil {
+		return fmt.Errorf("feedfetcher: counting articles: %w", err)
+	}
+	var lang string
+	var all, summarized int64
+	_, err = pgx.ForEachRow(rows, []any{&lang, &all, &summarized}, func() error {
+		st.Languages[lang] = &LanguageStats{Articles: all, Summarized: summarized}
+		st.Articles += all
+		st.Summarized += summarized
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("feedfetcher: counting articles: %w", err)
+	}
+	return nil
 }
 
 // Feed returns a feed, or an error matching ErrFeedNotFound.

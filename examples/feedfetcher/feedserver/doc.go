@@ -4,11 +4,16 @@
 //
 // # Feeds
 //
-// [Start] serves ten well-behaved feeds, a mix of RSS and Atom with
+// [Start] serves twelve well-behaved feeds, a mix of RSS and Atom with
 // generated but readable content, and three that misbehave on purpose:
 // [SlugFailing] always answers 500, [SlugMalformed] answers with XML that
 // breaks off mid-element, and [SlugSlow] waits [Config.SlowDelay] before it
 // answers. [Server.Feeds] lists them all with their URLs.
+//
+// Most feeds are in English; marche-du-quartier is in French and
+// bergwetter in German ([FeedInfo.Language]), article pages included, so
+// that a reader that detects the language of what it reads has something
+// to tell apart.
 //
 // Feeds live at /feeds/{slug}; every entry links to an HTML article page at
 // /articles/{slug}/{seq}; / is an index page.

@@ -188,7 +188,7 @@ func (s *Server) rssDocument(fs *feedState) rssDocument {
 		Title:         fs.title,
 		Link:          s.url + "/",
 		Description:   fs.about,
-		Language:      "en",
+		Language:      fs.language(),
 		LastBuildDate: fs.modified.UTC().Format(time.RFC1123Z),
 		TTL:           int(fs.ttl / time.Minute),
 		Self:          rssAtomLink{Href: s.FeedURL(fs.slug), Rel: "self", Type: "application/rss+xml"},
@@ -300,7 +300,7 @@ func (s *Server) malformedDocument(fs *feedState) []byte {
 }
 
 var articleTemplate = template.Must(template.New("article").Parse(`<!DOCTYPE html>
-<html lang="en">
+<html lang="{{.Lang}}">
 <head>
 <meta charset="utf-8">
 <title>{{.Entry.Title}} – {{.Feed}}</title>
@@ -309,7 +309,7 @@ var articleTemplate = template.Must(template.New("article").Parse(`<!DOCTYPE htm
 <body>
 <article>
 <h1>{{.Entry.Title}}</h1>
-<p class="byline">By {{.Author}}, <time datetime="{{.Entry.Published.Format "2006-01-02T15:04:05Z07:00"}}">{{.Entry.Published.Format "2 January 2006, 15:04 MST"}}</time></p>
+<p class="byline">{{.By}} {{.Author}}, <time datetime="{{.Entry.Published.Format "2006-01-02T15:04:05Z07:00"}}">{{.Entry.Published.Format "2 January 2006, 15:04 MST"}}</time></p>
 <p class="summary">{{.Entry.Summary}}</p>
 {{range .Paragraphs}}<p>{{.}}</p>
 {{end}}</article>
@@ -356,6 +356,8 @@ func (s *Server) serveArticle(w http.ResponseWriter, r *http.Request) {
 		"FeedType":   feedType,
 		"Author":     author,
 		"Paragraphs": paragraphs,
+		"Lang":       fs.language(),
+		"By":         bylines[fs.language()],
 	})
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)

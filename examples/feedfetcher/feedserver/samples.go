@@ -18,9 +18,12 @@ const (
 // sample describes one bundled feed: how it is served and what it writes
 // about.
 type sample struct {
-	slug     string
-	title    string
-	about    string
+	slug  string
+	title string
+	about string
+	// lang is the language the feed is written in, an ISO 639-1 code; empty
+	// means English.
+	lang     string
 	format   Format
 	behavior Behavior
 	// every multiplies [Config.PublishInterval]: the feed gains a new entry
@@ -311,6 +314,60 @@ var samples = []sample{
 		},
 	},
 	{
+		slug:   "marche-du-quartier",
+		title:  "Le Marché du Quartier",
+		about:  "Les nouvelles du marché couvert : producteurs, saisons et recettes.",
+		lang:   "fr",
+		format: FormatRSS, behavior: BehaviorNormal, every: 2,
+		ttl:    10 * time.Minute,
+		author: "marche@example.org (Claire Dubois)",
+		titles: []string{
+			"Les premières fraises sont arrivées",
+			"Le fromager du samedi change de place",
+			"Une soupe de saison pour les soirs de pluie",
+			"Les pommes anciennes du verger voisin",
+			"Le boulanger ouvre dès six heures",
+			"Trois façons de cuisiner les poireaux",
+			"Le marché de nuit revient en juillet",
+			"Des champignons après les premières pluies",
+		},
+		sentences: []string{
+			"Les producteurs de la vallée sont de retour sous la grande halle.",
+			"Il faut venir tôt, car les meilleurs paniers partent avant neuf heures.",
+			"La recette est simple et ne demande que des légumes du marché.",
+			"Le prix reste le même que l'an dernier, ce qui est une bonne nouvelle.",
+			"Nous avons demandé au maraîcher comment il choisit ses variétés.",
+			"Les enfants peuvent goûter les fruits avant que les parents ne les achètent.",
+		},
+	},
+	{
+		slug:   "bergwetter",
+		title:  "Bergwetter am Morgen",
+		about:  "Das Wetter in den Bergen, jeden Morgen neu eingeschätzt.",
+		lang:   "de",
+		format: FormatAtom, behavior: BehaviorNormal, every: 2,
+		maxAge: 20 * time.Second,
+		author: "Lukas Brunner",
+		titles: []string{
+			"Föhn am Alpenrand, Gewitter am Nachmittag",
+			"Neuschnee oberhalb von zweitausend Metern",
+			"Ein klarer Tag für die Gipfeltour",
+			"Nebel im Tal, Sonne auf den Höhen",
+			"Kaltfront bringt Regen und Wind",
+			"Lawinengefahr steigt auf Stufe drei",
+			"Die Hütten öffnen für den Sommer",
+			"Hitze im Tal, frische Luft am Grat",
+		},
+		sentences: []string{
+			"Am Vormittag ist es noch ruhig, aber die Wolken wachsen schnell.",
+			"Wer früh aufbricht, ist vor den Gewittern wieder im Tal.",
+			"Die Temperaturen sinken in der Nacht auf den Gipfeln unter null.",
+			"Der Wind dreht auf Nordwest und wird in der Höhe stürmisch.",
+			"Für die Wege auf der Südseite reichen feste Schuhe und eine Jacke.",
+			"Die Sicht ist gut, und die Fernsicht reicht bis zu den Gletschern.",
+		},
+	},
+	{
 		slug:   SlugFailing,
 		title:  "Always Failing",
 		about:  "A feed whose server always answers 500 Internal Server Error.",
@@ -346,3 +403,16 @@ var samples = []sample{
 		},
 	},
 }
+
+// language returns the ISO 639-1 code of the language the feed is written
+// in.
+func (s sample) language() string {
+	if s.lang == "" {
+		return "en"
+	}
+	return s.lang
+}
+
+// bylines are the words that introduce an author on an article page, by
+// language.
+var bylines = map[string]string{"en": "By", "fr": "Par", "de": "Von"}

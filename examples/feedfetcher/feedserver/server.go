@@ -114,6 +114,9 @@ type FeedInfo struct {
 	Title    string
 	Format   Format
 	Behavior Behavior
+	// Language is the ISO 639-1 code of the language the feed and its
+	// article pages are written in, such as "en" or "fr".
+	Language string
 	// Path is the feed's path on the server, for example "/feeds/night-sky".
 	Path string
 	// URL is the feed's absolute URL.
@@ -309,6 +312,7 @@ func (s *Server) Feeds() []FeedInfo {
 			Title:        smp.title,
 			Format:       smp.format,
 			Behavior:     smp.behavior,
+			Language:     smp.language(),
 			Path:         feedPath(smp.slug),
 			URL:          s.FeedURL(smp.slug),
 			MaxAge:       smp.maxAge,

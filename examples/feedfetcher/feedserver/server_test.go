@@ -521,3 +521,28 @@ func TestFeedWindow(t *testing.T) {
 		t.Errorf("document lists (-want +got):\n%s", diff)
 	}
 }
+
+func TestLanguages(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, Config{})
+	c := newClient(t)
+	langs := map[string]string{}
+	for _, fi := range s.Feeds() {
+		langs[fi.Slug] = fi.Language
+	}
+	if langs["night-sky"] != "en" || langs["marche-du-quartier"] != "fr" || langs["bergwetter"] != "de" || langs[SlugFailing] != "en" {
+		t.Fatalf("languages of the feeds: %v", langs)
+	}
+	if r := get(t, c, s.FeedURL("marche-du-quartier")); !strings.Contains(r.body, "<language>fr</language>") {
+		t.Errorf("the French RSS feed does not declare its language:\n%s", r.body)
+	}
+	for slug, want := range map[string]string{"marche-du-quartier": `<html lang="fr">`, "bergwetter": `<html lang="de">`, "night-sky": `<html lang="en">`} {
+		es, err := s.Entries(slug)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := get(t, c, es[0].Link); r.status != http.StatusOK || !strings.Contains(r.body, want) {
+			t.Errorf("GET %s: %d, want a page with %s:\n%s", es[0].Link, r.status, want, r.body)
+		}
+	}
+}

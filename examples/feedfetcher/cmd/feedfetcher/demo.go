@@ -12,16 +12,21 @@ import (
 	"github.com/braidflow/braid/examples/feedfetcher/feedserver"
 )
 
-// subscriptions are the demo's readers and their feeds: ten feeds, three
-// of which misbehave, some shared by two readers.
+// subscriptions are the demo's readers and their feeds: twelve feeds, three
+// of which misbehave, one in French and one in German, some shared by two
+// readers.
 var subscriptions = []struct {
 	user  string
 	feeds []string
 }{
-	{"alice", []string{"harbor-engineering", "night-sky", "cycling-dispatch", "transit-updates", feedserver.SlugFailing}},
+	{"alice", []string{"harbor-engineering", "night-sky", "cycling-dispatch", "transit-updates", "marche-du-quartier", feedserver.SlugFailing}},
 	{"bob", []string{"harbor-engineering", "kitchen-chemistry", "open-source-digest", feedserver.SlugMalformed, feedserver.SlugSlow}},
-	{"carol", []string{"small-garden", "cycling-dispatch", "night-sky"}},
+	{"carol", []string{"small-garden", "cycling-dispatch", "night-sky", "bergwetter"}},
 }
+
+// LanguagesDefault are the languages the demo's reader wants summaries in:
+// the French feed's article pipelines skip their summary node.
+const LanguagesDefault = "en,de"
 
 // webSubFeeds are the feeds whose (pretend) hubs the demo subscribes at.
 var webSubFeeds = []string{"harbor-engineering", "cycling-dispatch", "open-source-digest"}

@@ -15,7 +15,7 @@
 //
 // Usage:
 //
-//	feedfetcher [-duration 60s] [-fetch-min 2s] [-fetch-max 10s] [-digest-window 4s] [-dashboard 127.0.0.1:8080]
+//	feedfetcher [-duration 60s] [-fetch-min 2s] [-fetch-max 10s] [-digest-window 4s] [-languages en,de] [-dashboard 127.0.0.1:8080]
 package main
 
 import (
@@ -27,6 +27,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -53,7 +54,8 @@ type options struct {
 	publishEvery time.Duration
 	renewEvery   string
 	slowDelay    time.Duration
-	dashboard    string // address of the dashboard, or "" for none
+	languages    []string // the languages the reader wants summaries in
+	dashboard    string   // address of the dashboard, or "" for none
 
 	out    io.Writer
 	width  int  // terminal columns; 0 when out is not a terminal
@@ -69,6 +71,8 @@ func main() {
 	flag.DurationVar(&opts.digestWindow, "digest-window", 4*time.Second, "how long a digest waits before it is sent")
 	flag.DurationVar(&opts.publishEvery, "publish-every", 10*time.Second, "base cadence at which the sample feeds gain entries")
 	flag.StringVar(&opts.renewEvery, "websub-schedule", "@every 10s", "schedule of the renew_websub job")
+	languages := flag.String("languages", LanguagesDefault, "comma-separated languages the reader wants summaries in (of "+
+		strings.Join(feedfetcher.KnownLanguages(), ", ")+")")
 	flag.StringVar(&opts.dashboard, "dashboard", DashboardAddrDefault, "loopback address of braid's dashboard, or \"\" for none")
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -81,6 +85,7 @@ func main() {
 		os.Exit(2)
 	}
 	opts.slowDelay = 3 * time.Second
+	opts.languages = strings.Split(*languages, ",")
 	if term := os.Getenv("TERM"); term != "dumb" {
 		opts.width, opts.height = terminalSize(os.Stdout)
 		_, noColor := os.LookupEnv("NO_COLOR")
@@ -105,7 +110,7 @@ func run(ctx context.Context, opts options) (err error) {
 	keep := 0
 	if opts.width > 0 {
 		// Keep as many events as fit under the figures and the table.
-		keep = max(3, min(10, opts.height-len(subscriptions)*4-14))
+		keep = max(3, min(10, opts.height-len(subscriptions)*4-16))
 	}
 	events := newEventLog(opts.out, keep)
 	logger := slog.New(events.handler(slog.LevelInfo))
@@ -181,6 +186,7 @@ func run(ctx context.Context, opts options) (err error) {
 		ArticleRetryBase: time.Second,
 		WebSubSchedule:   opts.renewEvery,
 		WebSubLease:      time.Hour,
+		Languages:        opts.languages,
 		Engine: &workflow.Config{
 			DelayPollInterval: 250 * time.Millisecond,
 			Queue: &queue.Config{
@@ -228,7 +234,8 @@ func run(ctx context.Context, opts options) (err error) {
 	if err := d.setUp(ctx, events); err != nil {
 		return err
 	}
-	say("Running for %s: %d readers, %d feeds.\n", opts.duration, len(d.users), len(d.feeds))
+	say("Running for %s: %d readers, %d feeds; an article pipeline per new entry, with summaries in %s.\n",
+		opts.duration, len(d.users), len(d.feeds), strings.Join(app.Languages(), ", "))
 
 	filter := feedfetcher.StatsFilter{FeedIDs: d.feedIDs(), Since: since}
 	snap := func() (snapshot, error) {
@@ -239,6 +246,7 @@ func run(ctx context.Context, opts options) (err error) {
 		return snapshot{
 			elapsed: time.Since(d.start), duration: opts.duration, now: time.Now(),
 			database: database, server: srv.URL(), prefix: srv.URL(), stats: st, events: events.latest(),
+			languages: app.Languages(),
 		}, nil
 	}
 

@@ -44,6 +44,7 @@ func TestRunTwice(t *testing.T) {
 			publishEvery: time.Second,
 			renewEvery:   "@every 1s",
 			slowDelay:    200 * time.Millisecond,
+			languages:    []string{"en", "de"},
 			dashboard:    "127.0.0.1:0",
 			out:          &out,
 		})
@@ -56,6 +57,9 @@ func TestRunTwice(t *testing.T) {
 		if !regexp.MustCompile(`Dashboard: http://127\.0\.0\.1:\d+/  \(log in with the token [0-9a-f]{32};`).MatchString(got) {
 			t.Errorf("run %d did not print the dashboard's URL and token:\n%s", i+1, got)
 		}
+		if !strings.Contains(got, "Running for 5s: 3 readers, 12 feeds; an article pipeline per new entry, with summaries in en, de.") {
+			t.Errorf("run %d did not say what it runs:\n%s", i+1, got)
+		}
 		_, summary, ok := strings.Cut(got, "\nSummary after ")
 		if !ok {
 			t.Fatalf("run %d printed no summary:\n%s", i+1, got)
@@ -65,13 +69,18 @@ func TestRunTwice(t *testing.T) {
 			re   string
 			min  int
 		}{
-			{"feeds fetched", `feeds fetched\s+(\d+) of 10`, 10},
+			{"feeds fetched", `feeds fetched\s+(\d+) of 12`, 12},
 			{"new entries", `new entries\s+(\d+)`, 30},
 			{"digest workflows completed", `digest workflows\s+(\d+) completed`, 1},
 			{"digests sent", `digests sent\s+(\d+), none sent twice`, 1},
 			{"failures of always-failing", `always-failing \((\d+) consecutive failures`, 2},
 			{"failures of malformed", `malformed \((\d+) consecutive failures`, 2},
 			{"websub renewals", `websub renewals\s+(\d+)`, 1},
+			{"article pipelines completed", `article pipelines\s+(\d+) completed`, 20},
+			// The French feed's entries: its first fetch alone finds three.
+			{"summary nodes skipped", `skipped nodes\s+summary (\d+): condition false: language\.code in input\.languages`, 3},
+			{"French articles indexed without a summary", `; fr (\d+) \(0 summarized\)`, 3},
+			{"German articles summarized", `; de \d+ \((\d+) summarized\)`, 3},
 		}
 		for _, c := range checks {
 			if n := number(regexp.MustCompile(c.re), summary); n < c.min {
@@ -79,6 +88,7 @@ func TestRunTwice(t *testing.T) {
 			}
 		}
 		for _, want := range []string{
+			"summaries wanted  en, de",
 			"carol left small-garden, its last reader: fetch_feed disabled",
 			"carol left cycling-dispatch; others still read it",
 			"carol came back to small-garden: the same job enabled again",

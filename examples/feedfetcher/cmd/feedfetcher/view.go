@@ -1,8 +1,11 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -20,6 +23,8 @@ type snapshot struct {
 	prefix   string // feed URLs below it are shown as slugs
 	stats    *feedfetcher.Stats
 	events   []string
+	// languages are those the reader wants summaries in.
+	languages []string
 }
 
 // ANSI sequences of the live view.
@@ -88,6 +93,7 @@ func frame(s snapshot, color bool) []string {
 		"",
 	}
 	lines = append(lines, figures(st, color)...)
+	lines = append(lines, pipelineFigures(s, color)...)
 	lines = append(lines, "")
 	lines = append(lines, feedTable(s, color)...)
 	lines = append(lines, "", paint(color, ansiBold, "Recent events"))
@@ -100,6 +106,8 @@ func frame(s snapshot, color bool) []string {
 			style = ansiRed
 		case strings.Contains(e, "digest sent"):
 			style = ansiGreen
+		case strings.Contains(e, "summary=skipped"):
+			style = ansiDim
 		}
 		lines = append(lines, "  "+paint(color, style, e))
 	}
@@ -129,15 +137,52 @@ func figures(st *feedfetcher.Stats, color bool) []string {
 	}
 }
 
+// pipelineFigures renders the article pipelines: their runs, the nodes
+// skipped and why, and the articles indexed.
+func pipelineFigures(s snapshot, color bool) []string {
+	st := s.stats
+	label := func(l string) string { return paint(color, ansiBold, fmt.Sprintf("%-9s", l)) }
+	skipped := "no node skipped"
+	if len(st.Skipped) > 0 {
+		parts := make([]string, len(st.Skipped))
+		for i, sk := range st.Skipped {
+			parts[i] = fmt.Sprintf("%s %d (%s)", sk.Node, sk.Count, sk.Reason)
+		}
+		skipped = "skipped: " + strings.Join(parts, ", ")
+	}
+	return []string{
+		fmt.Sprintf("%s %d running · %d completed · %d failed · %s", label("Pipelines"),
+			inFlight(st.Pipelines), st.Pipelines["completed"], st.Pipelines["failed"], skipped),
+		fmt.Sprintf("%s %d indexed · %d summarized · %s", label("Articles"), st.Articles, st.Summarized, languageCounts(s)),
+	}
+}
+
+// inFlight counts the runs that have not finished.
+func inFlight(runs map[string]int) int { return runs["pending"] + runs["running"] + runs["waiting"] }
+
+// languageCounts describes the indexed articles per language, and the
+// languages the reader wants summaries in.
+func languageCounts(s snapshot) string {
+	var parts []string
+	for _, code := range slices.Sorted(maps.Keys(s.stats.Languages)) {
+		parts = append(parts, fmt.Sprintf("%s %d", code, s.stats.Languages[code].Articles))
+	}
+	if len(parts) == 0 {
+		parts = []string{"none yet"}
+	}
+	return fmt.Sprintf("%s (summaries wanted in %s)", strings.Join(parts, ", "), strings.Join(s.languages, ", "))
+}
+
 // feedTable renders the table of feeds.
 func feedTable(s snapshot, color bool) []string {
-	header := []string{"FEED", "SUBS", "FETCHES", "304", "FAILED", "STREAK", "ENTRIES", "DIGESTS", "NEXT FETCH", "JOB", "LAST ERROR"}
-	rightAligned := []bool{false, true, true, true, true, true, true, true, false, false, false}
+	header := []string{"FEED", "SUBS", "FETCHES", "304", "FAILED", "STREAK", "ENTRIES", "INDEXED", "LANG", "DIGESTS", "NEXT FETCH", "JOB", "LAST ERROR"}
+	rightAligned := []bool{false, true, true, true, true, true, true, true, false, true, false, false, false}
 	rows := [][]string{header}
 	for _, f := range s.stats.PerFeed {
 		rows = append(rows, []string{
 			slug(f.URL, s.prefix), fmt.Sprint(f.Subscribers), fmt.Sprint(f.FetchCount), fmt.Sprint(f.NotModifiedCount),
-			fmt.Sprint(f.FailureCount), fmt.Sprint(f.ConsecutiveFailures), fmt.Sprint(f.Entries), fmt.Sprint(f.Digests),
+			fmt.Sprint(f.FailureCount), fmt.Sprint(f.ConsecutiveFailures), fmt.Sprint(f.Entries), fmt.Sprint(f.Articles),
+			cmp.Or(f.Language, "-"), fmt.Sprint(f.Digests),
 			nextFetch(f.NextFetchAt, s.now), jobState(f), shortError(f.LastError, s.prefix, 48),
 		})
 	}
@@ -271,11 +316,17 @@ func clipVisible(s string, width int) string {
 // statusLine is the periodic line written when stdout is not a terminal.
 func statusLine(s snapshot) string {
 	st := s.stats
+	skipped := 0
+	for _, sk := range st.Skipped {
+		skipped += sk.Count
+	}
 	return fmt.Sprintf("[%s] feeds %d/%d fetched, %d failing · fetches %d (304: %d, failed: %d) · entries %d · "+
-		"workflows %d running, %d waiting, %d completed, %d failed · digests sent %d (twice: %d) · renewals %d",
+		"workflows %d running, %d waiting, %d completed, %d failed · digests sent %d (twice: %d) · renewals %d · "+
+		"pipelines %d running, %d completed, %d failed, %d nodes skipped · articles %d (%d summarized)",
 		round(s.elapsed), st.FeedsFetched, st.Feeds, st.FeedsFailing, st.Fetches, st.NotModified, st.FetchFailures,
 		st.Entries, st.Runs["running"]+st.Runs["pending"], st.Runs["waiting"], st.Runs["completed"], st.Runs["failed"],
-		st.DigestsSent, st.DigestsSentTwice, st.WebSubRenewals)
+		st.DigestsSent, st.DigestsSentTwice, st.WebSubRenewals,
+		inFlight(st.Pipelines), st.Pipelines["completed"], st.Pipelines["failed"], skipped, st.Articles, st.Summarized)
 }
 
 // summary writes the closing summary: the table of feeds and what the run
@@ -310,7 +361,22 @@ func summary(w io.Writer, s snapshot, notes []string) {
 		{"digests sent", fmt.Sprintf("%d, %s", st.DigestsSent, twice)},
 		{"backing off", strings.Join(backingOff, "; ")},
 		{"websub renewals", fmt.Sprint(st.WebSubRenewals)},
+		{"article pipelines", fmt.Sprintf("%d completed, %d running, %d failed (fetch → extract → language → summary? → index, one per new entry)",
+			st.Pipelines["completed"], inFlight(st.Pipelines), st.Pipelines["failed"])},
 	}
+	if len(st.Skipped) == 0 {
+		rows = append(rows, [2]string{"skipped nodes", "none"})
+	}
+	for _, sk := range st.Skipped {
+		rows = append(rows, [2]string{"skipped nodes", fmt.Sprintf("%s %d: %s", sk.Node, sk.Count, sk.Reason)})
+	}
+	articles := fmt.Sprintf("%d, %d with a summary", st.Articles, st.Summarized)
+	for _, code := range slices.Sorted(maps.Keys(st.Languages)) {
+		l := st.Languages[code]
+		articles += fmt.Sprintf("; %s %d (%d summarized)", code, l.Articles, l.Summarized)
+	}
+	rows = append(rows, [2]string{"articles indexed", articles},
+		[2]string{"summaries wanted", strings.Join(s.languages, ", ")})
 	for _, n := range notes {
 		rows = append(rows, [2]string{"subscriptions", n})
 	}
