@@ -32,6 +32,10 @@ const (
 	// the first batch that claimed a continuation commits, before the
 	// continuation's turn starts.
 	envKillClaimed = "BRAID_TEST_KILL_BEFORE_CONTINUATION"
+	// envKillClaimedWorkflow names a workflow: the worker kills itself
+	// right after a batch that claimed a turn of it commits, before the
+	// turn starts.
+	envKillClaimedWorkflow = "BRAID_TEST_KILL_BEFORE_CLAIMED_TURN_OF"
 )
 
 // workerPool is the worker process's pool; step bodies record into its
@@ -131,6 +135,7 @@ var (
 
 func crashConfig() *workflow.Config {
 	cfg := testConfig(crashFive, crashSleepy, crashLast, crashLast2, crashSnoozed, crashChild, crashParent)
+	cfg.Workflows = append(cfg.Workflows, dagCrashWorkflows...)
 	cfg.TurnHeartbeat = 200 * time.Millisecond
 	if os.Getenv(envDefaults) == "1" {
 		// Recovery as shipped: the turn heartbeat, the rescuer and its
@@ -156,6 +161,9 @@ func workerMain() int {
 			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 			select {} // the signal is on its way
 		})
+	}
+	if wf := os.Getenv(envKillClaimedWorkflow); wf != "" {
+		workflow.SetHookBeforeContinuation(killBeforeClaimedTurnOf(wf))
 	}
 	eng, err := workflow.NewEngine(pool, crashConfig())
 	if err != nil {
