@@ -452,17 +452,7 @@ func TestCrashBeforeClaimedContinuationRunsOnAnotherProcess(t *testing.T) {
 	}
 
 	a := startWorker(t, url, false, envKillClaimed+"=1")
-	done := make(chan error, 1)
-	go func() { done <- a.Wait() }()
-	select {
-	case err := <-done:
-		var ee *exec.ExitError
-		if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
-			t.Fatalf("worker ended with %v; want it killed by SIGKILL", err)
-		}
-	case <-ctx.Done():
-		t.Fatal("the worker never claimed a continuation")
-	}
+	awaitSIGKILL(ctx, t, a, "it never claimed a continuation")
 
 	// The batch committed: the parent waits on its child, whose first turn
 	// is claimed (running, attempt 1, by the dead worker) and never started.

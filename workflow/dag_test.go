@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -415,15 +416,20 @@ func TestDAGAsAChildAndAWorkflowAsANode(t *testing.T) {
 	}
 }
 
-// TestCancelADAGRun cancels a DAG run while a node runs: the blocked
-// nodes are cancelled, and no node runs afterwards.
+// TestCancelADAGRun cancels a DAG run while its first node runs: the
+// blocked nodes are cancelled, and no node runs afterwards. Retry then
+// runs every node, the first one included.
 func TestCancelADAGRun(t *testing.T) {
 	t.Parallel()
 	pool := testutil.DB(t)
 	ledger(t, pool)
 	started := make(chan struct{}, 1)
+	var cancelled atomic.Bool
 	slow := workflow.Define("x_slow", func(t *workflow.Task, in dagIn) (string, error) {
 		return workflow.Step(t, "wait", func(ctx context.Context) (string, error) {
+			if cancelled.Load() {
+				return "slow", nil
+			}
 			started <- struct{}{}
 			<-ctx.Done()
 			return "", ctx.Err()
@@ -452,6 +458,22 @@ func TestCancelADAGRun(t *testing.T) {
 	}
 	if n := count(t, pool, `SELECT count(*) FROM ledger WHERE run_id = $1`, run.ID); n != 0 {
 		t.Errorf("next ran %d times after Cancel", n)
+	}
+
+	cancelled.Store(true)
+	if err := eng.Retry(ctx, run.ID); err != nil {
+		t.Fatal(err)
+	}
+	res, err := run.Result(ctx)
+	if err != nil {
+		t.Fatalf("after Retry: %v", err)
+	}
+	if string(res["next"]) != `"next"` {
+		t.Errorf("result = %v, want next's output", res)
+	}
+	status, _ = nodeStatuses(t, pool, run.ID)
+	if diff := cmp.Diff(map[string]string{"slow": "completed", "next": "completed"}, status); diff != "" {
+		t.Errorf("statuses after Retry (-want +got):\n%s", diff)
 	}
 }
 

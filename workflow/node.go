@@ -473,6 +473,10 @@ func (n *dagNode) decide(spec *dagSpec, deps []dependency, input json.RawMessage
 		}
 		return true, "", nil
 	}
+	if len(deps) == 0 {
+		// A node without dependencies (decided by Retry) runs.
+		return true, "", nil
+	}
 	var skipped []string
 	for _, d := range deps {
 		if d.status != "skipped" {

@@ -401,6 +401,7 @@ func TestCancelRetryStormNoDeadlockNothingRunsAfterCancel(t *testing.T) {
 	if n := count(t, admin, `
 		SELECT count(*) FROM braid_tasks t JOIN braid_runs r ON r.id = t.run_id
 		 WHERE r.status = 'cancelled' AND t.status NOT IN ('completed', 'cancelled')`); n != 0 {
+		dumpUnsettled(t, admin)
 		t.Fatalf("%d tasks of cancelled runs are neither completed nor cancelled", n)
 	}
 	if v := clock.violations(); len(v) > 0 {
@@ -469,7 +470,8 @@ func dumpUnsettled(t *testing.T, pool *pgxpool.Pool) {
 		       coalesce((SELECT string_agg(j.id || ':' || j.state || '@' || j.attempt || coalesce(' ' || (j.errors[array_length(j.errors, 1)]->>'error'), ''), ', ' ORDER BY j.id)
 		                   FROM river_job j WHERE j.kind = 'braid_task' AND j.args->>'task_id' = t.id::text), '')
 		  FROM braid_runs r JOIN braid_tasks t ON t.run_id = r.id
-		 WHERE r.status NOT IN ('completed', 'cancelled') AND t.status NOT IN ('completed')
+		 WHERE (r.status NOT IN ('completed', 'cancelled') AND t.status <> 'completed')
+		    OR (r.status = 'cancelled' AND t.status NOT IN ('completed', 'cancelled'))
 		 ORDER BY r.id, t.created_at LIMIT 40`)
 	if err != nil {
 		t.Logf("listing unsettled runs: %v", err)
