@@ -136,6 +136,7 @@ var (
 func crashConfig() *workflow.Config {
 	cfg := testConfig(crashFive, crashSleepy, crashLast, crashLast2, crashSnoozed, crashChild, crashParent)
 	cfg.Workflows = append(cfg.Workflows, dagCrashWorkflows...)
+	cfg.Workflows = append(cfg.Workflows, handleDouble)
 	cfg.TurnHeartbeat = 200 * time.Millisecond
 	if os.Getenv(envDefaults) == "1" {
 		// Recovery as shipped: the turn heartbeat, the rescuer and its
@@ -173,6 +174,12 @@ func workerMain() int {
 	if err := eng.Start(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		return 1
+	}
+	if key := os.Getenv(envStartDouble); key != "" {
+		if _, err := handleDouble.Start(ctx, eng, 21, &workflow.StartOpts{IdempotencyKey: key}); err != nil {
+			fmt.Fprintln(os.Stderr, "worker:", err)
+			return 1
+		}
 	}
 	fmt.Println("worker ready")
 	<-ctx.Done()

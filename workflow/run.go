@@ -20,10 +20,15 @@ import (
 type StartOpts struct {
 	// ID is the run's ID, a UUID. Default: a new UUIDv7. Starting a run
 	// with the ID of an existing run of the same workflow returns that run.
+	// It is braid's identifier, not a business one: name a run by what it
+	// is for with IdempotencyKey.
 	ID string
 
-	// IdempotencyKey returns the existing run when a run with the same key
-	// exists, instead of starting another. At most 500 bytes.
+	// IdempotencyKey is the run's business identifier ("digest:42:monday"):
+	// starting a run with the key of an existing run returns that run
+	// instead of starting another, and Workflow.GetByKey finds the run by
+	// it, from any process. At most 500 bytes. It holds while the run is
+	// kept (Config.Retention).
 	IdempotencyKey string
 
 	// Queue overrides the definition's queue for the root task's turns.
