@@ -96,6 +96,9 @@ type jobContext struct {
 	// superseded is set once Heartbeat, Progress or the watch found that
 	// the attempt no longer owns its job.
 	superseded atomic.Bool
+	// cancelRequested is set once the watch ended a claimed attempt whose
+	// job River's JobCancel asked to stop.
+	cancelRequested atomic.Bool
 }
 
 // lose marks the attempt superseded and cancels its context.
@@ -291,7 +294,17 @@ const (
 	owned    ownership = iota // running as this attempt
 	finished                  // finished by this attempt itself (JobCompleteTx and the like)
 	lost                      // rescued, finished by someone else, or run by another attempt
+	// cancelling: running as this attempt, and River's JobCancel has asked
+	// for it to stop (cancel_attempted_at in its metadata).
+	cancelling
 )
+
+// ErrCancelRequested is the cause of the context of an attempt that this
+// process claimed (WorkClaimed) once River's JobCancel asked for its job to
+// stop. River ends the attempts it fetched itself that way; the ownership
+// watch does it for claimed ones, and the attempt's error then records the
+// job as cancelled, as River's executor would.
+var ErrCancelRequested = errors.New("queue: the job was cancelled while it ran")
 
 // ownershipSQL reads the job row once. The attempt is told apart from a
 // later one with the same number (River reuses the number after a snooze)
@@ -300,16 +313,17 @@ const (
 // always records one.
 const ownershipSQL = `
 SELECT state::text, attempt = $2 AND attempted_at IS NOT DISTINCT FROM $3,
-       COALESCE((errors[cardinality(errors)]->>'attempt')::integer, 0) = $2
+       COALESCE((errors[cardinality(errors)]->>'attempt')::integer, 0) = $2,
+       metadata ? 'cancel_attempted_at'
 FROM river_job WHERE id = $1`
 
 // ownership reads whether the attempt still owns its job.
 func (jc *jobContext) ownership(ctx context.Context) (ownership, error) {
 	var (
-		state           string
-		same, errorHere bool
+		state                      string
+		same, errorHere, cancelled bool
 	)
-	err := jc.q.pool.QueryRow(ctx, ownershipSQL, jc.job.ID, jc.job.Attempt, jc.job.AttemptedAt).Scan(&state, &same, &errorHere)
+	err := jc.q.pool.QueryRow(ctx, ownershipSQL, jc.job.ID, jc.job.Attempt, jc.job.AttemptedAt).Scan(&state, &same, &errorHere, &cancelled)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return lost, nil // deleted
 	}
@@ -319,6 +333,8 @@ func (jc *jobContext) ownership(ctx context.Context) (ownership, error) {
 	switch {
 	case !same:
 		return lost, nil
+	case rivertype.JobState(state) == rivertype.JobStateRunning && cancelled:
+		return cancelling, nil
 	case rivertype.JobState(state) == rivertype.JobStateRunning:
 		return owned, nil
 	case rivertype.JobState(state) == rivertype.JobStateCompleted,
@@ -366,6 +382,14 @@ func (jc *jobContext) watch(ctx context.Context) func() {
 			switch o {
 			case finished:
 				return
+			case cancelling:
+				if jc.claimed {
+					// River's JobCancel cannot reach an attempt that
+					// its producer did not start: end it here.
+					jc.cancelRequested.Store(true)
+					jc.cancel(ErrCancelRequested)
+					return
+				}
 			case lost:
 				jc.q.logger.WarnContext(ctx, "queue: attempt lost its job; cancelling it",
 					"job_id", jc.job.ID, "kind", jc.job.Kind, "attempt", jc.job.Attempt)

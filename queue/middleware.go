@@ -214,6 +214,10 @@ func (q *Queue) attempt(ctx context.Context, job *rivertype.JobRow, doInner func
 		}
 		stopWatch()
 		superseded = jc.supersededOnReturn(workCtx, panicking, err)
+		if jc.cancelRequested.Load() && err != nil && !superseded {
+			// The job was cancelled while it ran: record it so.
+			err = river.JobCancel(err)
+		}
 		cancel(nil)
 		if jc.touched.Load() {
 			jc.clear()

@@ -209,9 +209,10 @@ func (b *batcher) run(ctx context.Context, done chan struct{}) {
 func (e *Engine) flush(batch []*outcome) {
 	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.OutcomeTimeout)
 	defer cancel()
-	waits, err := e.flushTx(ctx, batch)
+	waits, orphans, err := e.flushTx(ctx, batch)
 	if err == nil {
 		e.recordWaits(waits)
+		e.cancelTurnsOf(ctx, orphans)
 	}
 	if err != nil && len(batch) > 1 {
 		e.logger.WarnContext(ctx, "workflow: a batch of turn outcomes failed; recording them one at a time", "outcomes", len(batch), "error", err)
@@ -248,6 +249,9 @@ type batchState struct {
 	byTask   map[uuid.UUID]*outcome
 	complete []*rivertype.JobRow // jobs this batch finishes
 	delays   bool
+	// orphans are the unfinished children (and their descendants) of
+	// tasks this batch finished, which it cancelled.
+	orphans []uuid.UUID
 }
 
 // flushTx is the transaction of one batch. Its locks follow the lock order
@@ -255,13 +259,14 @@ type batchState struct {
 // turns' tasks and the parents they settle) children first, in one
 // statement, then the runs. It returns the waits on children that the
 // batch ended, to record once it has committed.
-func (e *Engine) flushTx(ctx context.Context, batch []*outcome) (waits []waitSpan, err error) {
+func (e *Engine) flushTx(ctx context.Context, batch []*outcome) (waits []waitSpan, orphans []uuid.UUID, err error) {
 	err = e.withTx(ctx, func(tx pgx.Tx) error {
 		waits = nil
 		for _, o := range batch {
 			o.owned, o.next, o.finished = false, nil, false
 		}
 		st := &batchState{byTask: map[uuid.UUID]*outcome{}}
+		defer func() { orphans = st.orphans }()
 		if err := e.lock(ctx, tx, batch, st); err != nil {
 			return err
 		}
@@ -293,6 +298,26 @@ func (e *Engine) flushTx(ctx context.Context, batch []*outcome) (waits []waitSpa
 		}
 		var err error
 		if settled, err = e.finishTasks(ctx, tx, st); err != nil {
+			return err
+		}
+		if st.orphans, err = e.cancelOrphansTx(ctx, tx, settled); err != nil {
+			return err
+		}
+		if len(st.orphans) > 0 {
+			// A cancelled child whose own turn ends in this batch
+			// suspends no more, and children it started in this batch
+			// get no turn.
+			orphan := make(map[uuid.UUID]bool, len(st.orphans))
+			for _, id := range st.orphans {
+				orphan[id] = true
+				if _, ok := st.status[id]; ok {
+					st.status[id] = "cancelled"
+				}
+			}
+			suspends = slices.DeleteFunc(suspends, func(o *outcome) bool { return orphan[o.taskID] })
+			st.fresh = slices.DeleteFunc(st.fresh, func(tr turn) bool { return orphan[tr.taskID] })
+		}
+		if err := e.startDetachedTx(ctx, tx, st); err != nil {
 			return err
 		}
 		wake, err := e.settleTx(ctx, tx, settled, true)
@@ -346,7 +371,7 @@ func (e *Engine) flushTx(ctx context.Context, batch []*outcome) (waits []waitSpa
 		}
 		return e.claimContinuations(ctx, tx, inserted, st)
 	})
-	return waits, err
+	return waits, orphans, err
 }
 
 // logf logs at info level with the turn's task.
@@ -389,7 +414,8 @@ func (e *Engine) lock(ctx context.Context, tx pgx.Tx, batch []*outcome, st *batc
 		   FOR UPDATE OF j`, ids, attempts, ats)
 	b.Queue(`
 		SELECT id, status, workflow, queue, priority, max_attempts FROM braid_tasks
-		 WHERE id IN (SELECT unnest($1::uuid[]) UNION SELECT parent_task_id FROM braid_tasks WHERE id = ANY($2) UNION `+lockNodesSQL("$2")+`)
+		 WHERE id IN (SELECT unnest($1::uuid[]) UNION SELECT parent_task_id FROM braid_tasks WHERE id = ANY($2) UNION `+lockNodesSQL("$2")+`
+		             UNION `+unfinishedDescendantsSQL("$2")+`)
 		 ORDER BY created_at DESC, id DESC
 		   FOR UPDATE`, tasks, finishing)
 	br := tx.SendBatch(ctx, b)

@@ -1,8 +1,14 @@
 package workflow
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river/rivertype"
 )
 
 // Future is the eventual output of a child task started with Go.
@@ -10,22 +16,67 @@ type Future[Out any] struct {
 	t   *Task
 	key string
 	err error
+	// runID is the run of a detached child.
+	runID string
 }
 
 // Key is the child's key within its parent.
 func (f *Future[Out]) Key() string { return f.key }
 
+// RunID is the ID of the run of a detached child (see Detached), "" for a
+// child of the parent's own run. Get a typed handle on it with
+// Workflow.Get, to wait for it or cancel it, from anywhere.
+func (f *Future[Out]) RunID() string { return f.runID }
+
+// GoOption configures a child started with Go.
+type GoOption interface{ applyGo(*goOptions) }
+
+type goOptions struct{ detached bool }
+
+type goOption func(*goOptions)
+
+func (o goOption) applyGo(g *goOptions) { o(g) }
+
+// Detached starts the child as a run of its own, which outlives the task
+// that started it: it runs to its end whatever the parent does, and stays
+// cancellable through its own run ID (Future.RunID). Its run's ID is
+// derived from the parent task and the child's name, so that every turn
+// of the parent names the same run and the run starts once, when the turn
+// that first calls Go ends. A detached child is not awaited: its
+// Future.Get returns ErrDetached.
+//
+// Without Detached, a child belongs to its parent: when the parent task
+// finishes (completes or fails) before the child has, the child is
+// cancelled, with its own children.
+func Detached() GoOption { return goOption(func(g *goOptions) { g.detached = true }) }
+
+// ErrDetached is returned by Future.Get for a detached child, which its
+// parent does not await.
+var ErrDetached = errors.New("workflow: a detached child is not awaited by its parent; get its run with Workflow.Get and Future.RunID")
+
 // Go starts a child task running w with input in, as its own River job
 // with its own retries, and returns a future for its output. The child is
-// created when the current turn ends. Go itself never blocks.
-func Go[In, Out any](t *Task, name string, w *Workflow[In, Out], in In) *Future[Out] {
+// created when the current turn ends. Go itself never blocks. A child that
+// is still running when its parent finishes is cancelled, unless it was
+// started Detached.
+func Go[In, Out any](t *Task, name string, w *Workflow[In, Out], in In, opts ...GoOption) *Future[Out] {
 	if t.suspended {
 		return &Future[Out]{err: ErrSuspended}
 	}
 	if err := checkName("child", name); err != nil {
 		return &Future[Out]{err: err}
 	}
+	var g goOptions
+	for _, o := range opts {
+		if o != nil {
+			o.applyGo(&g)
+		}
+	}
 	key := t.uniqueName(name)
+	if g.detached {
+		runID, err := t.detach(key, w.d, in)
+		return &Future[Out]{t: t, key: key, err: err, runID: runID}
+	}
 	if err := t.spawn(key, w.d, in); err != nil {
 		return &Future[Out]{err: err}
 	}
@@ -40,6 +91,9 @@ func (f *Future[Out]) Get() (Out, error) {
 	var zero Out
 	if f.err != nil {
 		return zero, f.err
+	}
+	if f.runID != "" {
+		return zero, ErrDetached
 	}
 	if f.t.suspended {
 		return zero, ErrSuspended
@@ -126,6 +180,29 @@ func (t *Task) spawn(key string, d *definition, in any) error {
 	return nil
 }
 
+// detachedNamespace is the UUID namespace of detached children's run IDs.
+var detachedNamespace = uuid.MustParse("5b1d7a3e-2f0c-4f7e-9a51-0d6c1e8b4a27")
+
+// detach records a detached child, to start as a run of its own at the
+// end of the turn, and returns its run's ID: derived from the task and
+// the child's key, the same on every turn.
+func (t *Task) detach(key string, d *definition, in any) (string, error) {
+	runID := uuid.NewSHA1(detachedNamespace, []byte(t.id.String()+"/"+key))
+	if t.spawned[key] {
+		return "", fmt.Errorf("workflow: child %q is started twice in one turn", key)
+	}
+	if _, err := t.eng.lookup(d.name); err != nil {
+		return "", err
+	}
+	input, err := t.eng.encode(fmt.Sprintf("input of detached child %q", key), in)
+	if err != nil {
+		return "", err
+	}
+	t.spawned[key] = true
+	t.detached = append(t.detached, spawn{key: key, def: d, input: input, runID: runID})
+	return runID.String(), nil
+}
+
 func finished(status string) bool {
 	switch status {
 	case "completed", "failed", "cancelled", "skipped":
@@ -145,4 +222,106 @@ func childOutput[Out any](key string, c *childRecord) (Out, error) {
 		}
 	}
 	return out, nil
+}
+
+// unfinishedDescendantsSQL selects the unfinished descendants of the
+// tasks given by param, however deep.
+func unfinishedDescendantsSQL(param string) string {
+	return `(WITH RECURSIVE d AS (
+	    SELECT k.id FROM braid_tasks k WHERE k.parent_task_id = ANY(` + param + `) AND k.status NOT IN ` + finalStatuses + `
+	    UNION
+	    SELECT k.id FROM braid_tasks k JOIN d ON k.parent_task_id = d.id WHERE k.status NOT IN ` + finalStatuses + `
+	) SELECT id FROM d)`
+}
+
+// cancelOrphansTx cancels the unfinished children, with their
+// descendants, of the tasks that settled has finished: a child belongs to
+// its parent, and one the parent never awaited does not outlive it (a
+// detached child is a run of its own). Their waiting delays are cancelled
+// too. The batch holds them locked (its lock statement takes them, before
+// their parents). It returns the tasks it cancelled, whose live turns are
+// cancelled once the batch has committed (cancelTurnsOf).
+func (e *Engine) cancelOrphansTx(ctx context.Context, tx pgx.Tx, settled []settlement) ([]uuid.UUID, error) {
+	var parents []uuid.UUID
+	for _, s := range settled {
+		if s.status == "completed" || s.status == "failed" {
+			parents = append(parents, s.taskID)
+		}
+	}
+	if len(parents) == 0 {
+		return nil, nil
+	}
+	errJSON, _ := json.Marshal(storedError{Message: "cancelled: its parent finished without awaiting it", Kind: "orphan"})
+	rows, err := tx.Query(ctx, `
+		UPDATE braid_tasks t SET status = 'cancelled', error = $2, remaining = 0, finished_at = now(), updated_at = now()
+		 WHERE t.id IN `+unfinishedDescendantsSQL("$1")+`
+		RETURNING t.id`, parents, errJSON)
+	if err != nil {
+		return nil, fmt.Errorf("workflow: cancelling the unfinished children of %d finished tasks: %w", len(parents), err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil || len(ids) == 0 {
+		return nil, err
+	}
+	if _, err := tx.Exec(ctx, `
+		UPDATE braid_steps SET status = 'cancelled', finished_at = now()
+		 WHERE task_id = ANY($1) AND kind = 'delay' AND status = 'waiting'`, ids); err != nil {
+		return nil, fmt.Errorf("workflow: cancelling the delays of %d cancelled children: %w", len(ids), err)
+	}
+	return ids, nil
+}
+
+// cancelTurnsOf cancels, through River, the live turns of tasks that a
+// committed batch cancelled, so that a running one's context ends. A turn
+// that is not cancelled here finds its task cancelled all the same: it
+// does nothing, or records nothing.
+func (e *Engine) cancelTurnsOf(ctx context.Context, tasks []uuid.UUID) {
+	if len(tasks) == 0 {
+		return
+	}
+	ids := make([]string, len(tasks))
+	for i, id := range tasks {
+		ids[i] = id.String()
+	}
+	rows, err := e.pool.Query(ctx, `
+		SELECT id FROM river_job
+		 WHERE kind = $1 AND args->>'task_id' = ANY($2) AND state IN `+liveJobStates, TaskKind, ids)
+	var jobs []int64
+	if err == nil {
+		jobs, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+	}
+	if err != nil {
+		e.logger.WarnContext(ctx, "workflow: finding the turns of cancelled children", "error", err)
+		return
+	}
+	for _, j := range jobs {
+		if _, err := e.queue.River().JobCancel(ctx, j); err != nil && !errors.Is(err, rivertype.ErrNotFound) {
+			e.logger.WarnContext(ctx, "workflow: cancelling the turn of a cancelled child", "job.id", j, "error", err)
+		}
+	}
+}
+
+// startDetachedTx starts the detached children of the batch's live turns,
+// each as a run of its own, in the batch's transaction. A run that exists
+// (started by an earlier turn) is left alone.
+func (e *Engine) startDetachedTx(ctx context.Context, tx pgx.Tx, st *batchState) error {
+	byDef := map[*definition][]start{}
+	var defs []*definition
+	for _, o := range st.owned {
+		if o.t == nil || len(o.t.detached) == 0 || (o.kind != outcomeComplete && o.kind != outcomeSuspend) || !isRunnable(st.status[o.taskID]) {
+			continue
+		}
+		for _, s := range o.t.detached {
+			if byDef[s.def] == nil {
+				defs = append(defs, s.def)
+			}
+			byDef[s.def] = append(byDef[s.def], start{input: s.input, opts: &StartOpts{ID: s.runID.String()}})
+		}
+	}
+	for _, d := range defs {
+		if err := e.startManyTx(ctx, tx, d, byDef[d]); err != nil {
+			return fmt.Errorf("workflow: starting %d detached children: %w", len(byDef[d]), err)
+		}
+	}
+	return nil
 }

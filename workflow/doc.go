@@ -296,6 +296,28 @@
 // parent row once and takes their sum off the count. The batch that
 // reaches zero inserts the parent's next turn, exactly once.
 //
+// # Children belong to their parent
+//
+// A child started with [Go] or [Map] belongs to the task that started it.
+// When that task finishes, completed or failed, before a child it never
+// awaited has, the batch that records the finish cancels the child and its
+// own descendants (their waiting delays too) and, once it has committed,
+// asks River to cancel their running turns, whose contexts end. The
+// children come before their parent in the lock order, so the batch's one
+// lock statement takes them first.
+//
+// A child started with [Detached] is a run of its own instead, started in
+// the transaction that records the turn that first called Go, with an ID
+// derived from the parent task and the child's name (so every replay names
+// the same run). It runs to its end whatever its parent does, and stays
+// reachable through [Future.RunID]: wait for it or cancel it with a
+// handle from [Workflow.Get]. Its parent does not await it.
+//
+// A turn this process claimed (see "Continuations without a queue hop")
+// is not River's to interrupt; when River's JobCancel asks for its job to
+// stop, the queue's ownership watch ends its context instead, and the job
+// is recorded cancelled.
+//
 // # Delays
 //
 // [Task.Delay] records a delay step whose resume time is computed by the

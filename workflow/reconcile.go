@@ -105,6 +105,7 @@ func (e *Engine) reconcileTask(ctx context.Context, taskID uuid.UUID) (bool, err
 	var (
 		settled bool
 		msg     string
+		orphans []uuid.UUID
 	)
 	err := e.withTx(ctx, func(tx pgx.Tx) error {
 		var (
@@ -170,6 +171,17 @@ func (e *Engine) reconcileTask(ctx context.Context, taskID uuid.UUID) (bool, err
 		if dag != nil {
 			s.dag = *dag
 		}
+		// Its unfinished children go with it. They come before it in the
+		// lock order, so they are locked without waiting; a look a second
+		// later tries again.
+		if _, err := tx.Exec(ctx, `
+			SELECT 1 FROM braid_tasks WHERE id IN `+unfinishedDescendantsSQL("$1")+`
+			 ORDER BY created_at DESC, id DESC FOR UPDATE NOWAIT`, []uuid.UUID{taskID}); err != nil {
+			return err
+		}
+		if orphans, err = e.cancelOrphansTx(ctx, tx, []settlement{s}); err != nil {
+			return err
+		}
 		wake, err := e.settleTx(ctx, tx, []settlement{s}, false)
 		if err != nil {
 			return err
@@ -179,6 +191,7 @@ func (e *Engine) reconcileTask(ctx context.Context, taskID uuid.UUID) (bool, err
 	if err != nil {
 		return false, fmt.Errorf("workflow: reconciler: task %s: %w", taskID, err)
 	}
+	e.cancelTurnsOf(ctx, orphans)
 	if settled && msg != "" {
 		e.metrics.reconciled.Add(ctx, 1)
 		e.logger.WarnContext(ctx, "workflow: reconciler failed a task that had no live turn", "task.id", taskID, "reason", msg)

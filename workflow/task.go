@@ -47,6 +47,9 @@ type Task struct {
 	waitChildren  bool
 	spawns        []spawn
 	spawned       map[string]bool
+	// detached are the detached children started this turn, each to start
+	// as a run of its own.
+	detached []spawn
 }
 
 // stepRecord is a row of braid_steps as loaded at the start of a turn.
@@ -79,6 +82,8 @@ type spawn struct {
 	key   string
 	def   *definition
 	input json.RawMessage
+	// runID is the run of a detached child.
+	runID uuid.UUID
 }
 
 // Context is the turn's context. It carries the turn's span and is

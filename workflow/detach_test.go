@@ -1,0 +1,187 @@
+package workflow_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/braidflow/braid/testutil"
+	"github.com/braidflow/braid/workflow"
+)
+
+// TestUnawaitedChildIsCancelledWhenItsParentFinishes starts, without
+// awaiting them, a child stuck in a step, a child waiting on a long delay
+// with a grandchild, and a detached child; then the parent completes. The
+// attached children and the grandchild are cancelled, the delay with them,
+// the stuck step's context ends and its result is never recorded; the
+// detached child runs to its end as a run of its own, and another
+// detached one stays cancellable through its run ID.
+func TestUnawaitedChildIsCancelledWhenItsParentFinishes(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	ledger(t, pool)
+	stepStarted := make(chan struct{}, 1)
+	var stepEnded atomic.Bool
+	stuck := workflow.Define("orphan_stuck", func(t *workflow.Task, _ int) (int, error) {
+		return workflow.Step(t, "wait", func(ctx context.Context) (int, error) {
+			stepStarted <- struct{}{}
+			<-ctx.Done()
+			stepEnded.Store(true)
+			return 0, ctx.Err()
+		})
+	})
+	leaf := workflow.Define("orphan_leaf", func(t *workflow.Task, _ int) (int, error) {
+		if err := t.Delay("long", time.Hour); err != nil {
+			return 0, err
+		}
+		return 1, nil
+	})
+	sleeper := workflow.Define("orphan_sleeper", func(t *workflow.Task, _ int) (int, error) {
+		f := workflow.Go(t, "grandchild", leaf, 0)
+		if err := t.Delay("long", time.Hour); err != nil {
+			return 0, err
+		}
+		return f.Get()
+	})
+	done := workflow.Define("orphan_done", func(t *workflow.Task, n int) (int, error) {
+		return n, recordStep(pool, t, "detached ran")
+	})
+	var runIDs struct{ done, sleeping string }
+	parent := workflow.Define("orphan_parent", func(t *workflow.Task, _ int) (string, error) {
+		workflow.Go(t, "stuck", stuck, 0)
+		workflow.Go(t, "sleeper", sleeper, 0)
+		d := workflow.Go(t, "done", done, 7, workflow.Detached())
+		s := workflow.Go(t, "sleeping", leaf, 0, workflow.Detached())
+		if _, err := d.Get(); !errors.Is(err, workflow.ErrDetached) {
+			return "", errors.New("Get of a detached child did not say it is detached")
+		}
+		runIDs.done, runIDs.sleeping = d.RunID(), s.RunID()
+		// The children are created when this turn ends.
+		if err := t.Delay("let them start", 10*time.Millisecond); err != nil {
+			return "", err
+		}
+		// Wait, in a step, until the stuck child's step runs.
+		_, err := workflow.Step(t, "wait for stuck", func(ctx context.Context) (bool, error) {
+			select {
+			case <-stepStarted:
+				return true, nil
+			case <-ctx.Done():
+				return false, ctx.Err()
+			}
+		})
+		return "done", err
+	})
+	eng := startEngine(t, pool, testConfig(parent, stuck, leaf, sleeper, done))
+	ctx := ctxTimeout(t, 60*time.Second)
+	run, err := parent.Start(ctx, eng, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := run.Result(ctx); err != nil || out != "done" {
+		t.Fatalf("Result = %q, %v", out, err)
+	}
+	statuses := func() map[string]string {
+		rows, err := pool.Query(ctx, `SELECT key, status FROM braid_tasks WHERE run_id = $1 AND parent_task_id IS NOT NULL`, run.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		m := map[string]string{}
+		for rows.Next() {
+			var k, s string
+			if err := rows.Scan(&k, &s); err != nil {
+				t.Fatal(err)
+			}
+			m[k] = s
+		}
+		return m
+	}
+	want := map[string]string{"stuck": "cancelled", "sleeper": "cancelled", "grandchild": "cancelled"}
+	got := statuses()
+	for k, s := range want {
+		if got[k] != s {
+			t.Errorf("child %s is %s, want %s (all: %v)", k, got[k], s, got)
+		}
+	}
+	if n := count(t, pool, `
+		SELECT count(*) FROM braid_steps s JOIN braid_tasks k ON k.id = s.task_id
+		 WHERE k.run_id = $1 AND s.kind = 'delay' AND s.status = 'waiting'`, run.ID); n != 0 {
+		var key, status string
+		_ = pool.QueryRow(ctx, `SELECT k.key, k.status FROM braid_steps s JOIN braid_tasks k ON k.id = s.task_id
+		 WHERE k.run_id = $1 AND s.kind = 'delay' AND s.status = 'waiting'`, run.ID).Scan(&key, &status)
+		t.Errorf("%d delays of the cancelled children still wait (task %s, %s)", n, key, status)
+	}
+	// The stuck step's context ends (its turn is cancelled through
+	// River), and its result is never recorded.
+	deadline := time.Now().Add(10 * time.Second)
+	for !stepEnded.Load() && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !stepEnded.Load() {
+		t.Error("the cancelled child's step kept running")
+	}
+	if n := count(t, pool, `
+		SELECT count(*) FROM braid_steps s JOIN braid_tasks k ON k.id = s.task_id
+		 WHERE k.run_id = $1 AND k.key = 'stuck' AND s.status = 'completed'`, run.ID); n != 0 {
+		t.Errorf("the cancelled child recorded %d steps", n)
+	}
+
+	// The detached child completes as a run of its own, started once.
+	d, err := done.Get(ctx, eng, runIDs.done)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := d.Result(ctx); err != nil || out != 7 {
+		t.Fatalf("the detached child's Result = %d, %v", out, err)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM ledger WHERE step = 'detached ran'`); n != 1 {
+		t.Errorf("the detached child ran %d times, want 1", n)
+	}
+	// The other detached child waits on its delay, after its parent's run
+	// completed, and is cancelled through its own run ID.
+	s, err := leaf.Get(ctx, eng, runIDs.sleeping)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Cancel(ctx); err != nil {
+		t.Fatalf("cancelling the detached child's run: %v", err)
+	}
+	if _, err := s.Result(ctx); !errors.Is(err, workflow.ErrCancelled) {
+		t.Errorf("the detached child's Result = %v, want cancelled", err)
+	}
+}
+
+// TestChildrenOfAFailedParentAreCancelled fails a parent on its last
+// attempt while a child it did not await waits: the child is cancelled.
+func TestChildrenOfAFailedParentAreCancelled(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	leaf := workflow.Define("orphan_fail_leaf", func(t *workflow.Task, _ int) (int, error) {
+		if err := t.Delay("long", time.Hour); err != nil {
+			return 0, err
+		}
+		return 1, nil
+	})
+	parent := workflow.Define("orphan_fail_parent", func(t *workflow.Task, _ int) (int, error) {
+		workflow.Go(t, "leaf", leaf, 0)
+		// The child is created when this turn ends.
+		if err := t.Delay("pause", 10*time.Millisecond); err != nil {
+			return 0, err
+		}
+		return 0, errors.New("the parent gives up")
+	}, workflow.WithMaxAttempts(1))
+	eng := startEngine(t, pool, testConfig(parent, leaf))
+	ctx := ctxTimeout(t, 30*time.Second)
+	run, err := parent.Start(ctx, eng, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run.Result(ctx); err == nil {
+		t.Fatal("the parent did not fail")
+	}
+	if n := count(t, pool, `SELECT count(*) FROM braid_tasks WHERE run_id = $1 AND key = 'leaf' AND status = 'cancelled'`, run.ID); n != 1 {
+		t.Errorf("the unawaited child of the failed parent is not cancelled")
+	}
+}
