@@ -48,29 +48,39 @@ func (e *Engine) Cancel(ctx context.Context, runID string) error {
 		}
 		// The run is cancelled. Its running turns learn of it through
 		// their context; a turn job that CancelTx skipped because another
-		// transaction held it (a heartbeat, River's completer) is
-		// cancelled now, holding no other lock. Then wait for the turns to
+		// transaction held it is cancelled now. Then wait for the turns to
 		// end, so that nothing of the run runs once Cancel returns.
 		id, _ := uuid.Parse(runID)
-		rows, err := e.pool.Query(ctx, `
-			SELECT j.id FROM braid_tasks t
-			  JOIN river_job j ON j.kind = $1 AND j.args->>'task_id' = t.id::text
-			 WHERE t.run_id = $2 AND t.status = 'cancelled'
-			   AND j.state IN `+liveJobStates+` AND NOT j.metadata ? 'cancel_attempted_at'`, TaskKind, id)
-		if err != nil {
+		if err := e.cancelSkippedTurns(ctx, id, runID); err != nil {
 			return err
-		}
-		skipped, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-		if err != nil {
-			return err
-		}
-		for _, jid := range skipped {
-			if _, err := e.queue.River().JobCancel(ctx, jid); err != nil && !errors.Is(err, rivertype.ErrNotFound) {
-				return fmt.Errorf("workflow: run %s is cancelled; cancelling its turn job %d: %w", runID, jid, err)
-			}
 		}
 		return e.waitForTurnsToEnd(ctx, id)
 	}
+}
+
+// cancelSkippedTurns cancels, after the transaction that cancelled the
+// run committed, the turn jobs of its cancelled tasks that the
+// transaction skipped because another one held them (a heartbeat, River's
+// completer). It holds no other lock meanwhile.
+func (e *Engine) cancelSkippedTurns(ctx context.Context, id uuid.UUID, runID string) error {
+	rows, err := e.pool.Query(ctx, `
+		SELECT j.id FROM braid_tasks t
+		  JOIN river_job j ON j.kind = $1 AND j.args->>'task_id' = t.id::text
+		 WHERE t.run_id = $2 AND t.status = 'cancelled'
+		   AND j.state IN `+liveJobStates+` AND NOT j.metadata ? 'cancel_attempted_at'`, TaskKind, id)
+	if err != nil {
+		return err
+	}
+	skipped, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return err
+	}
+	for _, jid := range skipped {
+		if _, err := e.queue.River().JobCancel(ctx, jid); err != nil && !errors.Is(err, rivertype.ErrNotFound) {
+			return fmt.Errorf("workflow: run %s is cancelled; cancelling its turn job %d: %w", runID, jid, err)
+		}
+	}
+	return nil
 }
 
 // cancelTries bounds how often Cancel starts over when a task it must
@@ -88,6 +98,16 @@ func (e *Engine) CancelTx(ctx context.Context, tx pgx.Tx, runID string) error {
 	if err != nil {
 		return fmt.Errorf("%w: %q is not a UUID", ErrRunNotFound, runID)
 	}
+	return e.cancelTx(ctx, tx, id, runID, storedError{Message: "cancelled"})
+}
+
+// cancelTx cancels the run id inside tx, with cause as the stored error of
+// the run and of each task it cancels: CancelTx's "cancelled", or the
+// delay processor's timeout when the run's deadline passed. A timeout is
+// fenced on the deadline: should the run's deadline have moved (a Retry
+// since the processor read it), the run is left alone and cancelTx fails
+// with ErrRunFinished, as for a run that finished meanwhile.
+func (e *Engine) cancelTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID string, cause storedError) error {
 	if err := runStatusIs(ctx, tx, id, runID, func(status string) error {
 		if finished(status) {
 			return fmt.Errorf("%w: run %s is %s", ErrRunFinished, runID, status)
@@ -123,7 +143,7 @@ func (e *Engine) CancelTx(ctx context.Context, tx pgx.Tx, runID string) error {
 		}
 		locked = append(locked, ids...)
 	}
-	errJSON, _ := json.Marshal(storedError{Message: "cancelled"})
+	errJSON, _ := json.Marshal(cause)
 	rows, err := tx.Query(ctx, `
 		UPDATE braid_tasks SET status = 'cancelled', error = $2, remaining = 0, finished_at = now(), updated_at = now()
 		 WHERE id = ANY($1) AND status NOT IN `+finalStatuses+`
@@ -143,14 +163,23 @@ func (e *Engine) CancelTx(ctx context.Context, tx pgx.Tx, runID string) error {
 			return err
 		}
 	}
-	// The run, fenced on it being unfinished.
-	tag, err := tx.Exec(ctx, `
+	// The run, fenced on it being unfinished, and for a timeout on its
+	// deadline having passed.
+	update := `
 		UPDATE braid_runs SET status = 'cancelled', error = $2, finished_at = now(), updated_at = now()
-		 WHERE id = $1 AND status NOT IN `+finalStatuses, id, errJSON)
+		 WHERE id = $1 AND status NOT IN ` + finalStatuses
+	timeout := cause.Kind == errKindTimeout
+	if timeout {
+		update += ` AND deadline_at <= clock_timestamp()`
+	}
+	tag, err := tx.Exec(ctx, update, id, errJSON)
 	if err != nil {
 		return err
 	}
 	if tag.RowsAffected() == 0 {
+		if timeout {
+			return fmt.Errorf("%w: run %s finished, or its deadline moved, meanwhile", ErrRunFinished, runID)
+		}
 		return fmt.Errorf("%w: run %s finished meanwhile", ErrRunFinished, runID)
 	}
 	// The turn jobs. River job rows come before tasks in the lock order,
@@ -178,7 +207,11 @@ func (e *Engine) CancelTx(ctx context.Context, tx pgx.Tx, runID string) error {
 	if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, channelRunFinished, id.String()); err != nil {
 		return err
 	}
-	e.logger.InfoContext(ctx, "workflow: run cancelled", "run.id", runID, "tasks_cancelled", len(taskIDs), "turns_cancelled", len(jobIDs))
+	msg := "workflow: run cancelled"
+	if timeout {
+		msg = "workflow: run timed out: its deadline passed, so it is cancelled"
+	}
+	e.logger.InfoContext(ctx, msg, "run.id", runID, "tasks_cancelled", len(taskIDs), "turns_cancelled", len(jobIDs))
 	return nil
 }
 
@@ -200,7 +233,8 @@ func runStatusIs(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID string, che
 // back to pending (or to waiting on their reset children); recorded
 // successful steps are kept, so the run resumes at the step that failed.
 // Steps recorded as failed and cancelled delays are forgotten, so they run
-// again.
+// again. A run with a timeout (StartOpts.Timeout, WithRunTimeout) gets a
+// fresh deadline, the same timeout counted from the retry.
 //
 // A cancelled turn may still be running its code. Retry first waits, up to
 // TurnEndWaitDefault or until ctx ends, for the turns of the tasks it
@@ -279,14 +313,24 @@ func (e *Engine) retryTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID str
 		   AND (status IN ('failed', 'retrying') OR (kind = 'delay' AND status = 'cancelled'))`, reset); err != nil {
 		return err
 	}
-	tag, err := tx.Exec(ctx, `
-		UPDATE braid_runs SET status = 'running', error = NULL, finished_at = NULL, updated_at = now()
-		 WHERE id = $1 AND status IN ('failed', 'cancelled')`, id)
+	// A run with a timeout gets a fresh deadline, counted from the retry,
+	// and the delay processor hears of it as of a new delay.
+	var hasDeadline bool
+	err = tx.QueryRow(ctx, `
+		UPDATE braid_runs SET status = 'running', error = NULL, finished_at = NULL, updated_at = now(),
+		       deadline_at = now() + timeout
+		 WHERE id = $1 AND status IN ('failed', 'cancelled')
+		RETURNING deadline_at IS NOT NULL`, id).Scan(&hasDeadline)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("%w: run %s changed state meanwhile", ErrRunNotRetryable, runID)
+	}
 	if err != nil {
 		return err
 	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("%w: run %s changed state meanwhile", ErrRunNotRetryable, runID)
+	if hasDeadline {
+		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, channelDelay); err != nil {
+			return err
+		}
 	}
 	return e.wakeTurns(ctx, tx, append(turns, nodeTurns...))
 }

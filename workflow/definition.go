@@ -29,8 +29,9 @@ type definition struct {
 	queue       string
 	priority    queue.Priority
 	timeout     time.Duration
-	dag         *dagSpec // the graph of a DAG; nil for a function
-	err         error    // a problem found by Define or DAG, reported by NewEngine
+	runTimeout  time.Duration // the deadline of each run, from its start; 0 for none
+	dag         *dagSpec      // the graph of a DAG; nil for a function
+	err         error         // a problem found by Define or DAG, reported by NewEngine
 }
 
 // Workflow is a typed durable function. Create it with Define, register it
@@ -68,6 +69,14 @@ func WithPriority(p queue.Priority) Option { return func(d *definition) { d.prio
 // passes, and the attempt fails. Default: River's job timeout.
 func WithTimeout(d time.Duration) Option { return func(def *definition) { def.timeout = d } }
 
+// WithRunTimeout gives every run of the workflow a durable deadline: d
+// after the run starts, by the database's clock, the run is cancelled
+// with everything in it, and Result returns a *TimeoutError. A run's
+// StartOpts.Timeout overrides it. It bounds the whole run, delays and
+// children included; the turn timeout is WithTimeout. Default 0: no
+// deadline. See "Run deadlines" in the package documentation.
+func WithRunTimeout(d time.Duration) Option { return func(def *definition) { def.runTimeout = d } }
+
 // Define declares a workflow: a named, typed durable function. Input and
 // output travel as JSON. Problems with the definition (an empty name, a nil
 // function, a bad option) are reported by NewEngine.
@@ -89,6 +98,8 @@ func Define[In, Out any](name string, fn func(t *Task, in In) (Out, error), opts
 		d.err = &DefinitionError{Workflow: name, Reason: fmt.Sprintf("priority %d is outside %d-%d", d.priority, queue.PriorityCritical, queue.PriorityLow)}
 	case d.timeout < 0:
 		d.err = &DefinitionError{Workflow: name, Reason: "the timeout is negative"}
+	case d.runTimeout < 0:
+		d.err = &DefinitionError{Workflow: name, Reason: fmt.Sprintf("the run timeout %s is negative", d.runTimeout)}
 	}
 	d.fn = func(t *Task, raw json.RawMessage) (json.RawMessage, error) {
 		var in In

@@ -15,11 +15,12 @@ import (
 
 // processDelays is the delay processor. It runs while this process holds
 // the lease braid:delays: it wakes due delays in batches, each batch in one
-// transaction with the turns it inserts, then sleeps until the earliest
-// waiting delay (at most DelayPollInterval), or until a NOTIFY says a
-// nearer delay was written. A batch that fails is retried one delay at a
-// time, so one bad row never holds back the others, and after a failure
-// the processor sleeps a full poll interval rather than spin.
+// transaction with the turns it inserts, then cancels the runs whose
+// deadline has passed (cancelOverdueRuns), then sleeps until the earliest
+// waiting delay or deadline (at most DelayPollInterval), or until a NOTIFY
+// says a nearer one was written. A batch that fails is retried one delay
+// at a time, so one bad row never holds back the others, and after a
+// failure the processor sleeps a full poll interval rather than spin.
 func (e *Engine) processDelays(ctx context.Context, l *leases.Lease) error {
 	e.logger.InfoContext(ctx, "workflow: delay processor started", "lease.holder", l.Holder, "lease.generation", l.Generation)
 	defer e.logger.InfoContext(context.WithoutCancel(ctx), "workflow: delay processor stopped", "lease.holder", l.Holder)
@@ -39,19 +40,23 @@ func (e *Engine) processDelays(ctx context.Context, l *leases.Lease) error {
 			e.logger.WarnContext(ctx, "workflow: waking due delays; retrying them one by one", "error", err)
 			n, failed = e.fireDueDelaysOneByOne(ctx), true
 		}
-		if n >= e.cfg.DelayBatchSize && !failed {
+		cancelled, full, cancelFailed := e.cancelOverdueRuns(ctx)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if (n >= e.cfg.DelayBatchSize && !failed) || (full && cancelled > 0 && !cancelFailed) {
 			continue // more are due
 		}
+		failed = failed || cancelFailed
+		n += cancelled
 		wait := e.cfg.DelayPollInterval
 		var next *float64
-		err = conn.QueryRow(ctx, `
-			SELECT extract(epoch FROM (min(resume_at) - clock_timestamp()))::float8
-			  FROM braid_steps WHERE kind = 'delay' AND status = 'waiting'`).Scan(&next)
+		err = conn.QueryRow(ctx, nextDueSQL).Scan(&next)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			return fmt.Errorf("workflow: finding the next delay: %w", err)
+			return fmt.Errorf("workflow: finding the next delay or deadline: %w", err)
 		}
 		if next != nil && !failed {
 			if d := time.Duration(*next * float64(time.Second)); d < wait {
@@ -62,9 +67,9 @@ func (e *Engine) processDelays(ctx context.Context, l *leases.Lease) error {
 			if n > 0 {
 				continue
 			}
-			// Due delays that this tick skipped: their rows are locked
-			// (by Cancel, Retry or a turn). Pause briefly rather than
-			// spin until the lock is gone.
+			// Due delays or deadlines that this tick skipped: their rows
+			// are locked (by Cancel, Retry or a turn). Pause briefly
+			// rather than spin until the lock is gone.
 			wait = delaySkippedPause
 		}
 		waitCtx, cancel := context.WithTimeout(ctx, wait)
@@ -80,7 +85,7 @@ func (e *Engine) processDelays(ctx context.Context, l *leases.Lease) error {
 }
 
 // delaySkippedPause is how long the delay processor pauses when due
-// delays are all locked by others.
+// delays and deadlines are all locked by others.
 const delaySkippedPause = 10 * time.Millisecond
 
 // delayKey names one delay step.

@@ -259,7 +259,9 @@
 // the run's turn jobs last with SKIP LOCKED (a turn it skips finds its task
 // cancelled and does nothing), and locks children created while it waited
 // for their parent with NOWAIT, starting over when one is held; the delay
-// processor claims delays and their tasks with SKIP LOCKED; the reconciler,
+// processor claims delays and their tasks with SKIP LOCKED, and cancels a
+// run whose deadline passed as Cancel does, under a short lock timeout,
+// leaving a run whose rows are held for its next tick; the reconciler,
 // holding the task it fails, locks that task's DAG nodes and parent with
 // NOWAIT and looks again later when one is held; retention skips
 // a batch whose tasks are locked; waking an existing task first checks, with
@@ -327,6 +329,37 @@
 // until the earliest pending delay, and wakes early on a NOTIFY when a
 // nearer delay is written. When its holder dies, another process takes the
 // lease.
+//
+// # Run deadlines
+//
+// A run can have a durable deadline for the whole of it: StartOpts.Timeout,
+// or the definition's [WithRunTimeout] (StartOpts.Timeout wins; 0 means
+// none, a negative timeout is refused with its value). The deadline is
+// computed by the database clock as the run is created (its created_at
+// plus the timeout) and stored on the run, in the transaction that creates
+// it, for Start, StartTx, StartMany and DAG runs alike (runs that a
+// schedule starts get their definition's); children and DAG nodes live
+// within their run's deadline and have none of their own.
+//
+// The delay processor keeps the deadlines, with the delays: after waking
+// the due delays, it cancels the unfinished runs whose deadline has
+// passed, each in its own transaction through Cancel's own path (the
+// lock order, every unfinished task, waiting delay and turn job of the
+// run, DAG nodes included), so that one run that cannot be cancelled
+// holds back no other. It sleeps until the earliest delay or deadline,
+// and a run started with a deadline sends the same NOTIFY as a new delay,
+// so a near deadline is not missed. Being a row like a delay, a deadline
+// survives restarts and a change of the lease's holder: a deadline that
+// passed while no process ran is acted on by the next holder.
+//
+// A run that times out ends cancelled, with an error of kind timeout that
+// names its timeout. [Run.Result] and [Engine.Wait] return its *[RunError]
+// wrapping a *[TimeoutError] (run, workflow, timeout and deadline), so
+// errors.As finds either, and errors.Is(err, [ErrCancelled]) holds. A turn
+// running at the deadline learns of it as of any cancel, through its
+// context, and its outcome records nothing; the delay processor does not
+// wait for it. [Engine.Retry] of a run with a timeout gives it a fresh
+// deadline, the same timeout counted from the retry.
 //
 // # Tracing
 //

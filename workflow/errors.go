@@ -119,6 +119,9 @@ type RunError struct {
 	Workflow string
 	Status   string // "failed" or "cancelled"
 	Message  string
+	// Err is the cause, when braid knows it as an error of its own: a
+	// *TimeoutError for a run that its deadline cancelled; nil otherwise.
+	Err error
 }
 
 func (e *RunError) Error() string {
@@ -127,6 +130,9 @@ func (e *RunError) Error() string {
 
 // Is makes a cancelled run match ErrCancelled.
 func (e *RunError) Is(target error) bool { return target == ErrCancelled && e.Status == "cancelled" }
+
+// Unwrap returns the cause, so that errors.As finds a *TimeoutError.
+func (e *RunError) Unwrap() error { return e.Err }
 
 // PanicError is the error of an attempt whose workflow or step code
 // panicked. It carries the stack.

@@ -37,6 +37,16 @@ type StartOpts struct {
 	// Priority overrides the definition's priority for the root task's
 	// turns.
 	Priority queue.Priority
+
+	// Timeout gives the run a durable deadline: Timeout after the run
+	// starts, by the database's clock, the run is cancelled with every
+	// task, child, DAG node and delay in it, and Result returns a
+	// *TimeoutError (which also matches ErrCancelled). The deadline is
+	// stored with the run, so it holds across restarts like a delay. It
+	// overrides the definition's WithRunTimeout. Default 0: the
+	// definition's, if any, else no deadline. A negative Timeout is an
+	// error.
+	Timeout time.Duration
 }
 
 // Run is a handle on a run whose output is of type Out.
@@ -178,6 +188,7 @@ func (e *Engine) startManyTx(ctx context.Context, tx pgx.Tx, d *definition, star
 		traces          = make([]string, n)
 		queues          = make([]string, n)
 		prios           = make([]int16, n)
+		timeouts        = make([]int64, n) // microseconds; 0 for no deadline
 		turns           = make([]turn, 0, n)
 		index           = make(map[uuid.UUID]int, n)
 	)
@@ -203,6 +214,10 @@ func (e *Engine) startManyTx(ctx context.Context, tx pgx.Tx, d *definition, star
 			}
 			prio = o.Priority
 		}
+		timeout, err := runTimeout(d, &o)
+		if err != nil {
+			return err
+		}
 		sctx, span := e.tracer.Start(ctx, "braid.run.start", trace.WithAttributes(
 			attribute.String("run.id", runID.String()),
 			attribute.String("workflow", d.name),
@@ -216,31 +231,36 @@ func (e *Engine) startManyTx(ctx context.Context, tx pgx.Tx, d *definition, star
 		}
 		runIDs[i], taskIDs[i] = runID, mustID()
 		inputs[i], traces[i], queues[i], prios[i] = string(starts[i].input), carrier.Get("traceparent"), q, int16(prio)
+		timeouts[i] = timeoutMicros(timeout)
 		index[runID] = i
 		starts[i].id = runID.String()
 		turns = append(turns, turn{taskID: taskIDs[i], workflow: d.name, queue: q, priority: prio, maxAttempts: d.maxAttempts})
 	}
 	// The runs and their root tasks in one statement: a task is created
 	// only when its run is. A DAG's root task waits for its nodes from the
-	// start: its first turn comes once every node is final.
+	// start: its first turn comes once every node is final. A run with a
+	// timeout gets its deadline by the database's clock.
 	rootStatus, rootRemaining, runStatus := "pending", 0, "pending"
 	if d.dag != nil {
 		rootStatus, rootRemaining, runStatus = "waiting", len(d.dag.nodes), "running"
 	}
 	rows, err := tx.Query(ctx, `
 		WITH u AS (
-		    SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[], $7::smallint[])
-		           AS u(id, task_id, input, key, trace, queue, prio)
+		    SELECT u.*, CASE WHEN u.timeout_us > 0 THEN u.timeout_us * interval '1 microsecond' END AS timeout
+		      FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[], $7::smallint[], $13::bigint[])
+		           AS u(id, task_id, input, key, trace, queue, prio, timeout_us)
 		), run AS (
-		    INSERT INTO braid_runs (id, workflow, status, input, idempotency_key, trace_parent, queue, priority, started_at)
-		    SELECT u.id, $8, $12, u.input::jsonb, u.key, u.trace, u.queue, u.prio, CASE WHEN $12 = 'running' THEN now() END FROM u
+		    INSERT INTO braid_runs (id, workflow, status, input, idempotency_key, trace_parent, queue, priority, started_at,
+		                            timeout, deadline_at)
+		    SELECT u.id, $8, $12, u.input::jsonb, u.key, u.trace, u.queue, u.prio, CASE WHEN $12 = 'running' THEN now() END,
+		           u.timeout, now() + u.timeout FROM u
 		    ON CONFLICT DO NOTHING
 		    RETURNING id
 		)
 		INSERT INTO braid_tasks (id, run_id, key, workflow, status, input, max_attempts, queue, priority, remaining)
 		SELECT u.task_id, run.id, 'root', $8, $10, u.input::jsonb, $9, u.queue, u.prio, $11 FROM run JOIN u ON u.id = run.id
 		RETURNING run_id`,
-		runIDs, taskIDs, inputs, keys, traces, queues, prios, d.name, d.maxAttempts, rootStatus, rootRemaining, runStatus)
+		runIDs, taskIDs, inputs, keys, traces, queues, prios, d.name, d.maxAttempts, rootStatus, rootRemaining, runStatus, timeouts)
 	if err != nil {
 		return fmt.Errorf("workflow: starting %d runs: %w", n, err)
 	}
@@ -254,8 +274,10 @@ func (e *Engine) startManyTx(ctx context.Context, tx pgx.Tx, d *definition, star
 	}
 	kept := turns[:0]
 	var dagRoots []dagRoot
+	deadlines := false
 	for i := range starts {
 		if isNew[i] {
+			deadlines = deadlines || timeouts[i] > 0
 			if d.dag != nil {
 				dagRoots = append(dagRoots, dagRoot{spec: d.dag, runID: runIDs[i], rootID: taskIDs[i], input: inputs[i]})
 			} else {
@@ -288,6 +310,13 @@ func (e *Engine) startManyTx(ctx context.Context, tx pgx.Tx, d *definition, star
 	if err := e.insertTurns(ctx, tx, kept); err != nil {
 		return err
 	}
+	if deadlines {
+		// The delay processor keeps the deadlines: tell it, as a new delay
+		// does, so that one nearer than its next look is not late.
+		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, channelDelay); err != nil {
+			return err
+		}
+	}
 	e.metrics.runsStarted.Add(ctx, int64(len(kept)))
 	return nil
 }
@@ -312,8 +341,10 @@ func mustID() uuid.UUID {
 }
 
 // Result waits until the run finishes and returns its output, or its
-// error: a *RunError (errors.Is(err, ErrCancelled) for a cancelled run). It
-// waits on a notification, and polls as a fallback.
+// error: a *RunError (errors.Is(err, ErrCancelled) for a cancelled run).
+// When the run's deadline passed, the *RunError wraps a *TimeoutError, so
+// errors.As finds either. It waits on a notification, and polls as a
+// fallback.
 func (r *Run[Out]) Result(ctx context.Context) (Out, error) {
 	var zero Out
 	raw, err := r.eng.wait(ctx, r.ID)
@@ -346,9 +377,11 @@ func (e *Engine) wait(ctx context.Context, runID string) (json.RawMessage, error
 		var (
 			status, workflow string
 			output, errJSON  []byte
+			timeout          *int64
+			deadline         *time.Time
 		)
-		err := e.pool.QueryRow(ctx, `SELECT status, workflow, output, error FROM braid_runs WHERE id = $1`, id).
-			Scan(&status, &workflow, &output, &errJSON)
+		err := e.pool.QueryRow(ctx, `SELECT status, workflow, output, error, `+timeoutMicrosSQL+`, deadline_at FROM braid_runs WHERE id = $1`, id).
+			Scan(&status, &workflow, &output, &errJSON, &timeout, &deadline)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil, fmt.Errorf("%w: %s", ErrRunNotFound, runID)
 		}
@@ -364,7 +397,11 @@ func (e *Engine) wait(ctx context.Context, runID string) (json.RawMessage, error
 			if se.Message == "" && status == "cancelled" {
 				se.Message = "cancelled"
 			}
-			return nil, &RunError{RunID: runID, Workflow: workflow, Status: status, Message: se.Message}
+			re := &RunError{RunID: runID, Workflow: workflow, Status: status, Message: se.Message}
+			if status == "cancelled" && se.Kind == errKindTimeout {
+				re.Err = newTimeoutError(runID, workflow, timeout, deadline)
+			}
+			return nil, re
 		}
 		select {
 		case <-ctx.Done():

@@ -1,0 +1,173 @@
+package workflow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// TimeoutError says that a run's deadline passed before it finished: the
+// run was cancelled, with everything in it. Run.Result and Engine.Wait
+// return it wrapped in the run's *RunError (status "cancelled"), so both
+// errors.As(err, &timeoutErr) and errors.Is(err, ErrCancelled) hold, and
+// errors.As(err, &runErr) still gives the run's status and message.
+type TimeoutError struct {
+	RunID    string
+	Workflow string
+	// Timeout is the run's timeout: StartOpts.Timeout, or the definition's
+	// WithRunTimeout.
+	Timeout time.Duration
+	// Deadline is when the timeout passed, by the database's clock.
+	Deadline time.Time
+}
+
+func (e *TimeoutError) Error() string {
+	return fmt.Sprintf("run %s of workflow %q timed out: its deadline of %s passed at %s",
+		e.RunID, e.Workflow, e.Timeout, e.Deadline.Format(time.RFC3339Nano))
+}
+
+// Is makes a run that timed out match ErrCancelled: it was cancelled.
+func (e *TimeoutError) Is(target error) bool { return target == ErrCancelled }
+
+// errKindTimeout is the kind of the stored error of a run cancelled by
+// its deadline, and of its tasks.
+const errKindTimeout = "timeout"
+
+// timeoutMessage is the stored error message of a run whose deadline of
+// timeout passed.
+func timeoutMessage(timeout time.Duration) string {
+	return fmt.Sprintf("timed out: the run's deadline of %s passed", timeout)
+}
+
+// runTimeout is the timeout of a run of d started with o: o's when set,
+// else the definition's; 0 for none. A negative one is an error naming
+// it.
+func runTimeout(d *definition, o *StartOpts) (time.Duration, error) {
+	if o.Timeout < 0 {
+		return 0, fmt.Errorf("workflow: run timeout (StartOpts.Timeout) %s is negative; 0 means no deadline", o.Timeout)
+	}
+	if o.Timeout > 0 {
+		return o.Timeout, nil
+	}
+	return d.runTimeout, nil
+}
+
+// timeoutMicros is a timeout as whole microseconds, PostgreSQL's interval
+// precision, rounded up so that a positive timeout stays positive.
+func timeoutMicros(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Microsecond - 1) / time.Microsecond)
+}
+
+// timeoutMicrosSQL reads braid_runs.timeout as whole microseconds.
+const timeoutMicrosSQL = `(extract(epoch FROM timeout) * 1000000)::bigint`
+
+// overdueRunsSQL lists the unfinished runs whose deadline has passed,
+// earliest first, through the partial index braid_runs_deadline_at.
+const overdueRunsSQL = `
+	SELECT id, ` + timeoutMicrosSQL + ` FROM braid_runs
+	 WHERE deadline_at IS NOT NULL AND deadline_at <= clock_timestamp()
+	   AND status IN ('pending', 'running', 'waiting')
+	 ORDER BY deadline_at
+	 LIMIT $1`
+
+// nextDueSQL is how long until the earliest waiting delay or deadline of
+// an unfinished run, in seconds (negative when one is due, NULL when there
+// is none): the delay processor sleeps that long at most.
+const nextDueSQL = `
+	SELECT extract(epoch FROM (least(
+	    (SELECT min(resume_at) FROM braid_steps WHERE kind = 'delay' AND status = 'waiting'),
+	    (SELECT min(deadline_at) FROM braid_runs
+	      WHERE deadline_at IS NOT NULL AND status IN ('pending', 'running', 'waiting'))
+	) - clock_timestamp()))::float8`
+
+// deadlineLockTimeout bounds how long the delay processor waits for a row
+// lock while it cancels a run whose deadline passed. A run whose rows are
+// held longer (by a turn's outcome, Cancel, Retry) is left for the next
+// tick, so that it never holds back due delays and other deadlines.
+const deadlineLockTimeout = 100 * time.Millisecond
+
+// cancelOverdueRuns is the delay processor's second duty: it cancels the
+// unfinished runs whose deadline has passed, up to DelayBatchSize of them,
+// each in its own transaction through the same path as Cancel, so that
+// one run that cannot be cancelled never holds back the others. It
+// returns how many it cancelled, whether it found a full batch (more may
+// be due), and whether one failed for a reason other than a held lock.
+//
+// It does not wait for the runs' running turns to end as Cancel does:
+// they learn of the cancel through their context (River's remote
+// cancel), and their outcomes find their tasks cancelled and record
+// nothing.
+func (e *Engine) cancelOverdueRuns(ctx context.Context) (cancelled int, full, failed bool) {
+	rows, err := e.pool.Query(ctx, overdueRunsSQL, e.cfg.DelayBatchSize)
+	if err != nil {
+		if ctx.Err() == nil {
+			e.logger.WarnContext(ctx, "workflow: listing runs whose deadline passed", "error", err)
+		}
+		return 0, false, true
+	}
+	type overdue struct {
+		id      uuid.UUID
+		timeout int64 // microseconds
+	}
+	runs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (overdue, error) {
+		var o overdue
+		return o, r.Scan(&o.id, &o.timeout)
+	})
+	if err != nil {
+		if ctx.Err() == nil {
+			e.logger.WarnContext(ctx, "workflow: listing runs whose deadline passed", "error", err)
+		}
+		return 0, false, true
+	}
+	for _, r := range runs {
+		cause := storedError{Kind: errKindTimeout, Message: timeoutMessage(time.Duration(r.timeout) * time.Microsecond)}
+		err := e.withTx(ctx, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, fmt.Sprintf(`SET LOCAL lock_timeout = '%dms'`, deadlineLockTimeout.Milliseconds())); err != nil {
+				return err
+			}
+			return e.cancelTx(ctx, tx, r.id, r.id.String(), cause)
+		})
+		var pgErr *pgconn.PgError
+		switch {
+		case err == nil:
+			cancelled++
+			// Turn jobs that the transaction skipped because another one
+			// held them are cancelled now, as Cancel does.
+			if err := e.cancelSkippedTurns(ctx, r.id, r.id.String()); err != nil && ctx.Err() == nil {
+				e.logger.WarnContext(ctx, "workflow: run timed out; cancelling its remaining turn jobs", "run.id", r.id, "error", err)
+			}
+		case ctx.Err() != nil:
+			return cancelled, false, false
+		case errors.Is(err, ErrRunFinished), errors.Is(err, ErrRunNotFound):
+			// It finished (or was deleted), or Retry moved its deadline,
+			// meanwhile.
+		case errors.As(err, &pgErr) && pgErr.Code == "55P03": // lock_not_available
+			e.logger.DebugContext(ctx, "workflow: a run whose deadline passed is locked; cancelling it next tick", "run.id", r.id)
+		default:
+			failed = true
+			e.logger.ErrorContext(ctx, "workflow: cancelling a run whose deadline passed failed; the others go on", "run.id", r.id, "error", err)
+		}
+	}
+	return cancelled, len(runs) >= e.cfg.DelayBatchSize, failed
+}
+
+// newTimeoutError is the *TimeoutError of a run that its deadline
+// cancelled, from its row's timeout (in microseconds) and deadline.
+func newTimeoutError(runID, workflow string, micros *int64, deadline *time.Time) *TimeoutError {
+	te := &TimeoutError{RunID: runID, Workflow: workflow}
+	if micros != nil {
+		te.Timeout = time.Duration(*micros) * time.Microsecond
+	}
+	if deadline != nil {
+		te.Deadline = *deadline
+	}
+	return te
+}
