@@ -185,3 +185,41 @@ func TestChildrenOfAFailedParentAreCancelled(t *testing.T) {
 		t.Errorf("the unawaited child of the failed parent is not cancelled")
 	}
 }
+
+// TestCancelEndsAClaimedTurn cancels a run whose child's turn, claimed by
+// this process as a continuation of its parent's, waits in a step on its
+// context: Cancel ends it (River's JobCancel cannot reach a turn River did
+// not start; the queue's ownership watch does) and returns once it has.
+func TestCancelEndsAClaimedTurn(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	started := make(chan struct{}, 1)
+	stuck := workflow.Define("claimed_stuck", func(t *workflow.Task, _ int) (int, error) {
+		return workflow.Step(t, "wait", func(ctx context.Context) (int, error) {
+			started <- struct{}{}
+			<-ctx.Done()
+			return 0, ctx.Err()
+		})
+	})
+	parent := workflow.Define("claimed_parent", func(t *workflow.Task, _ int) (int, error) {
+		return workflow.Go(t, "child", stuck, 0).Get()
+	})
+	eng := startEngine(t, pool, testConfig(parent, stuck))
+	ctx := ctxTimeout(t, 60*time.Second)
+	run, err := parent.Start(ctx, eng, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	if n := count(t, pool, `
+		SELECT count(*) FROM river_job j JOIN braid_tasks k ON j.args->>'task_id' = k.id::text
+		 WHERE k.run_id = $1 AND k.key = 'child' AND j.state = 'running' AND j.attempted_by IS NOT NULL`, run.ID); n != 1 {
+		t.Fatalf("the child's turn is not running")
+	}
+	if err := eng.Cancel(ctx, run.ID); err != nil {
+		t.Fatalf("Cancel = %v, want the stuck turn ended", err)
+	}
+	if _, err := run.Result(ctx); !errors.Is(err, workflow.ErrCancelled) {
+		t.Errorf("Result = %v, want cancelled", err)
+	}
+}
