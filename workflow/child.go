@@ -303,9 +303,12 @@ func (e *Engine) cancelTurnsOf(ctx context.Context, tasks []uuid.UUID) {
 
 // startDetachedTx starts the detached children of the batch's live turns,
 // each as a run of its own, in the batch's transaction. A run that exists
-// (started by an earlier turn) is left alone.
+// (started by an earlier turn) is left alone. Their first turns join the
+// batch's new turns, so that the worker of the turn that started one may
+// run it next, as it would a child.
 func (e *Engine) startDetachedTx(ctx context.Context, tx pgx.Tx, st *batchState) error {
 	byDef := map[*definition][]start{}
+	owner := map[*definition][]*outcome{}
 	var defs []*definition
 	for _, o := range st.owned {
 		if o.t == nil || len(o.t.detached) == 0 || (o.kind != outcomeComplete && o.kind != outcomeSuspend) || !isRunnable(st.status[o.taskID]) {
@@ -316,12 +319,27 @@ func (e *Engine) startDetachedTx(ctx context.Context, tx pgx.Tx, st *batchState)
 				defs = append(defs, s.def)
 			}
 			byDef[s.def] = append(byDef[s.def], start{input: s.input, opts: &StartOpts{ID: s.runID.String()}})
+			owner[s.def] = append(owner[s.def], o)
 		}
 	}
 	for _, d := range defs {
-		if err := e.startManyTx(ctx, tx, d, byDef[d]); err != nil {
+		turns, err := e.createRunsTx(ctx, tx, d, byDef[d])
+		if err != nil {
 			return fmt.Errorf("workflow: starting %d detached children: %w", len(byDef[d]), err)
 		}
+		// createRunsTx returns the turns of the runs it created, in the
+		// order of their starts; a run that existed has none. (A DAG's
+		// are its nodes' first turns, left to River's fetch.)
+		i := 0
+		for j, s := range byDef[d] {
+			if d.dag != nil || s.existing || i >= len(turns) {
+				continue
+			}
+			o := owner[d][j]
+			turns[i].by, turns[i].link = o, newTurnLink(o.traceParent(), linkSpawning)
+			i++
+		}
+		st.fresh = append(st.fresh, turns...)
 	}
 	return nil
 }

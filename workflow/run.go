@@ -177,9 +177,20 @@ func (e *Engine) startTx(ctx context.Context, tx pgx.Tx, d *definition, input js
 // and one insert of their first turns. A run whose ID or idempotency key
 // exists is not started: its ID is returned, with existing set.
 func (e *Engine) startManyTx(ctx context.Context, tx pgx.Tx, d *definition, starts []start) error {
+	turns, err := e.createRunsTx(ctx, tx, d, starts)
+	if err != nil {
+		return err
+	}
+	return e.insertTurns(ctx, tx, turns)
+}
+
+// createRunsTx creates the runs of startManyTx, and returns their first
+// turns for the caller to insert: startManyTx, or a batch that starts
+// detached children and claims their turns like its other new ones.
+func (e *Engine) createRunsTx(ctx context.Context, tx pgx.Tx, d *definition, starts []start) ([]turn, error) {
 	n := len(starts)
 	if n == 0 {
-		return nil
+		return nil, nil
 	}
 	var (
 		runIDs, taskIDs = make([]uuid.UUID, n), make([]uuid.UUID, n)
@@ -198,11 +209,11 @@ func (e *Engine) startManyTx(ctx context.Context, tx pgx.Tx, d *definition, star
 			o = *starts[i].opts
 		}
 		if len(o.IdempotencyKey) > 500 {
-			return fmt.Errorf("workflow: idempotency key is %d bytes, over the limit of 500", len(o.IdempotencyKey))
+			return nil, fmt.Errorf("workflow: idempotency key is %d bytes, over the limit of 500", len(o.IdempotencyKey))
 		}
 		runID, err := newID(o.ID)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		q, prio := d.queue, d.priority
 		if o.Queue != "" {
@@ -210,13 +221,13 @@ func (e *Engine) startManyTx(ctx context.Context, tx pgx.Tx, d *definition, star
 		}
 		if o.Priority != 0 {
 			if o.Priority < queue.PriorityCritical || o.Priority > queue.PriorityLow {
-				return fmt.Errorf("workflow: priority %d is outside %d-%d", o.Priority, queue.PriorityCritical, queue.PriorityLow)
+				return nil, fmt.Errorf("workflow: priority %d is outside %d-%d", o.Priority, queue.PriorityCritical, queue.PriorityLow)
 			}
 			prio = o.Priority
 		}
 		timeout, err := runTimeout(d, &o)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		sctx, span := e.tracer.Start(ctx, "braid.run.start", trace.WithAttributes(
 			attribute.String("run.id", runID.String()),
@@ -262,11 +273,11 @@ func (e *Engine) startManyTx(ctx context.Context, tx pgx.Tx, d *definition, star
 		RETURNING run_id`,
 		runIDs, taskIDs, inputs, keys, traces, queues, prios, d.name, d.maxAttempts, rootStatus, rootRemaining, runStatus, timeouts)
 	if err != nil {
-		return fmt.Errorf("workflow: starting %d runs: %w", n, err)
+		return nil, fmt.Errorf("workflow: starting %d runs: %w", n, err)
 	}
 	created, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
 	if err != nil {
-		return fmt.Errorf("workflow: starting %d runs: %w", n, err)
+		return nil, fmt.Errorf("workflow: starting %d runs: %w", n, err)
 	}
 	isNew := make([]bool, n)
 	for _, id := range created {
@@ -293,32 +304,29 @@ func (e *Engine) startManyTx(ctx context.Context, tx pgx.Tx, d *definition, star
 			WHERE id = $1 OR ($2::text IS NOT NULL AND idempotency_key = $2)
 			ORDER BY (idempotency_key = $2) DESC NULLS LAST LIMIT 1`, runIDs[i], keys[i]).Scan(&existingID, &workflow)
 		if err != nil {
-			return fmt.Errorf("workflow: finding the existing run: %w", err)
+			return nil, fmt.Errorf("workflow: finding the existing run: %w", err)
 		}
 		if workflow != d.name {
-			return fmt.Errorf("%w: run %s is of workflow %q, not %q", ErrIdempotencyConflict, existingID, workflow, d.name)
+			return nil, fmt.Errorf("%w: run %s is of workflow %q, not %q", ErrIdempotencyConflict, existingID, workflow, d.name)
 		}
 		starts[i].id, starts[i].existing = existingID.String(), true
 	}
 	if len(dagRoots) > 0 {
 		nodeTurns, err := e.createNodesTx(ctx, tx, dagRoots)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		kept = append(kept, nodeTurns...)
-	}
-	if err := e.insertTurns(ctx, tx, kept); err != nil {
-		return err
 	}
 	if deadlines {
 		// The delay processor keeps the deadlines: tell it, as a new delay
 		// does, so that one nearer than its next look is not late.
 		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, channelDelay); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	e.metrics.runsStarted.Add(ctx, int64(len(kept)))
-	return nil
+	return kept, nil
 }
 
 func newID(s string) (uuid.UUID, error) {

@@ -18,8 +18,8 @@
 //     goroutines) and worked. Throughput from the first start to the last
 //     completion; the ratio is braid over River.
 //   - hop: chains of tasks in which each task continues the next (it starts
-//     the next one with workflow.Go, created in the transaction that
-//     completes it), against River chains in which each job InsertTx's its
+//     the next one with workflow.Go and workflow.Detached, a run of its own
+//     created in the transaction that completes it), against River chains in which each job InsertTx's its
 //     successor and calls JobCompleteTx in one transaction. A hop is the
 //     time from the start of one link's work to the start of the next's,
 //     on the monotonic clock; chains run one at a time, after one uncounted

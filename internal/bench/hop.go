@@ -112,8 +112,10 @@ func (b *bench) braidHops(ctx context.Context) ([]float64, int64, error) {
 		marks.mark(b.hopKey(in.Chain, in.I))
 		if in.I < in.Last {
 			// The next link is created, with its first turn, in the
-			// transaction that completes this one.
-			workflow.Go(t, "next", link, hopIn{Chain: in.Chain, I: in.I + 1, Last: in.Last})
+			// transaction that completes this one. It is detached, a run
+			// of its own: a child the link did not await would be
+			// cancelled as the link completes.
+			workflow.Go(t, "next", link, hopIn{Chain: in.Chain, I: in.I + 1, Last: in.Last}, workflow.Detached())
 		}
 		return struct{}{}, nil
 	})
