@@ -8,7 +8,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/riverqueue/river/rivertype"
 )
 
 // Future is the eventual output of a child task started with Go.
@@ -283,21 +282,10 @@ func (e *Engine) cancelTurnsOf(ctx context.Context, tasks []uuid.UUID) {
 	for i, id := range tasks {
 		ids[i] = id.String()
 	}
-	rows, err := e.pool.Query(ctx, `
+	if err := e.cancelLiveTurns(ctx, `
 		SELECT id FROM river_job
-		 WHERE kind = $1 AND args->>'task_id' = ANY($2) AND state IN `+liveJobStates, TaskKind, ids)
-	var jobs []int64
-	if err == nil {
-		jobs, err = pgx.CollectRows(rows, pgx.RowTo[int64])
-	}
-	if err != nil {
-		e.logger.WarnContext(ctx, "workflow: finding the turns of cancelled children", "error", err)
-		return
-	}
-	for _, j := range jobs {
-		if _, err := e.queue.River().JobCancel(ctx, j); err != nil && !errors.Is(err, rivertype.ErrNotFound) {
-			e.logger.WarnContext(ctx, "workflow: cancelling the turn of a cancelled child", "job.id", j, "error", err)
-		}
+		 WHERE kind = $1 AND args->>'task_id' = ANY($2) AND state IN `+liveJobStates, ids); err != nil {
+		e.logger.WarnContext(ctx, "workflow: cancelling the turns of cancelled children", "children", len(tasks), "error", err)
 	}
 }
 

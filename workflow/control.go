@@ -63,21 +63,33 @@ func (e *Engine) Cancel(ctx context.Context, runID string) error {
 // transaction skipped because another one held them (a heartbeat, River's
 // completer). It holds no other lock meanwhile.
 func (e *Engine) cancelSkippedTurns(ctx context.Context, id uuid.UUID, runID string) error {
-	rows, err := e.pool.Query(ctx, `
+	err := e.cancelLiveTurns(ctx, `
 		SELECT j.id FROM braid_tasks t
 		  JOIN river_job j ON j.kind = $1 AND j.args->>'task_id' = t.id::text
 		 WHERE t.run_id = $2 AND t.status = 'cancelled'
-		   AND j.state IN `+liveJobStates+` AND NOT j.metadata ? 'cancel_attempted_at'`, TaskKind, id)
+		   AND j.state IN `+liveJobStates+` AND NOT j.metadata ? 'cancel_attempted_at'`, id)
+	if err != nil {
+		return fmt.Errorf("workflow: run %s is cancelled; cancelling its turns: %w", runID, err)
+	}
+	return nil
+}
+
+// cancelLiveTurns cancels, through River, the turn jobs that query ($1
+// the turn kind, $2 arg) selects by ID: a waiting one is cancelled at
+// once, a running one through River's remote cancel (or, for a turn this
+// process claimed, the queue's ownership watch), which ends its context.
+func (e *Engine) cancelLiveTurns(ctx context.Context, query string, arg any) error {
+	rows, err := e.pool.Query(ctx, query, TaskKind, arg)
 	if err != nil {
 		return err
 	}
-	skipped, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	jobs, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 	if err != nil {
 		return err
 	}
-	for _, jid := range skipped {
+	for _, jid := range jobs {
 		if _, err := e.queue.River().JobCancel(ctx, jid); err != nil && !errors.Is(err, rivertype.ErrNotFound) {
-			return fmt.Errorf("workflow: run %s is cancelled; cancelling its turn job %d: %w", runID, jid, err)
+			return fmt.Errorf("cancelling turn job %d: %w", jid, err)
 		}
 	}
 	return nil
