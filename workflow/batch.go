@@ -249,9 +249,11 @@ type batchState struct {
 	byTask   map[uuid.UUID]*outcome
 	complete []*rivertype.JobRow // jobs this batch finishes
 	delays   bool
-	// orphans are the unfinished children (and their descendants) of
-	// tasks this batch finished, which it cancelled.
-	orphans []uuid.UUID
+	// mayOrphan are the tasks this batch finishes that may leave
+	// unfinished children; orphans are those children (and their
+	// descendants), which it cancelled.
+	mayOrphan []uuid.UUID
+	orphans   []uuid.UUID
 }
 
 // flushTx is the transaction of one batch. Its locks follow the lock order
@@ -300,7 +302,7 @@ func (e *Engine) flushTx(ctx context.Context, batch []*outcome) (waits []waitSpa
 		if settled, err = e.finishTasks(ctx, tx, st); err != nil {
 			return err
 		}
-		if st.orphans, err = e.cancelOrphansTx(ctx, tx, settled); err != nil {
+		if st.orphans, err = e.cancelOrphansTx(ctx, tx, settled, st.mayOrphan); err != nil {
 			return err
 		}
 		if len(st.orphans) > 0 {
@@ -393,7 +395,7 @@ func (e *Engine) lock(ctx context.Context, tx pgx.Tx, batch []*outcome, st *batc
 	ids := make([]int64, len(batch))
 	attempts := make([]int32, len(batch))
 	ats := make([]*time.Time, len(batch))
-	var tasks, finishing []uuid.UUID
+	var tasks, finishing, nodes []uuid.UUID
 	for i, o := range batch {
 		ids[i], attempts[i], ats[i] = o.job.ID, int32(o.job.Attempt), o.job.AttemptedAt
 		if o.kind == outcomeSnooze {
@@ -402,7 +404,31 @@ func (e *Engine) lock(ctx context.Context, tx pgx.Tx, batch []*outcome, st *batc
 		tasks = append(tasks, o.taskID)
 		if o.kind == outcomeComplete || o.kind == outcomeFail {
 			finishing = append(finishing, o.taskID)
+			// What the turn loaded says whether the settle may change
+			// more rows: the blocked nodes of a node's DAG, the
+			// unfinished children of a task. A turn that loaded nothing
+			// (an unknown workflow's) may have either.
+			if o.t == nil || o.t.dag != "" {
+				nodes = append(nodes, o.taskID)
+			}
+			if o.t == nil || o.t.mayLeaveChildren() {
+				st.mayOrphan = append(st.mayOrphan, o.taskID)
+			}
 		}
+	}
+	// The rows the batch changes besides its tasks: the parents its
+	// finishing tasks settle, and, only when there may be any, the blocked
+	// nodes of their DAGs and their unfinished descendants, so that a
+	// batch with neither pays nothing for them.
+	lockTasks := `SELECT unnest($1::uuid[]) UNION SELECT parent_task_id FROM braid_tasks WHERE id = ANY($2)`
+	lockArgs := []any{tasks, finishing}
+	if len(nodes) > 0 {
+		lockArgs = append(lockArgs, nodes)
+		lockTasks += ` UNION ` + lockNodesSQL(fmt.Sprintf("$%d", len(lockArgs)))
+	}
+	if len(st.mayOrphan) > 0 {
+		lockArgs = append(lockArgs, st.mayOrphan)
+		lockTasks += ` UNION ` + unfinishedDescendantsSQL(fmt.Sprintf("$%d::uuid[]", len(lockArgs)))
 	}
 	b := &pgx.Batch{}
 	b.Queue(`
@@ -414,10 +440,9 @@ func (e *Engine) lock(ctx context.Context, tx pgx.Tx, batch []*outcome, st *batc
 		   FOR UPDATE OF j`, ids, attempts, ats)
 	b.Queue(`
 		SELECT id, status, workflow, queue, priority, max_attempts FROM braid_tasks
-		 WHERE id IN (SELECT unnest($1::uuid[]) UNION SELECT parent_task_id FROM braid_tasks WHERE id = ANY($2) UNION `+lockNodesSQL("$2")+`
-		             UNION `+unfinishedDescendantsSQL("$2")+`)
+		 WHERE id = ANY(ARRAY(`+lockTasks+`))
 		 ORDER BY created_at DESC, id DESC
-		   FOR UPDATE`, tasks, finishing)
+		   FOR UPDATE`, lockArgs...)
 	br := tx.SendBatch(ctx, b)
 	defer func() { _ = br.Close() }()
 	rows, err := br.Query()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -202,6 +203,22 @@ func (t *Task) detach(key string, d *definition, in any) (string, error) {
 	return runID.String(), nil
 }
 
+// mayLeaveChildren reports whether the task, finishing at the end of
+// this turn, may leave children unfinished: one it started this turn, or
+// one loaded unfinished. A task whose children all finished (the usual
+// case: it awaited them) leaves none.
+func (t *Task) mayLeaveChildren() bool {
+	if len(t.spawns) > 0 {
+		return true
+	}
+	for _, c := range t.children {
+		if !finished(c.status) {
+			return true
+		}
+	}
+	return false
+}
+
 func finished(status string) bool {
 	switch status {
 	case "completed", "failed", "cancelled", "skipped":
@@ -224,7 +241,9 @@ func childOutput[Out any](key string, c *childRecord) (Out, error) {
 }
 
 // unfinishedDescendantsSQL selects the unfinished descendants of the
-// tasks given by param, however deep.
+// tasks given by param, however deep, as a parenthesized subquery. Use
+// it as id = ANY(ARRAY…): an IN over it lets the planner scan every task
+// for the few it names.
 func unfinishedDescendantsSQL(param string) string {
 	return `(WITH RECURSIVE d AS (
 	    SELECT k.id FROM braid_tasks k WHERE k.parent_task_id = ANY(` + param + `) AND k.status NOT IN ` + finalStatuses + `
@@ -240,10 +259,10 @@ func unfinishedDescendantsSQL(param string) string {
 // too. The batch holds them locked (its lock statement takes them, before
 // their parents). It returns the tasks it cancelled, whose live turns are
 // cancelled once the batch has committed (cancelTurnsOf).
-func (e *Engine) cancelOrphansTx(ctx context.Context, tx pgx.Tx, settled []settlement) ([]uuid.UUID, error) {
+func (e *Engine) cancelOrphansTx(ctx context.Context, tx pgx.Tx, settled []settlement, may []uuid.UUID) ([]uuid.UUID, error) {
 	var parents []uuid.UUID
 	for _, s := range settled {
-		if s.status == "completed" || s.status == "failed" {
+		if (s.status == "completed" || s.status == "failed") && slices.Contains(may, s.taskID) {
 			parents = append(parents, s.taskID)
 		}
 	}
@@ -253,7 +272,7 @@ func (e *Engine) cancelOrphansTx(ctx context.Context, tx pgx.Tx, settled []settl
 	errJSON, _ := json.Marshal(storedError{Message: "cancelled: its parent finished without awaiting it", Kind: "orphan"})
 	rows, err := tx.Query(ctx, `
 		UPDATE braid_tasks t SET status = 'cancelled', error = $2, remaining = 0, finished_at = now(), updated_at = now()
-		 WHERE t.id IN `+unfinishedDescendantsSQL("$1")+`
+		 WHERE t.id = ANY(ARRAY`+unfinishedDescendantsSQL("$1")+`)
 		RETURNING t.id`, parents, errJSON)
 	if err != nil {
 		return nil, fmt.Errorf("workflow: cancelling the unfinished children of %d finished tasks: %w", len(parents), err)

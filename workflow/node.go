@@ -139,7 +139,7 @@ func (e *Engine) lockSettling(ctx context.Context, tx pgx.Tx, settled []settleme
 	}
 	if _, err := tx.Exec(ctx, `
 		SELECT 1 FROM braid_tasks
-		 WHERE id IN (SELECT parent_task_id FROM braid_tasks WHERE id = ANY($1) UNION `+lockNodesSQL("$1")+`)
+		 WHERE id = ANY(ARRAY(SELECT parent_task_id FROM braid_tasks WHERE id = ANY($1) UNION `+lockNodesSQL("$1")+`))
 		 ORDER BY created_at DESC, id DESC FOR UPDATE NOWAIT`, ids); err != nil {
 		return fmt.Errorf("workflow: locking the parents and DAG nodes of %d settled tasks: %w", len(ids), err)
 	}

@@ -175,11 +175,11 @@ func (e *Engine) reconcileTask(ctx context.Context, taskID uuid.UUID) (bool, err
 		// lock order, so they are locked without waiting; a look a second
 		// later tries again.
 		if _, err := tx.Exec(ctx, `
-			SELECT 1 FROM braid_tasks WHERE id IN `+unfinishedDescendantsSQL("$1")+`
+			SELECT 1 FROM braid_tasks WHERE id = ANY(ARRAY`+unfinishedDescendantsSQL("$1")+`)
 			 ORDER BY created_at DESC, id DESC FOR UPDATE NOWAIT`, []uuid.UUID{taskID}); err != nil {
 			return err
 		}
-		if orphans, err = e.cancelOrphansTx(ctx, tx, []settlement{s}); err != nil {
+		if orphans, err = e.cancelOrphansTx(ctx, tx, []settlement{s}, []uuid.UUID{taskID}); err != nil {
 			return err
 		}
 		wake, err := e.settleTx(ctx, tx, []settlement{s}, false)

@@ -26,9 +26,11 @@ type Task struct {
 	parentID *uuid.UUID
 	workflow string
 	key      string
-	attempt  int
-	span     trace.Span
-	logger   *slog.Logger
+	// dag is, for a DAG node, the name of its DAG.
+	dag     string
+	attempt int
+	span    trace.Span
+	logger  *slog.Logger
 
 	steps    map[string]*stepRecord
 	children map[string]*childRecord

@@ -447,6 +447,7 @@ func (e *Engine) runTurn(ctx context.Context, job *river.Job[taskArgs], claimed 
 		attribute.String("queue", job.Queue),
 	}
 	if lt.dag != nil {
+		t.dag = *lt.dag
 		attrs = append(attrs, attribute.String("dag", *lt.dag), attribute.String("dag.node", t.key))
 	}
 	spanCtx, span := e.tracer.Start(parent, "braid.task "+t.workflow, trace.WithLinks(links...), trace.WithAttributes(attrs...))
