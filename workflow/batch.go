@@ -269,6 +269,9 @@ func (e *Engine) flushTx(ctx context.Context, batch []*outcome) (waits []waitSpa
 		}
 		st := &batchState{byTask: map[uuid.UUID]*outcome{}}
 		defer func() { orphans = st.orphans }()
+		if err := e.lockMessages(ctx, tx, batch); err != nil {
+			return err
+		}
 		if err := e.lock(ctx, tx, batch, st); err != nil {
 			return err
 		}
@@ -351,9 +354,11 @@ func (e *Engine) flushTx(ctx context.Context, batch []*outcome) (waits []waitSpa
 			}
 		}
 		st.wake = append(st.wake, wake...)
-		if err := e.suspendTasks(ctx, tx, suspends, st); err != nil {
+		taken, err := e.suspendTasks(ctx, tx, suspends, st)
+		if err != nil {
 			return err
 		}
+		waits = append(waits, taken...)
 		if err := e.recordAttemptErrors(ctx, tx, st); err != nil {
 			return err
 		}
@@ -651,42 +656,44 @@ func nullBytes(b json.RawMessage) []byte {
 // counted after the batch's own finished children were settled. A task
 // whose awaited children have all finished continues at once: it gets its
 // next turn in this transaction.
-func (e *Engine) suspendTasks(ctx context.Context, tx pgx.Tx, suspends []*outcome, st *batchState) error {
+func (e *Engine) suspendTasks(ctx context.Context, tx pgx.Tx, suspends []*outcome, st *batchState) ([]waitSpan, error) {
 	if len(suspends) == 0 {
-		return nil
+		return nil, nil
 	}
 	var (
-		dTasks   []uuid.UUID
-		dNames   []string
-		dAfter   []int64
-		dUntil   []*time.Time
-		ids      []uuid.UUID
-		waits    []bool
-		spans    []*string
-		attempts []int32
-		jobIDs   []int64
-		ats      []*time.Time
-		roots    []uuid.UUID
+		wTasks, wRuns            []uuid.UUID
+		wNames, wKinds, wOn, wFi []string
+		wAfter                   []int64
+		wUntil, wSince           []*time.Time
+		ids                      []uuid.UUID
+		waits                    []bool
+		spans                    []*string
+		attempts                 []int32
+		jobIDs                   []int64
+		ats                      []*time.Time
+		roots                    []uuid.UUID
 	)
 	for _, o := range suspends {
 		t := o.t
-		if d := t.delay; d != nil && !d.existing {
-			dTasks = append(dTasks, o.taskID)
-			dNames = append(dNames, d.name)
-			dAfter = append(dAfter, d.after.Microseconds())
+		if w := t.wait; w != nil && !w.existing {
 			var until *time.Time
-			if !d.until.IsZero() {
-				u := d.until
+			if !w.until.IsZero() {
+				u := w.until
 				until = &u
 			}
-			dUntil = append(dUntil, until)
+			wTasks, wRuns = append(wTasks, o.taskID), append(wRuns, t.runID)
+			wNames, wKinds, wOn, wFi = append(wNames, w.name), append(wKinds, w.kind), append(wOn, w.on), append(wFi, w.filter)
+			wAfter, wUntil, wSince = append(wAfter, w.after.Microseconds()), append(wUntil, until), append(wSince, o.job.AttemptedAt)
+			if w.kind == "delay" || w.after > 0 {
+				st.delays = true
+			}
 		}
 		var span *string
 		if tp := o.traceParent(); tp != "" {
 			span = &tp
 		}
 		ids = append(ids, o.taskID)
-		waits = append(waits, t.waitChildren && t.delay == nil)
+		waits = append(waits, t.waitChildren && t.wait == nil)
 		spans = append(spans, span)
 		attempts = append(attempts, int32(o.job.Attempt))
 		jobIDs = append(jobIDs, o.job.ID)
@@ -695,15 +702,22 @@ func (e *Engine) suspendTasks(ctx context.Context, tx pgx.Tx, suspends []*outcom
 			roots = append(roots, t.runID)
 		}
 	}
-	if len(dTasks) > 0 {
+	if len(wTasks) > 0 {
+		// A delay is due after its duration or at its time; a wait on a
+		// message, after its timeout when it has one. An event wait's
+		// started_at is when the turn that suspended on it began: it sees
+		// the events published since.
 		if _, err := tx.Exec(ctx, `
-			INSERT INTO braid_steps (task_id, name, kind, status, resume_at, attempts)
-			SELECT u.task_id, u.name, 'delay', 'waiting', coalesce(u.until, now() + u.after * interval '1 microsecond'), 1
-			  FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::timestamptz[]) AS u(task_id, name, after, until)
-			ON CONFLICT (task_id, name) DO NOTHING`, dTasks, dNames, dAfter, dUntil); err != nil {
-			return fmt.Errorf("workflow: recording %d delays: %w", len(dTasks), err)
+			INSERT INTO braid_steps (task_id, name, kind, status, resume_at, attempts, wait_on, wait_run, wait_filter, started_at)
+			SELECT u.task_id, u.name, u.kind, 'waiting',
+			       CASE WHEN u.until IS NOT NULL THEN u.until
+			            WHEN u.kind = 'delay' OR u.after > 0 THEN now() + u.after * interval '1 microsecond' END,
+			       1, nullif(u.wait_on, ''), CASE WHEN u.kind = 'signal' THEN u.run_id END, nullif(u.filter, ''), u.since
+			  FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bigint[], $5::timestamptz[], $6::text[], $7::uuid[], $8::text[], $9::timestamptz[])
+			       AS u(task_id, name, kind, after, until, wait_on, run_id, filter, since)
+			ON CONFLICT (task_id, name) DO NOTHING`, wTasks, wNames, wKinds, wAfter, wUntil, wOn, wRuns, wFi, wSince); err != nil {
+			return nil, fmt.Errorf("workflow: recording %d waits: %w", len(wTasks), err)
 		}
-		st.delays = true
 	}
 	rows, err := tx.Query(ctx, `
 		UPDATE braid_tasks t
@@ -720,13 +734,13 @@ func (e *Engine) suspendTasks(ctx context.Context, tx pgx.Tx, suspends []*outcom
 		RETURNING t.id, t.status, t.workflow, t.queue, t.priority, t.max_attempts`,
 		ids, waits, spans, attempts, jobIDs, ats)
 	if err != nil {
-		return fmt.Errorf("workflow: suspending %d tasks: %w", len(ids), err)
+		return nil, fmt.Errorf("workflow: suspending %d tasks: %w", len(ids), err)
 	}
 	defer rows.Close()
 	for rows.Next() {
 		tr, status, err := scanTaskTurn(rows)
 		if err != nil {
-			return fmt.Errorf("workflow: suspending %d tasks: %w", len(ids), err)
+			return nil, fmt.Errorf("workflow: suspending %d tasks: %w", len(ids), err)
 		}
 		if status == "pending" {
 			// Every awaited child finished during the turn: continue now.
@@ -735,17 +749,18 @@ func (e *Engine) suspendTasks(ctx context.Context, tx pgx.Tx, suspends []*outcom
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("workflow: suspending %d tasks: %w", len(ids), err)
+		return nil, fmt.Errorf("workflow: suspending %d tasks: %w", len(ids), err)
 	}
 	rows.Close()
 	if len(roots) > 0 {
 		if _, err := tx.Exec(ctx, `
 			UPDATE braid_runs SET status = 'waiting', started_at = coalesce(started_at, now()), updated_at = now()
 			 WHERE id = ANY($1) AND status IN ('pending', 'running')`, roots); err != nil {
-			return fmt.Errorf("workflow: marking %d runs waiting: %w", len(roots), err)
+			return nil, fmt.Errorf("workflow: marking %d runs waiting: %w", len(roots), err)
 		}
 	}
-	return nil
+	// A wait whose message came before it ends at once.
+	return e.takeMessagesTx(ctx, tx, messageWaits(suspends), st)
 }
 
 // recordAttemptErrors keeps the error of each failed attempt that River

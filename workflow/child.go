@@ -283,7 +283,7 @@ func (e *Engine) cancelOrphansTx(ctx context.Context, tx pgx.Tx, settled []settl
 	}
 	if _, err := tx.Exec(ctx, `
 		UPDATE braid_steps SET status = 'cancelled', finished_at = now()
-		 WHERE task_id = ANY($1) AND kind = 'delay' AND status = 'waiting'`, ids); err != nil {
+		 WHERE task_id = ANY($1) AND status = 'waiting'`, ids); err != nil {
 		return nil, fmt.Errorf("workflow: cancelling the delays of %d cancelled children: %w", len(ids), err)
 	}
 	return ids, nil

@@ -85,13 +85,17 @@ const (
 	condStringBuiltin = "string"
 )
 
-// ConditionError is a When condition that does not compile, is not boolean,
-// or failed to evaluate. It names the DAG, the node and the expression, and
-// the position in the expression (line and column, 1-based) when known.
+// ConditionError is a When condition, or an event wait's filter, that does
+// not compile, is not boolean, or failed to evaluate. It names the DAG and
+// the node (or the topic, for a filter) and the expression, and the
+// position in the expression (line and column, 1-based) when known.
 type ConditionError struct {
 	DAG, Node, Expr string
-	Line, Column    int // 0 when unknown
-	Reason          string
+	// Topic is the topic of the wait, for a filter; DAG and Node are
+	// empty then.
+	Topic        string
+	Line, Column int // 0 when unknown
+	Reason       string
 }
 
 // conditionQuoteMax is how much of an expression an error message quotes.
@@ -103,7 +107,11 @@ func (e *ConditionError) Error() string {
 		src = string([]rune(src)[:conditionQuoteMax]) + "…"
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "workflow: DAG %q node %q: condition %q", e.DAG, e.Node, src)
+	if e.Topic != "" {
+		fmt.Fprintf(&b, "workflow: wait on topic %q: filter %q", e.Topic, src)
+	} else {
+		fmt.Fprintf(&b, "workflow: DAG %q node %q: condition %q", e.DAG, e.Node, src)
+	}
 	if e.Line > 0 {
 		fmt.Fprintf(&b, " at %d:%d", e.Line, e.Column)
 	}
@@ -115,6 +123,7 @@ func (e *ConditionError) Error() string {
 // condition is a compiled When expression, safe for concurrent evaluations.
 type condition struct {
 	dag, node, source string
+	topic             string // for a filter
 	program           *vm.Program
 	deps              []string        // the dependencies, in the order given
 	used              map[string]bool // the names of the environment the source reads
@@ -574,7 +583,7 @@ func conditionTypeName(v any) string {
 // the expression; eval never panics.
 func (c *condition) eval(input json.RawMessage, outputs map[string]json.RawMessage, status map[string]string) (ok bool, err error) {
 	fail := func(reason string, line, column int) error {
-		return &ConditionError{DAG: c.dag, Node: c.node, Expr: c.source, Line: line, Column: column, Reason: reason}
+		return &ConditionError{DAG: c.dag, Node: c.node, Topic: c.topic, Expr: c.source, Line: line, Column: column, Reason: reason}
 	}
 	defer func() {
 		if r := recover(); r != nil {

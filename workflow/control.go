@@ -171,7 +171,7 @@ func (e *Engine) cancelTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID st
 	if len(taskIDs) > 0 {
 		if _, err := tx.Exec(ctx, `
 			UPDATE braid_steps SET status = 'cancelled', finished_at = now()
-			 WHERE task_id = ANY($1) AND kind = 'delay' AND status = 'waiting'`, taskIDs); err != nil {
+			 WHERE task_id = ANY($1) AND status = 'waiting'`, taskIDs); err != nil {
 			return err
 		}
 	}
@@ -322,7 +322,7 @@ func (e *Engine) retryTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID str
 	}
 	if _, err := tx.Exec(ctx, `
 		DELETE FROM braid_steps WHERE task_id = ANY($1)
-		   AND (status IN ('failed', 'retrying') OR (kind = 'delay' AND status = 'cancelled'))`, reset); err != nil {
+		   AND (status IN ('failed', 'retrying') OR (kind IN ('delay', 'signal', 'event') AND status = 'cancelled'))`, reset); err != nil {
 		return err
 	}
 	// A run with a timeout gets a fresh deadline, counted from the retry,

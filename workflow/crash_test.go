@@ -136,7 +136,7 @@ var (
 func crashConfig() *workflow.Config {
 	cfg := testConfig(crashFive, crashSleepy, crashLast, crashLast2, crashSnoozed, crashChild, crashParent)
 	cfg.Workflows = append(cfg.Workflows, dagCrashWorkflows...)
-	cfg.Workflows = append(cfg.Workflows, handleDouble)
+	cfg.Workflows = append(cfg.Workflows, handleDouble, signalCollector)
 	cfg.TurnHeartbeat = 200 * time.Millisecond
 	if os.Getenv(envDefaults) == "1" {
 		// Recovery as shipped: the turn heartbeat, the rescuer and its

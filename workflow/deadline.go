@@ -83,7 +83,7 @@ const overdueRunsSQL = `
 // is none): the delay processor sleeps that long at most.
 const nextDueSQL = `
 	SELECT extract(epoch FROM (least(
-	    (SELECT min(resume_at) FROM braid_steps WHERE kind = 'delay' AND status = 'waiting'),
+	    (SELECT min(resume_at) FROM braid_steps WHERE status = 'waiting' AND resume_at IS NOT NULL),
 	    (SELECT min(deadline_at) FROM braid_runs
 	      WHERE deadline_at IS NOT NULL AND status IN ('pending', 'running', 'waiting'))
 	) - clock_timestamp()))::float8`

@@ -94,15 +94,16 @@ type delayKey struct {
 	name   string
 }
 
-// fireDueDelaysSQL claims due delays and their tasks, marks the delays
-// fired and the waiting tasks pending. It locks with SKIP LOCKED and so
+// fireDueDelaysSQL claims due timers and their tasks: delays, and the
+// timeouts of waits on messages. It marks them fired (a wait's timeout
+// won) and the waiting tasks pending. It locks with SKIP LOCKED and so
 // never waits: a processor that lost its lease cannot wake a delay twice,
 // and a task locked by Cancel, Retry or its own turn is left for the next
 // tick. $2 and $3, when not NULL, pick one delay.
 const fireDueDelaysSQL = `
 	WITH due AS (
 	    SELECT s.task_id, s.name FROM braid_steps s JOIN braid_tasks t ON t.id = s.task_id
-	     WHERE s.kind = 'delay' AND s.status = 'waiting' AND s.resume_at <= clock_timestamp()
+	     WHERE s.status = 'waiting' AND s.resume_at <= clock_timestamp()
 	       AND ($2::uuid IS NULL OR (s.task_id = $2 AND s.name = $3))
 	     ORDER BY s.resume_at
 	     LIMIT $1
@@ -110,14 +111,14 @@ const fireDueDelaysSQL = `
 	), fired AS (
 	    UPDATE braid_steps s SET status = 'fired', finished_at = clock_timestamp()
 	      FROM due WHERE s.task_id = due.task_id AND s.name = due.name
-	    RETURNING s.task_id, s.name, s.resume_at, s.created_at, s.finished_at
+	    RETURNING s.task_id, s.name, s.kind, s.resume_at, s.created_at, s.finished_at
 	)
 	UPDATE braid_tasks t SET status = 'pending', updated_at = now()
 	  FROM fired
 	 WHERE t.id = fired.task_id AND t.status = 'waiting'
 	RETURNING t.id, t.workflow, t.queue, t.priority, t.max_attempts,
 	          extract(epoch FROM (clock_timestamp() - fired.resume_at))::float8,
-	          t.run_id, fired.name, fired.created_at, fired.finished_at,
+	          t.run_id, fired.name, fired.kind, fired.created_at, fired.finished_at,
 	          (SELECT r.trace_parent FROM braid_runs r WHERE r.id = t.run_id)`
 
 // fireDueDelays wakes up to DelayBatchSize due delays (or only the one
@@ -145,7 +146,7 @@ func (e *Engine) fireDueDelays(ctx context.Context, only *delayKey) (int, error)
 			var late float64
 			var w waitSpan
 			if err := rows.Scan(&tr.taskID, &tr.workflow, &tr.queue, &prio, &tr.maxAttempts, &late,
-				&w.runID, &w.delay, &w.start, &w.end, &w.traceParent); err != nil {
+				&w.runID, &w.delay, &w.kind, &w.start, &w.end, &w.traceParent); err != nil {
 				rows.Close()
 				return err
 			}
@@ -180,7 +181,7 @@ func (e *Engine) fireDueDelays(ctx context.Context, only *delayKey) (int, error)
 func (e *Engine) fireDueDelaysOneByOne(ctx context.Context) int {
 	rows, err := e.pool.Query(ctx, `
 		SELECT task_id, name FROM braid_steps
-		 WHERE kind = 'delay' AND status = 'waiting' AND resume_at <= clock_timestamp()
+		 WHERE status = 'waiting' AND resume_at <= clock_timestamp()
 		 ORDER BY resume_at LIMIT $1`, e.cfg.DelayBatchSize)
 	if err != nil {
 		e.logger.WarnContext(ctx, "workflow: listing due delays", "error", err)

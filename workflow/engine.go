@@ -237,6 +237,8 @@ type Engine struct {
 	notifier *notifier
 	// unknownLogged holds the names of unknown workflows already logged.
 	unknownLogged sync.Map
+	// filters caches the compiled filters of event waits.
+	filters filters
 	// stopping is set while Stop runs: a turn cancelled by it is put back
 	// rather than failed, and no outcome claims a continuation.
 	stopping atomic.Bool

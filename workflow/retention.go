@@ -27,6 +27,31 @@ func (e *Engine) deleteOldRuns(ctx context.Context) error {
 	if total > 0 {
 		e.logger.InfoContext(ctx, "workflow: retention deleted finished runs", "runs", total, "older_than", e.cfg.Retention)
 	}
+	return e.deleteOldEvents(ctx)
+}
+
+// deleteOldEvents deletes the events published more than Retention ago,
+// in batches of RetentionBatch. A wait sees only events published since
+// the turn that suspended on it began, so an old event matters to none
+// but a turn that has run longer than Retention.
+func (e *Engine) deleteOldEvents(ctx context.Context) error {
+	total := 0
+	for {
+		tag, err := e.pool.Exec(ctx, `
+			DELETE FROM braid_events WHERE id IN (
+			    SELECT id FROM braid_events WHERE published_at < now() - $1::bigint * interval '1 microsecond'
+			     ORDER BY published_at LIMIT $2)`, e.cfg.Retention.Microseconds(), e.cfg.RetentionBatch)
+		if err != nil {
+			return fmt.Errorf("workflow: deleting old events: %w", err)
+		}
+		total += int(tag.RowsAffected())
+		if int(tag.RowsAffected()) < e.cfg.RetentionBatch {
+			break
+		}
+	}
+	if total > 0 {
+		e.logger.InfoContext(ctx, "workflow: retention deleted old events", "events", total, "older_than", e.cfg.Retention)
+	}
 	return nil
 }
 

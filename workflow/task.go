@@ -27,7 +27,9 @@ type Task struct {
 	workflow string
 	key      string
 	// dag is, for a DAG node, the name of its DAG.
-	dag     string
+	dag string
+	// input is the task's input, which an event wait's filter reads.
+	input   json.RawMessage
 	attempt int
 	span    trace.Span
 	logger  *slog.Logger
@@ -45,10 +47,12 @@ type Task struct {
 	failedStep    string
 	failedStepErr error
 	snooze        time.Duration
-	delay         *pendingDelay
-	waitChildren  bool
-	spawns        []spawn
-	spawned       map[string]bool
+	// wait is what the turn suspended on besides children: a delay, or a
+	// wait on a signal or an event.
+	wait         *pendingWait
+	waitChildren bool
+	spawns       []spawn
+	spawned      map[string]bool
 	// detached are the detached children started this turn, each to start
 	// as a run of its own.
 	detached []spawn
@@ -72,11 +76,20 @@ type childRecord struct {
 	err      storedError
 }
 
-type pendingDelay struct {
-	name  string
+// pendingWait is a wait that a turn suspended on, recorded as a step when
+// its outcome commits.
+type pendingWait struct {
+	kind string // "delay", "signal" or "event"
+	name string
+	// after is a delay's duration, or the timeout of a wait on a message
+	// (none when 0); until is a delay's due time, when given as one.
 	after time.Duration
 	until time.Time
-	// existing is true when the delay is already recorded and waiting.
+	// on is the signal's name or the event's topic; filter, an event
+	// wait's filter.
+	on     string
+	filter string
+	// existing is true when the wait is already recorded and waiting.
 	existing bool
 }
 
@@ -149,7 +162,7 @@ func (t *Task) Delay(name string, d time.Duration) error {
 	if d < 0 {
 		return fmt.Errorf("workflow: delay %q has a negative duration %s", name, d)
 	}
-	return t.wait(name, &pendingDelay{after: d})
+	return t.delay(name, &pendingWait{kind: "delay", after: d})
 }
 
 // DelayUntil suspends the task until at, like Delay.
@@ -157,10 +170,10 @@ func (t *Task) DelayUntil(name string, at time.Time) error {
 	if at.IsZero() {
 		return fmt.Errorf("workflow: delay %q has a zero time", name)
 	}
-	return t.wait(name, &pendingDelay{until: at})
+	return t.delay(name, &pendingWait{kind: "delay", until: at})
 }
 
-func (t *Task) wait(name string, d *pendingDelay) error {
+func (t *Task) delay(name string, d *pendingWait) error {
 	if t.suspended {
 		return ErrSuspended
 	}
@@ -181,7 +194,7 @@ func (t *Task) wait(name string, d *pendingDelay) error {
 		}
 		d.existing = true
 	}
-	t.delay = d
+	t.wait = d
 	return t.suspend()
 }
 

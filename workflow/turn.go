@@ -71,7 +71,11 @@ type turn struct {
 //   - "releasing child": a parent's turn after a wait on children links to
 //     the turn of the child whose finish released it;
 //   - "releasing node": a DAG node's first turn links to the turn of the
-//     node whose finish released it.
+//     node whose finish released it;
+//   - "sending signal": a turn woken by a signal links to the span of its
+//     send (braid.signal), in whichever process sent it;
+//   - "publishing event": a turn woken by an event links to the span of its
+//     publish (braid.publish).
 //
 // Code that links its own spans to braid's (the example links each
 // digest's run to the fetch that found its entries) uses it too, so that
@@ -84,6 +88,8 @@ const (
 	linkSpawning  = "spawning turn"
 	linkReleasing = "releasing child"
 	linkNode      = "releasing node"
+	linkSignal    = "sending signal"
+	linkEvent     = "publishing event"
 )
 
 // metadataLink is the turn job's metadata key that carries its turnLink.
@@ -141,7 +147,9 @@ type waitSpan struct {
 	taskID      uuid.UUID
 	workflow    string
 	traceParent *string // the run's braid.run.start
-	// delay is the delay's name; empty for a wait on children.
+	// kind is "delay", "signal" or "event", and delay the step's name,
+	// for a wait on a step; both are empty for a wait on children.
+	kind  string
 	delay string
 	// children is how many children the task has started, for a wait on
 	// children.
@@ -170,8 +178,12 @@ func (e *Engine) recordWaits(waits []waitSpan) {
 			attribute.String("workflow", w.workflow),
 		}
 		if w.delay != "" {
-			name = "braid.wait delay " + w.delay
-			attrs = append(attrs, attribute.String("delay", w.delay))
+			kind := w.kind
+			if kind == "" {
+				kind = "delay"
+			}
+			name = "braid.wait " + kind + " " + w.delay
+			attrs = append(attrs, attribute.String(kind, w.delay))
 		} else {
 			attrs = append(attrs, attribute.Int("children", w.children))
 		}
@@ -418,7 +430,7 @@ func (e *Engine) runTurn(ctx context.Context, job *river.Job[taskArgs], claimed 
 		eng: e, id: taskID, attempt: job.Attempt, runID: lt.runID, parentID: lt.parentID,
 		key: lt.key, workflow: lt.workflow,
 		steps: lt.steps, children: lt.children,
-		names: map[string]int{}, spawned: map[string]bool{},
+		names: map[string]int{}, spawned: map[string]bool{}, input: lt.input,
 	}
 
 	// One trace per run: the turn's span is a child of braid.run.start,
