@@ -30,6 +30,11 @@ type RunInfo struct {
 	CreatedAt      time.Time       `json:"created_at"`
 	StartedAt      *time.Time      `json:"started_at,omitempty"`
 	FinishedAt     *time.Time      `json:"finished_at,omitempty"`
+	// Timeout is the run's timeout (StartOpts.Timeout, WithRunTimeout),
+	// and DeadlineAt the moment it is cancelled unless it has finished;
+	// both are zero for a run without one.
+	Timeout    time.Duration `json:"timeout,omitempty"`
+	DeadlineAt *time.Time    `json:"deadline_at,omitempty"`
 	// Tasks are filled by Engine.Run, in creation order; ListRuns leaves
 	// them empty.
 	Tasks []TaskInfo `json:"tasks,omitempty"`
@@ -94,8 +99,14 @@ type StepInfo struct {
 	// included.
 	Error string `json:"error,omitempty"`
 	// ErrorKind is "panic" when the error is a panic's.
-	ErrorKind string     `json:"error_kind,omitempty"`
-	ResumeAt  *time.Time `json:"resume_at,omitempty"`
+	ErrorKind string `json:"error_kind,omitempty"`
+	// ResumeAt is when a delay is due, or when a wait on a signal or an
+	// event times out (nil for a wait without a timeout).
+	ResumeAt *time.Time `json:"resume_at,omitempty"`
+	// WaitOn is, for a wait on a message (kind signal or event), the
+	// signal's name or the event's topic; Filter, an event wait's filter.
+	WaitOn string `json:"wait_on,omitempty"`
+	Filter string `json:"filter,omitempty"`
 	// CreatedAt is when the step was first recorded; for a delay, the
 	// moment its task suspended on it.
 	CreatedAt  time.Time  `json:"created_at"`
@@ -275,7 +286,7 @@ const taskTurnSQL = `LEFT JOIN LATERAL (
 	     WHERE kind = '` + TaskKind + `' AND args->>'task_id' = t.id::text AND state = 'running' AND t.status IN ('pending', 'running')
 	     ORDER BY id DESC LIMIT 1) j ON true`
 
-const runColumns = `r.id, r.workflow, ` + runStatusSQL + `, r.input, r.output, r.error, r.idempotency_key, r.trace_parent, r.created_at, r.started_at, r.finished_at`
+const runColumns = `r.id, r.workflow, ` + runStatusSQL + `, r.input, r.output, r.error, r.idempotency_key, r.trace_parent, r.created_at, r.started_at, r.finished_at, ` + timeoutMicrosSQL + `, r.deadline_at`
 
 func scanRun(row pgx.Row) (*RunInfo, error) {
 	var (
@@ -284,9 +295,13 @@ func scanRun(row pgx.Row) (*RunInfo, error) {
 		errRaw      []byte
 		key, tp     *string
 		input, outp []byte
+		timeout     *int64
 	)
-	if err := row.Scan(&id, &r.Workflow, &r.Status, &input, &outp, &errRaw, &key, &tp, &r.CreatedAt, &r.StartedAt, &r.FinishedAt); err != nil {
+	if err := row.Scan(&id, &r.Workflow, &r.Status, &input, &outp, &errRaw, &key, &tp, &r.CreatedAt, &r.StartedAt, &r.FinishedAt, &timeout, &r.DeadlineAt); err != nil {
 		return nil, err
+	}
+	if timeout != nil {
+		r.Timeout = time.Duration(*timeout) * time.Microsecond
 	}
 	r.ID = id.String()
 	r.Input, r.Output = input, outp
@@ -399,7 +414,8 @@ func Inspect(ctx context.Context, db Querier, runID string) (*RunInfo, error) {
 // inspectSteps reads the steps of the run's tasks.
 func inspectSteps(ctx context.Context, db Querier, runID uuid.UUID, run *RunInfo, index map[uuid.UUID]int) error {
 	rows, err := db.Query(ctx, `
-		SELECT s.task_id, s.name, s.kind, s.status, s.attempts, s.output, s.error, s.resume_at, s.created_at, s.started_at,
+		SELECT s.task_id, s.name, s.kind, s.status, s.attempts, s.output, s.error, s.resume_at,
+		       coalesce(s.wait_on, ''), coalesce(s.wait_filter, ''), s.created_at, s.started_at,
 		       coalesce(s.finished_at, CASE WHEN s.status NOT IN ('waiting', 'retrying') THEN s.created_at END)
 		  FROM braid_steps s JOIN braid_tasks t ON t.id = s.task_id
 		 WHERE t.run_id = $1 ORDER BY s.created_at, s.name`, runID)
@@ -414,7 +430,7 @@ func inspectSteps(ctx context.Context, db Querier, runID uuid.UUID, run *RunInfo
 			errRaw []byte
 			output []byte
 		)
-		if err := rows.Scan(&tid, &si.Name, &si.Kind, &si.Status, &si.Attempts, &output, &errRaw, &si.ResumeAt, &si.CreatedAt, &si.StartedAt, &si.FinishedAt); err != nil {
+		if err := rows.Scan(&tid, &si.Name, &si.Kind, &si.Status, &si.Attempts, &output, &errRaw, &si.ResumeAt, &si.WaitOn, &si.Filter, &si.CreatedAt, &si.StartedAt, &si.FinishedAt); err != nil {
 			return err
 		}
 		si.Output = output
