@@ -129,6 +129,16 @@ func (e *Engine) PublishTx(ctx context.Context, tx pgx.Tx, topic string, payload
 	return woken, err
 }
 
+// topicWaitsSQL lists the waits on topic $1, oldest first, with their
+// filters and their tasks' inputs. The partial index
+// braid_steps_event_waits serves it: it reads the waits of this topic and
+// no other row.
+const topicWaitsSQL = `
+	SELECT s.task_id, s.name, coalesce(s.wait_filter, ''), s.started_at, t.input
+	  FROM braid_steps s JOIN braid_tasks t ON t.id = s.task_id
+	 WHERE s.kind = 'event' AND s.status = 'waiting' AND s.wait_on = $1
+	 ORDER BY s.created_at`
+
 func (e *Engine) publishTx(ctx context.Context, tx pgx.Tx, topic string, payload any) (woken int, waits []waitSpan, err error) {
 	if err := checkMessageName("topic", topic); err != nil {
 		return 0, nil, err
@@ -159,11 +169,7 @@ func (e *Engine) publishTx(ctx context.Context, tx pgx.Tx, topic string, payload
 		RETURNING published_at`, topic, []byte(raw), tp).Scan(&publishedAt); err != nil {
 		return 0, nil, fmt.Errorf("workflow: publishing on topic %q: %w", topic, err)
 	}
-	rows, err := tx.Query(ctx, `
-		SELECT s.task_id, s.name, coalesce(s.wait_filter, ''), s.started_at, t.input
-		  FROM braid_steps s JOIN braid_tasks t ON t.id = s.task_id
-		 WHERE s.kind = 'event' AND s.status = 'waiting' AND s.wait_on = $1
-		 ORDER BY s.created_at`, topic)
+	rows, err := tx.Query(ctx, topicWaitsSQL, topic)
 	if err != nil {
 		return 0, nil, fmt.Errorf("workflow: finding the waits on topic %q: %w", topic, err)
 	}
