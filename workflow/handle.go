@@ -64,3 +64,8 @@ func (r *Run[Out]) Cancel(ctx context.Context) error { return r.eng.Cancel(ctx, 
 // Retry resumes the run once it failed or was cancelled; see
 // Engine.Retry.
 func (r *Run[Out]) Retry(ctx context.Context) error { return r.eng.Retry(ctx, r.ID) }
+
+// Signal sends the run the signal name with payload; see Engine.Signal.
+func (r *Run[Out]) Signal(ctx context.Context, name string, payload any, opts *SignalOpts) error {
+	return r.eng.Signal(ctx, r.ID, name, payload, opts)
+}
