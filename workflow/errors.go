@@ -20,6 +20,11 @@ var ErrUnknownWorkflow = errors.New("workflow: unknown workflow")
 // ErrRunNotFound is returned for a run ID that does not exist.
 var ErrRunNotFound = errors.New("workflow: run not found")
 
+// ErrEventNotSet is returned by GetEvent when the run has not set the
+// event's key: not within the timeout, or not at all because the run
+// finished without setting it. The message names the run and the key.
+var ErrEventNotSet = errors.New("workflow: event not set")
+
 // ErrRunFinished is returned when cancelling a run that already finished.
 var ErrRunFinished = errors.New("workflow: run already finished")
 

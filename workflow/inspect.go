@@ -38,6 +38,9 @@ type RunInfo struct {
 	// Tasks are filled by Engine.Run, in creation order; ListRuns leaves
 	// them empty.
 	Tasks []TaskInfo `json:"tasks,omitempty"`
+	// Events are the events the run set with SetEvent, sorted by key;
+	// filled by Engine.Run, as Tasks are.
+	Events []RunEventInfo `json:"events,omitempty"`
 }
 
 // TaskInfo describes a task of a run.
@@ -326,7 +329,7 @@ func (e *Engine) Run(ctx context.Context, runID string) (*RunInfo, error) {
 
 // Inspect returns a run with its tasks, their steps, turns and waits,
 // reading the database directly; it needs no engine (the CLI uses it). It
-// reads in four queries whatever the number of tasks.
+// reads in five queries whatever the number of tasks.
 func Inspect(ctx context.Context, db Querier, runID string) (*RunInfo, error) {
 	id, err := uuid.Parse(runID)
 	if err != nil {
@@ -407,6 +410,9 @@ func Inspect(ctx context.Context, db Querier, runID string) (*RunInfo, error) {
 	}
 	for i := range run.Tasks {
 		run.Tasks[i].Waits = deriveWaits(&run.Tasks[i], updated[i])
+	}
+	if err := inspectEvents(ctx, db, id, run); err != nil {
+		return nil, err
 	}
 	return run, nil
 }

@@ -11,55 +11,76 @@ import (
 )
 
 // listen opens a dedicated connection, configured as the pool's
-// connections are but not taken from the pool, and LISTENs on channel. A
+// connections are but not taken from the pool, and LISTENs on channels. A
 // connection that waits for notifications is held for as long as it
 // waits; taking it from the pool would starve the turns of a small pool,
 // and would keep pool.Close from returning.
-func listen(ctx context.Context, pool *pgxpool.Pool, channel string) (*pgx.Conn, error) {
+func listen(ctx context.Context, pool *pgxpool.Pool, channels ...string) (*pgx.Conn, error) {
 	conn, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
 	if err != nil {
 		return nil, err
 	}
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
-		_ = conn.Close(context.WithoutCancel(ctx))
-		return nil, err
+	for _, channel := range channels {
+		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
+			_ = conn.Close(context.WithoutCancel(ctx))
+			return nil, err
+		}
 	}
 	return conn, nil
 }
 
-// notifier shares one LISTEN connection among every Run.Result waiting in
-// this process. The connection is opened with the first waiter and closed
-// when the last one leaves, so a process that waits on no run holds no
-// connection, and Engine.Stop ends it at once. Waiters also poll, so a
-// lost notification only delays them.
+// notifier shares one LISTEN connection among every Run.Result and
+// GetEvent waiting in this process. The connection is opened with the
+// first waiter and closed when the last one leaves, so a process that
+// waits on no run holds no connection, and Engine.Stop ends it at once.
+// It listens on the channels of finished runs and of run events, whose
+// payload is a run ID. Waiters also poll, so a lost notification only
+// delays them.
 type notifier struct {
 	pool   *pgxpool.Pool
 	logger *slog.Logger
 
 	mu      sync.Mutex
-	subs    map[string]map[chan struct{}]struct{}
+	subs    map[notifierKey]map[chan struct{}]struct{}
 	cancel  context.CancelFunc // of the running listener, or nil
 	stopped bool
 	wg      sync.WaitGroup
 }
 
+// notifierKey is what a waiter waits for: a notification on channel for
+// a run.
+type notifierKey struct{ channel, runID string }
+
+// notifierChannels are the channels the notifier listens on.
+var notifierChannels = []string{channelRunFinished, channelRunEvent}
+
 func newNotifier(pool *pgxpool.Pool, logger *slog.Logger) *notifier {
-	return &notifier{pool: pool, logger: logger, subs: map[string]map[chan struct{}]struct{}{}}
+	return &notifier{pool: pool, logger: logger, subs: map[notifierKey]map[chan struct{}]struct{}{}}
 }
 
 // subscribe returns a channel that receives when runID finishes, and the
 // function that ends the subscription.
 func (n *notifier) subscribe(runID string) (<-chan struct{}, func()) {
+	return n.subscribeOn(runID, channelRunFinished)
+}
+
+// subscribeOn returns a channel that receives on a notification for runID
+// on any of channels, and the function that ends the subscription.
+func (n *notifier) subscribeOn(runID string, channels ...string) (<-chan struct{}, func()) {
 	ch := make(chan struct{}, 1)
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.stopped {
 		return ch, func() {}
 	}
-	if n.subs[runID] == nil {
-		n.subs[runID] = map[chan struct{}]struct{}{}
+	keys := make([]notifierKey, len(channels))
+	for i, channel := range channels {
+		keys[i] = notifierKey{channel: channel, runID: runID}
+		if n.subs[keys[i]] == nil {
+			n.subs[keys[i]] = map[chan struct{}]struct{}{}
+		}
+		n.subs[keys[i]][ch] = struct{}{}
 	}
-	n.subs[runID][ch] = struct{}{}
 	if n.cancel == nil {
 		ctx, cancel := context.WithCancel(context.Background())
 		n.cancel = cancel
@@ -72,9 +93,11 @@ func (n *notifier) subscribe(runID string) (<-chan struct{}, func()) {
 	return ch, func() {
 		n.mu.Lock()
 		defer n.mu.Unlock()
-		delete(n.subs[runID], ch)
-		if len(n.subs[runID]) == 0 {
-			delete(n.subs, runID)
+		for _, k := range keys {
+			delete(n.subs[k], ch)
+			if len(n.subs[k]) == 0 {
+				delete(n.subs, k)
+			}
 		}
 		if len(n.subs) == 0 && n.cancel != nil {
 			n.cancel()
@@ -96,7 +119,7 @@ func (n *notifier) listen(ctx context.Context) {
 }
 
 func (n *notifier) listenOnce(ctx context.Context) error {
-	conn, err := listen(ctx, n.pool, channelRunFinished)
+	conn, err := listen(ctx, n.pool, notifierChannels...)
 	if err != nil {
 		return err
 	}
@@ -107,7 +130,7 @@ func (n *notifier) listenOnce(ctx context.Context) error {
 			return err
 		}
 		n.mu.Lock()
-		for ch := range n.subs[note.Payload] {
+		for ch := range n.subs[notifierKey{channel: note.Channel, runID: note.Payload}] {
 			select {
 			case ch <- struct{}{}:
 			default:
