@@ -241,6 +241,10 @@
 // Every path takes its row locks in one order, so that no two paths can
 // deadlock:
 //
+//  0. the advisory locks of run mailboxes and topics (a send or a publish
+//     takes its one lock first; a batch of outcomes takes those of the
+//     waits on messages it records, ordered by key, before anything
+//     else; see "Signals, events and one winner among wake sources");
 //  1. River job rows (a batch of outcomes locks its turns' jobs first, by
 //     ID);
 //  2. task rows, children before parents (a batch locks its turns' tasks
@@ -250,7 +254,8 @@
 //     follow id DESC among themselves, and a batch that finishes a node
 //     locks its DAG's blocked nodes in the same statement, the only rows
 //     its settle may change besides its tasks and their parents);
-//  3. step rows;
+//  3. step rows, then mailbox rows (braid_signals) and a run's published
+//     state (braid_run_events);
 //  4. the run row.
 //
 // Turns, Cancel, Retry, the reconciler, retention and the delay processor
@@ -330,6 +335,80 @@
 // nearer delay is written. When its holder dies, another process takes the
 // lease.
 //
+// # Signals, events and one winner among wake sources
+//
+// A task can wait on a message from outside its run:
+//
+//   - a signal: [Engine.Signal] (or [Engine.SignalTx], [Engine.SignalByKey]
+//     and [Run.Signal]) sends a named payload to a run, and [WaitSignal]
+//     takes the next one of that name;
+//   - an event: [Engine.Publish] (or [Engine.PublishTx]) publishes a
+//     payload on a topic, and [WaitEvent] takes the first event on its
+//     topic whose payload passes its filter, an expr condition over
+//     payload and the task's input, compiled when the wait is first
+//     reached, in the sandbox of a DAG's When conditions.
+//
+// Both take an optional timeout by the database's clock and report which
+// came first. A wait is a step, recorded waiting as its task suspends,
+// like a delay, so a task that waits costs nothing: no goroutine, no poll,
+// no turn.
+//
+// Invariant 2 of the design, one winner among wake sources, covers every
+// wait: a suspended task waits on one condition, a timer (a delay, a
+// wait's timeout or a run's deadline), a counter (its children, a DAG
+// node's dependencies) or a message (a signal or an event), and whoever
+// makes the condition true inserts the next turn in the same transaction,
+// fenced on the wait itself. A wait on a message with a timeout has two
+// sources: the message, which sets the step completed with its payload,
+// and the delay processor, which sets it fired as its timeout passes. Each
+// changes the step only while it is still waiting, under the lock of the
+// task's row, so exactly one of them wins and gives the turn, and the
+// other finds the wait settled and does nothing: a signal that loses stays
+// in the mailbox for the next wait, a timer that loses was already
+// settled. Cancel settles a waiting step as cancelled, and neither source
+// then wakes it.
+//
+// A message and the suspension of a task that will wait for it meet under
+// one transaction-scoped advisory lock, the run's mailbox lock for a
+// signal and the topic's lock for an event, which a sender or publisher
+// takes before anything else and a batch of outcomes takes before its turn
+// jobs. Either the message commits first, and the batch that records the
+// wait finds it and wakes the task in the same transaction (the worker
+// whose turn suspended runs the next one, as for any continuation), or
+// the wait commits first, and the message finds it. Nothing is lost
+// between the two, and no process has to stay alive for it: the message
+// and the wake commit together, and the woken turn is a River job like
+// any other.
+//
+// Signals are kept in each run's mailbox, in the order sent (senders to
+// one run take its lock one at a time), and each is taken by one wait,
+// exactly once: the mailbox row records the task and the step that took
+// it. A signal sent before the wait is kept until a wait takes it; one
+// sent to a finished or unknown run is refused with [ErrRunFinished] or
+// [ErrRunNotFound]. [SignalOpts].IdempotencyKey makes a repeated send to
+// the same run a no-op.
+//
+// Events are kept for Config.Retention. A wait sees every matching event
+// published after the turn that suspends on it began (River's record of
+// the attempt, by the database's clock), those published while that turn
+// still ran included, and no event published before it: the publish reads
+// its time under the topic's lock, and the wait is recorded under the same
+// lock. Every matching wait takes the same event; a publish reads the
+// waits of its own topic only, through a partial index. A filter that
+// fails to evaluate on a payload (a member of a missing field, say) does
+// not match it, and the failure is logged with the task.
+//
+// # Published state
+//
+// A workflow publishes state with [SetEvent], one value per key, which
+// outsiders read with [GetEvent] or [Run.GetEvent]: Temporal's query,
+// DBOS's event. The value is written in the transaction that records the
+// call as a step, fenced on the task still running, so a replay writes it
+// no second time and a cancelled task writes nothing; the last call for a
+// key wins. A reader waits for a key not yet set on LISTEN, with a poll
+// fallback, as [Run.Result] does, and learns at once when the run
+// finished without setting it ([ErrEventNotSet]).
+//
 // # Run deadlines
 //
 // A run can have a durable deadline for the whole of it: StartOpts.Timeout,
@@ -378,10 +457,14 @@
 //   - "releasing child": for a parent's turn after a wait on children, the
 //     turn of the child whose finish released it (kept likewise);
 //   - "releasing node": for a DAG node's first turn, the turn of the node
-//     whose finish released it (kept likewise).
+//     whose finish released it (kept likewise);
+//   - "sending signal" and "publishing event": for a turn woken by a
+//     message, the braid.signal <name> or braid.publish <topic> span that
+//     sent it, in whichever process that was (kept likewise).
 //
 // A wait is a span too, so that a trace shows why nothing ran: braid.wait
-// delay <name> for a delay, from the turn's suspension (when the delay was
+// delay <name> for a delay (braid.wait signal <step> and braid.wait event
+// <step> for waits on messages, whichever source ended them), from the turn's suspension (when the delay was
 // recorded) to the moment the delay processor fired it, and braid.wait
 // children for a wait on children, from the suspension to the batch in
 // which the last child finished, with the number of children the task
