@@ -28,8 +28,9 @@ test: setup setup-browser verify ## go vet, then every test under the race detec
 FUZZTIME ?= 5s
 
 .PHONY: fuzz
-fuzz: ## Fuzz DAG When conditions in expr's sandbox for FUZZTIME (default 5s; make test runs it)
+fuzz: ## Fuzz DAG When conditions and event filters in expr's sandbox, FUZZTIME each (default 5s; make test runs it)
 	$(GO) test -run '^$$' -fuzz '^FuzzCondition$$' -fuzztime $(FUZZTIME) ./workflow
+	$(GO) test -run '^$$' -fuzz '^FuzzFilter$$' -fuzztime $(FUZZTIME) ./workflow
 
 .PHONY: verify
 verify: ## Fail if go.mod is not tidy or the rendered River migrations drift from the pinned River version
