@@ -509,7 +509,8 @@ func (e *Engine) insertSpawns(ctx context.Context, tx pgx.Tx, st *batchState) er
 	var (
 		ids, runIDs, parents            []uuid.UUID
 		keys, workflows, inputs, queues []string
-		maxAttempts, remaining          []int32
+		maxAttempts, remaining, poss    []int32
+		calls                           []string
 		statuses                        []string
 		prios                           []int16
 		defs                            = map[uuid.UUID]*definition{}
@@ -539,6 +540,7 @@ func (e *Engine) insertSpawns(ctx context.Context, tx pgx.Tx, st *batchState) er
 			} else {
 				statuses, remaining = append(statuses, "pending"), append(remaining, 0)
 			}
+			poss, calls = append(poss, int32(s.position)), append(calls, s.call)
 			defs[id] = s.def
 			owners[id] = o
 			inputOf[id] = s.input
@@ -548,11 +550,12 @@ func (e *Engine) insertSpawns(ctx context.Context, tx pgx.Tx, st *batchState) er
 		return nil
 	}
 	rows, err := tx.Query(ctx, `
-		INSERT INTO braid_tasks (id, run_id, parent_task_id, key, workflow, status, input, max_attempts, queue, priority, remaining)
+		INSERT INTO braid_tasks (id, run_id, parent_task_id, key, workflow, status, input, max_attempts, queue, priority, remaining, position, call)
 		SELECT unnest($1::uuid[]), unnest($2::uuid[]), unnest($3::uuid[]), unnest($4::text[]), unnest($5::text[]), unnest($10::text[]),
-		       unnest($6::text[])::jsonb, unnest($7::int[]), unnest($8::text[]), unnest($9::smallint[]), unnest($11::int[])
+		       unnest($6::text[])::jsonb, unnest($7::int[]), unnest($8::text[]), unnest($9::smallint[]), unnest($11::int[]),
+		       unnest($12::int[]), unnest($13::text[])
 		ON CONFLICT (parent_task_id, key) WHERE parent_task_id IS NOT NULL DO NOTHING
-		RETURNING id`, ids, runIDs, parents, keys, workflows, inputs, maxAttempts, queues, prios, statuses, remaining)
+		RETURNING id`, ids, runIDs, parents, keys, workflows, inputs, maxAttempts, queues, prios, statuses, remaining, poss, calls)
 	if err != nil {
 		return fmt.Errorf("workflow: creating %d children: %w", len(ids), err)
 	}
@@ -664,6 +667,7 @@ func (e *Engine) suspendTasks(ctx context.Context, tx pgx.Tx, suspends []*outcom
 		wTasks, wRuns            []uuid.UUID
 		wNames, wKinds, wOn, wFi []string
 		wAfter                   []int64
+		wPos                     []int32
 		wUntil, wSince           []*time.Time
 		ids                      []uuid.UUID
 		waits                    []bool
@@ -684,6 +688,7 @@ func (e *Engine) suspendTasks(ctx context.Context, tx pgx.Tx, suspends []*outcom
 			wTasks, wRuns = append(wTasks, o.taskID), append(wRuns, t.runID)
 			wNames, wKinds, wOn, wFi = append(wNames, w.name), append(wKinds, w.kind), append(wOn, w.on), append(wFi, w.filter)
 			wAfter, wUntil, wSince = append(wAfter, w.after.Microseconds()), append(wUntil, until), append(wSince, o.job.AttemptedAt)
+			wPos = append(wPos, int32(w.position))
 			if w.kind == "delay" || w.after > 0 {
 				st.delays = true
 			}
@@ -708,14 +713,14 @@ func (e *Engine) suspendTasks(ctx context.Context, tx pgx.Tx, suspends []*outcom
 		// started_at is when the turn that suspended on it began: it sees
 		// the events published since.
 		if _, err := tx.Exec(ctx, `
-			INSERT INTO braid_steps (task_id, name, kind, status, resume_at, attempts, wait_on, wait_run, wait_filter, started_at)
+			INSERT INTO braid_steps (task_id, name, kind, status, resume_at, attempts, wait_on, wait_run, wait_filter, started_at, position)
 			SELECT u.task_id, u.name, u.kind, 'waiting',
 			       CASE WHEN u.until IS NOT NULL THEN u.until
 			            WHEN u.kind = 'delay' OR u.after > 0 THEN now() + u.after * interval '1 microsecond' END,
-			       1, nullif(u.wait_on, ''), CASE WHEN u.kind = 'signal' THEN u.run_id END, nullif(u.filter, ''), u.since
-			  FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bigint[], $5::timestamptz[], $6::text[], $7::uuid[], $8::text[], $9::timestamptz[])
-			       AS u(task_id, name, kind, after, until, wait_on, run_id, filter, since)
-			ON CONFLICT (task_id, name) DO NOTHING`, wTasks, wNames, wKinds, wAfter, wUntil, wOn, wRuns, wFi, wSince); err != nil {
+			       1, nullif(u.wait_on, ''), CASE WHEN u.kind = 'signal' THEN u.run_id END, nullif(u.filter, ''), u.since, u.position
+			  FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bigint[], $5::timestamptz[], $6::text[], $7::uuid[], $8::text[], $9::timestamptz[], $10::int[])
+			       AS u(task_id, name, kind, after, until, wait_on, run_id, filter, since, position)
+			ON CONFLICT (task_id, name) DO NOTHING`, wTasks, wNames, wKinds, wAfter, wUntil, wOn, wRuns, wFi, wSince, wPos); err != nil {
 			return nil, fmt.Errorf("workflow: recording %d waits: %w", len(wTasks), err)
 		}
 	}

@@ -73,11 +73,15 @@ func Go[In, Out any](t *Task, name string, w *Workflow[In, Out], in In, opts ...
 		}
 	}
 	key := t.uniqueName(name)
+	pos, err := t.enter("go", key)
+	if err != nil {
+		return &Future[Out]{err: err}
+	}
 	if g.detached {
 		runID, err := t.detach(key, w.d, in)
 		return &Future[Out]{t: t, key: key, err: err, runID: runID}
 	}
-	if err := t.spawn(key, w.d, in); err != nil {
+	if err := t.spawn(key, w.d, in, pos, "go"); err != nil {
 		return &Future[Out]{err: err}
 	}
 	return &Future[Out]{t: t, key: key}
@@ -122,11 +126,15 @@ func Map[In, Out any](t *Task, name string, w *Workflow[In, Out], items []In) ([
 		return nil, &LimitError{What: fmt.Sprintf("Map %q", name), Count: len(items), Limit: t.eng.cfg.MaxMapItems}
 	}
 	base := t.uniqueName(name)
+	pos, err := t.enter("map", base)
+	if err != nil {
+		return nil, err
+	}
 	waiting := false
 	spawnedBefore, inputBytes := len(t.spawns), 0
 	for i, item := range items {
 		key := fmt.Sprintf("%s/%d", base, i)
-		if err := t.spawn(key, w.d, item); err != nil {
+		if err := t.spawn(key, w.d, item, pos, "map"); err != nil {
 			return nil, err
 		}
 		if len(t.spawns) > spawnedBefore {
@@ -158,7 +166,7 @@ func Map[In, Out any](t *Task, name string, w *Workflow[In, Out], items []In) ([
 
 // spawn records a child to create at the end of the turn, unless it
 // exists.
-func (t *Task) spawn(key string, d *definition, in any) error {
+func (t *Task) spawn(key string, d *definition, in any, position int, call string) error {
 	if c, ok := t.children[key]; ok {
 		if c.workflow != d.name {
 			return fmt.Errorf("workflow: child %q is recorded as workflow %q, not %q: %w", key, c.workflow, d.name, errNotDeterministic)
@@ -176,7 +184,7 @@ func (t *Task) spawn(key string, d *definition, in any) error {
 		return err
 	}
 	t.spawned[key] = true
-	t.spawns = append(t.spawns, spawn{key: key, def: d, input: input})
+	t.spawns = append(t.spawns, spawn{key: key, def: d, input: input, position: position, call: call})
 	return nil
 }
 

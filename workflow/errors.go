@@ -186,3 +186,30 @@ type TurnsRunningError struct {
 func (e *TurnsRunningError) Error() string {
 	return fmt.Sprintf("workflow: run %s: %d turns of its failed or cancelled tasks are still running after %s; their code does not return when its context is cancelled", e.RunID, e.Running, e.Waited)
 }
+
+// NondeterminismError fails a turn whose code made a durable call other
+// than the one its task recorded at the same position: a step renamed,
+// two calls reordered, a delay removed, between the turn that recorded
+// the history and this one (new code deployed while the run was in
+// flight). It is returned before anything of the call runs, so no step
+// body runs against a history it does not match. The attempt fails, and
+// River retries it (a process still running the old code may take it);
+// once its attempts are spent, the run fails and can be retried
+// (Engine.Retry, braid runs retry) after code that makes the recorded
+// calls is deployed. Engine.CheckReplay finds such runs before a deploy.
+type NondeterminismError struct {
+	RunID, TaskID, Workflow string
+	// Position is the call's position among the task's durable calls,
+	// from 0.
+	Position int
+	// Recorded is the call the history holds at Position; Called, the
+	// call the code made there.
+	Recorded, Called string
+}
+
+func (e *NondeterminismError) Error() string {
+	return fmt.Sprintf("workflow: task %s of workflow %q (run %s) diverged from its recorded history at durable call %d: "+
+		"recorded %s, called %s; no step body ran. Deploy code that makes the recorded calls in the same order "+
+		"(or start new runs under a new workflow name), then retry the run",
+		e.TaskID, e.Workflow, e.RunID, e.Position, e.Recorded, e.Called)
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/google/uuid"
@@ -31,6 +32,8 @@ type loadedTask struct {
 	dag      *string
 	steps    map[string]*stepRecord
 	children map[string]*childRecord
+	// history is the task's recorded durable calls by position.
+	history map[int]call
 }
 
 type loadRequest struct {
@@ -138,8 +141,8 @@ func (e *Engine) loadTasks(ctx context.Context, batch []*loadRequest) error {
 		SELECT t.id, t.run_id, t.parent_task_id, t.key, t.workflow, t.status, t.input, t.suspended_span, r.trace_parent, `+nodeDAGSQL+`
 		  FROM braid_tasks t JOIN braid_runs r ON r.id = t.run_id
 		 WHERE t.id = ANY($1)`, ids)
-	b.Queue(`SELECT task_id, name, kind, status, output, error, attempts FROM braid_steps WHERE task_id = ANY($1)`, ids)
-	b.Queue(`SELECT parent_task_id, id, key, workflow, status, output, error FROM braid_tasks WHERE parent_task_id = ANY($1)`, ids)
+	b.Queue(`SELECT task_id, name, kind, status, output, error, attempts, position FROM braid_steps WHERE task_id = ANY($1)`, ids)
+	b.Queue(`SELECT parent_task_id, id, key, workflow, status, output, error, position, call FROM braid_tasks WHERE parent_task_id = ANY($1)`, ids)
 	br := e.pool.SendBatch(ctx, b)
 	defer func() { _ = br.Close() }()
 
@@ -150,7 +153,7 @@ func (e *Engine) loadTasks(ctx context.Context, batch []*loadRequest) error {
 	}
 	for rows.Next() {
 		var id uuid.UUID
-		lt := &loadedTask{steps: map[string]*stepRecord{}, children: map[string]*childRecord{}}
+		lt := &loadedTask{steps: map[string]*stepRecord{}, children: map[string]*childRecord{}, history: map[int]call{}}
 		if err := rows.Scan(&id, &lt.runID, &lt.parentID, &lt.key, &lt.workflow, &lt.status, &lt.input, &lt.suspended, &lt.traceParent, &lt.dag); err != nil {
 			rows.Close()
 			return fmt.Errorf("workflow: loading %d tasks: %w", len(ids), err)
@@ -171,7 +174,8 @@ func (e *Engine) loadTasks(ctx context.Context, batch []*loadRequest) error {
 		var name string
 		var errRaw []byte
 		rec := &stepRecord{}
-		if err := rows.Scan(&id, &name, &rec.kind, &rec.status, &rec.output, &errRaw, &rec.attempts); err != nil {
+		var pos *int32
+		if err := rows.Scan(&id, &name, &rec.kind, &rec.status, &rec.output, &errRaw, &rec.attempts, &pos); err != nil {
 			rows.Close()
 			return fmt.Errorf("workflow: loading steps: %w", err)
 		}
@@ -180,6 +184,9 @@ func (e *Engine) loadTasks(ctx context.Context, batch []*loadRequest) error {
 		}
 		if lt := tasks[id]; lt != nil {
 			lt.steps[name] = rec
+			if pos != nil {
+				lt.history[int(*pos)] = call{kind: rec.kind, name: name}
+			}
 		}
 	}
 	rows.Close()
@@ -196,7 +203,9 @@ func (e *Engine) loadTasks(ctx context.Context, batch []*loadRequest) error {
 		var key string
 		var errRaw []byte
 		c := &childRecord{}
-		if err := rows.Scan(&parent, &c.id, &key, &c.workflow, &c.status, &c.output, &errRaw); err != nil {
+		var pos *int32
+		var kind *string
+		if err := rows.Scan(&parent, &c.id, &key, &c.workflow, &c.status, &c.output, &errRaw, &pos, &kind); err != nil {
 			rows.Close()
 			return fmt.Errorf("workflow: loading children: %w", err)
 		}
@@ -205,6 +214,13 @@ func (e *Engine) loadTasks(ctx context.Context, batch []*loadRequest) error {
 		}
 		if lt := tasks[parent]; lt != nil {
 			lt.children[key] = c
+			if pos != nil && kind != nil {
+				name := key
+				if *kind == "map" {
+					name = key[:max(strings.LastIndexByte(key, '/'), 0)]
+				}
+				lt.history[int(*pos)] = call{kind: *kind, name: name}
+			}
 		}
 	}
 	rows.Close()

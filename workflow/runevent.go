@@ -66,6 +66,10 @@ func SetEvent(t *Task, key string, value any) error {
 		return err
 	}
 	name := t.uniqueName("set-event:" + key)
+	pos, err := t.enter(stepKindSetEvent, name)
+	if err != nil {
+		return err
+	}
 	if rec := t.steps[name]; rec != nil {
 		if rec.kind != stepKindSetEvent {
 			return fmt.Errorf("workflow: %q is recorded as a %s, not an event set: %w", name, rec.kind, errNotDeterministic)
@@ -80,7 +84,7 @@ func SetEvent(t *Task, key string, value any) error {
 	if err != nil {
 		return err
 	}
-	return t.recordEvent(name, key, raw)
+	return t.recordEvent(name, pos, key, raw)
 }
 
 // recordEvent records the SetEvent call name and sets the run's event key
@@ -89,14 +93,14 @@ func SetEvent(t *Task, key string, value any) error {
 // set after Cancel commits. Only the transaction that inserts the record
 // writes the value and notifies the run's waiters; a turn that finds the
 // call recorded by another goes on without writing.
-func (t *Task) recordEvent(name, key string, value json.RawMessage) error {
+func (t *Task) recordEvent(name string, position int, key string, value json.RawMessage) error {
 	err := t.eng.withTx(t.ctx, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(t.ctx, `
-			INSERT INTO braid_steps (task_id, name, kind, status, output, attempts, started_at, finished_at)
-			SELECT $1, $2, '`+stepKindSetEvent+`', 'completed', $3, 1, now(), now()
+			INSERT INTO braid_steps (task_id, name, kind, status, output, attempts, started_at, finished_at, position)
+			SELECT $1, $2, '`+stepKindSetEvent+`', 'completed', $3, 1, now(), now(), $4
 			  FROM braid_tasks WHERE id = $1 AND status IN ('pending', 'running') FOR SHARE
 			ON CONFLICT (task_id, name) DO NOTHING`,
-			t.id, name, []byte(value))
+			t.id, name, []byte(value), position)
 		if err != nil {
 			return err
 		}

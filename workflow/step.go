@@ -71,6 +71,10 @@ func Step[T any](t *Task, name string, fn func(ctx context.Context) (T, error), 
 		return zero, fmt.Errorf("workflow: step %q: Retry.MaxAttempts %d is below 1", name, cfg.retry.MaxAttempts)
 	}
 	name = t.uniqueName(name)
+	pos, err := t.enter("step", name)
+	if err != nil {
+		return zero, err
+	}
 
 	attempt := 1
 	if rec := t.steps[name]; rec != nil {
@@ -100,7 +104,7 @@ func Step[T any](t *Task, name string, fn func(ctx context.Context) (T, error), 
 		if err != nil {
 			return zero, err
 		}
-		rec, err := t.recordStep(name, "completed", raw, nil, attempt)
+		rec, err := t.recordStep(name, pos, "completed", raw, nil, attempt)
 		if err != nil {
 			return zero, err
 		}
@@ -116,7 +120,7 @@ func Step[T any](t *Task, name string, fn func(ctx context.Context) (T, error), 
 	stored := t.eng.storedError(runErr, attempt)
 	se := &stored
 	if attempt < cfg.retry.MaxAttempts {
-		if _, err := t.recordStep(name, "retrying", nil, se, attempt); err != nil {
+		if _, err := t.recordStep(name, pos, "retrying", nil, se, attempt); err != nil {
 			return zero, err
 		}
 		t.snoozing = true
@@ -124,7 +128,7 @@ func Step[T any](t *Task, name string, fn func(ctx context.Context) (T, error), 
 		t.logger.InfoContext(t.ctx, "workflow: step failed; retrying it", "step", name, "attempt", attempt, "in", t.snooze, "error", runErr)
 		return zero, t.suspend()
 	}
-	rec, err := t.recordStep(name, "failed", nil, se, attempt)
+	rec, err := t.recordStep(name, pos, "failed", nil, se, attempt)
 	if err != nil {
 		return zero, err
 	}
@@ -184,7 +188,7 @@ var errTaskNotRunning = errors.New("workflow: the task is no longer running; the
 // same statement, so that no step is recorded after Cancel commits, and a
 // turn whose task was cancelled stops at its next step rather than
 // running on.
-func (t *Task) recordStep(name, status string, output json.RawMessage, se *storedError, attempts int) (*stepRecord, error) {
+func (t *Task) recordStep(name string, position int, status string, output json.RawMessage, se *storedError, attempts int) (*stepRecord, error) {
 	var errJSON []byte
 	if se != nil {
 		errJSON, _ = json.Marshal(se)
@@ -192,15 +196,15 @@ func (t *Task) recordStep(name, status string, output json.RawMessage, se *store
 	rec := &stepRecord{kind: "step"}
 	var outRaw, errRaw []byte
 	err := t.eng.pool.QueryRow(t.ctx, `
-		INSERT INTO braid_steps (task_id, name, kind, status, output, error, attempts, started_at, finished_at)
-		SELECT $1, $2, 'step', $3, $4, $5, $6, now(), CASE WHEN $3 = 'retrying' THEN NULL ELSE now() END
+		INSERT INTO braid_steps (task_id, name, kind, status, output, error, attempts, started_at, finished_at, position)
+		SELECT $1, $2, 'step', $3, $4, $5, $6, now(), CASE WHEN $3 = 'retrying' THEN NULL ELSE now() END, $7
 		  FROM braid_tasks WHERE id = $1 AND status IN ('pending', 'running') FOR SHARE
 		ON CONFLICT (task_id, name) DO UPDATE
 		   SET status = EXCLUDED.status, output = EXCLUDED.output, error = EXCLUDED.error,
 		       attempts = EXCLUDED.attempts, finished_at = EXCLUDED.finished_at
 		 WHERE braid_steps.status = 'retrying' AND braid_steps.kind = 'step'
 		RETURNING status, output, error, attempts`,
-		t.id, name, status, nullJSON(output), errJSON, attempts).Scan(&rec.status, &outRaw, &errRaw, &rec.attempts)
+		t.id, name, status, nullJSON(output), errJSON, attempts, position).Scan(&rec.status, &outRaw, &errRaw, &rec.attempts)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// Another turn recorded this step first: its result wins. Or the
 		// task is no longer running, and nothing was recorded.

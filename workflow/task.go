@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -37,6 +38,13 @@ type Task struct {
 	steps    map[string]*stepRecord
 	children map[string]*childRecord
 	names    map[string]int
+	// history is the task's recorded durable calls by position, and seq
+	// the position of the next call (see enter); diverged, once set, is
+	// the *NondeterminismError that every later call returns and that
+	// fails the turn.
+	history  map[int]call
+	seq      int
+	diverged error
 
 	// What the turn ends with.
 	suspended bool
@@ -76,6 +84,45 @@ type childRecord struct {
 	err      storedError
 }
 
+// call is a durable call as recorded at its position: its kind (step,
+// delay, signal, event, set_event, go or map) and its name.
+type call struct{ kind, name string }
+
+func (c call) String() string {
+	switch c.kind {
+	case "signal", "event":
+		return fmt.Sprintf("a wait on %s %q", c.kind, strings.TrimPrefix(c.name, c.kind+":"))
+	case "set_event":
+		return fmt.Sprintf("SetEvent %q", strings.TrimPrefix(c.name, "set-event:"))
+	case "go":
+		return fmt.Sprintf("Go %q", c.name)
+	case "map":
+		return fmt.Sprintf("Map %q", c.name)
+	}
+	return fmt.Sprintf("%s %q", c.kind, c.name)
+}
+
+// enter records that the task's code makes the durable call (kind, name)
+// now, and returns its position: the number of durable calls made before
+// it in this turn. When the task's history holds another call at that
+// position, the code has diverged from what its run recorded: enter
+// returns a *NondeterminismError, before anything of the call runs, and
+// so does every later call of the turn, which then fails with it however
+// the code handles it.
+func (t *Task) enter(kind, name string) (int, error) {
+	if t.diverged != nil {
+		return 0, t.diverged
+	}
+	p := t.seq
+	t.seq++
+	if rec, ok := t.history[p]; ok && (rec.kind != kind || rec.name != name) {
+		t.diverged = &NondeterminismError{RunID: t.runID.String(), TaskID: t.id.String(), Workflow: t.workflow,
+			Position: p, Recorded: rec.String(), Called: call{kind, name}.String()}
+		return p, t.diverged
+	}
+	return p, nil
+}
+
 // pendingWait is a wait that a turn suspended on, recorded as a step when
 // its outcome commits.
 type pendingWait struct {
@@ -91,6 +138,8 @@ type pendingWait struct {
 	filter string
 	// existing is true when the wait is already recorded and waiting.
 	existing bool
+	// position is the wait's position among the task's durable calls.
+	position int
 }
 
 type spawn struct {
@@ -99,6 +148,10 @@ type spawn struct {
 	input json.RawMessage
 	// runID is the run of a detached child.
 	runID uuid.UUID
+	// position and call are the position and the kind ("go" or "map")
+	// of the durable call that started the child.
+	position int
+	call     string
 }
 
 // Context is the turn's context. It carries the turn's span and is
@@ -182,6 +235,11 @@ func (t *Task) delay(name string, d *pendingWait) error {
 	}
 	name = t.uniqueName(name)
 	d.name = name
+	p, err := t.enter("delay", name)
+	if err != nil {
+		return err
+	}
+	d.position = p
 	if rec := t.steps[name]; rec != nil {
 		if rec.kind != "delay" {
 			return fmt.Errorf("workflow: %q is recorded as a %s, not a delay; names of durable calls must be deterministic", name, rec.kind)

@@ -430,7 +430,7 @@ func (e *Engine) runTurn(ctx context.Context, job *river.Job[taskArgs], claimed 
 		eng: e, id: taskID, attempt: job.Attempt, runID: lt.runID, parentID: lt.parentID,
 		key: lt.key, workflow: lt.workflow,
 		steps: lt.steps, children: lt.children,
-		names: map[string]int{}, spawned: map[string]bool{}, input: lt.input,
+		names: map[string]int{}, spawned: map[string]bool{}, input: lt.input, history: lt.history,
 	}
 
 	// One trace per run: the turn's span is a child of braid.run.start,
@@ -471,6 +471,13 @@ func (e *Engine) runTurn(ctx context.Context, job *river.Job[taskArgs], claimed 
 	stopHeartbeat := e.heartbeat(ctx)
 	out, runErr := callWorkflow(t, d, lt.input)
 	stopHeartbeat()
+	if t.diverged != nil {
+		// The code left its recorded history: the turn fails with that,
+		// whatever the code made of the error, and records none of what
+		// it did after it (no child, no wait).
+		out, runErr = nil, t.diverged
+		t.suspended, t.snoozing = false, false
+	}
 
 	if errors.Is(context.Cause(ctx), queue.ErrJobNotRunning) {
 		// The attempt was rescued, or its job finished, while it ran:

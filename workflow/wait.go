@@ -59,6 +59,11 @@ func waitMessage[T any](t *Task, w *pendingWait) (out T, ok bool, err error) {
 	}
 	name := t.uniqueName(w.kind + ":" + w.on)
 	w.name = name
+	p, err := t.enter(w.kind, name)
+	if err != nil {
+		return out, false, err
+	}
+	w.position = p
 	if rec := t.steps[name]; rec != nil {
 		if rec.kind != w.kind {
 			return out, false, fmt.Errorf("workflow: %q is recorded as a %s, not a wait on a %s: %w", name, rec.kind, w.kind, errNotDeterministic)
