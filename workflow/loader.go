@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"sync"
 
 	"github.com/google/uuid"
@@ -215,11 +214,7 @@ func (e *Engine) loadTasks(ctx context.Context, batch []*loadRequest) error {
 		if lt := tasks[parent]; lt != nil {
 			lt.children[key] = c
 			if pos != nil && kind != nil {
-				name := key
-				if *kind == "map" {
-					name = key[:max(strings.LastIndexByte(key, '/'), 0)]
-				}
-				lt.history[int(*pos)] = call{kind: *kind, name: name}
+				lt.history[int(*pos)] = childCall(*kind, key)
 			}
 		}
 	}

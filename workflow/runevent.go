@@ -76,6 +76,9 @@ func SetEvent(t *Task, key string, value any) error {
 		}
 		return nil
 	}
+	if t.checking {
+		return t.suspend() // a replay writes nothing
+	}
 	// As for a step: a turn whose context ended sets nothing more.
 	if err := t.ctx.Err(); err != nil {
 		return fmt.Errorf("workflow: event %q not set: %w", key, context.Cause(t.ctx))

@@ -91,6 +91,9 @@ func Step[T any](t *Task, name string, fn func(ctx context.Context) (T, error), 
 		}
 	}
 
+	if t.checking {
+		return zero, t.suspend() // a replay runs no step body
+	}
 	// A turn whose context ended (cancelled run, timeout, lost job, Stop)
 	// starts no more step bodies, and one whose task was cancelled since
 	// its last step stops at the record of the next (see recordStep).
