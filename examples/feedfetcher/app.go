@@ -70,9 +70,10 @@ type Config struct {
 	// 24 hours apart.
 	Fetcher FetcherConfig
 
-	// DigestWindow is how long a digest waits before it is sent, a durable
-	// delay of the digest workflow. It defaults to DigestWindowDefault and
-	// must not be negative.
+	// DigestWindow is how long a digest waits before it is sent, unless a
+	// reader asks for it sooner (App.SendDigestNow): a durable wait on the
+	// send-now signal with the window as its timeout. It defaults to
+	// DigestWindowDefault and must not be negative.
 	DigestWindow time.Duration
 
 	// MaxDigestEntries caps the entries of one digest; a fetch that finds

@@ -228,7 +228,7 @@ func TestEndToEnd(t *testing.T) {
 
 // assertDigestTrace checks that one digest run is one trace: a
 // feedfetcher.digest root linked to the fetch that found the entries, the
-// run's start, its turns (before the fan-out, after it, after the delay),
+// run's start, its turns (before the fan-out, after it, after the window),
 // the fetch_article children with their steps, and the send step.
 func assertDigestTrace(t *testing.T, rec *tracetest.SpanRecorder, runID string) {
 	t.Helper()
@@ -259,10 +259,12 @@ func assertDigestTrace(t *testing.T, rec *tracetest.SpanRecorder, runID string) 
 	for name, atLeast := range map[string]int{
 		"feedfetcher.digest":       1,
 		"braid.run.start":          1,
-		"braid.task digest":        3, // fan out; continue and delay; send
+		"braid.task digest":        3, // fan out; continue and wait; send
 		"braid.task fetch_article": 3,
 		"braid.step get":           3,
 		"braid.step send":          1,
+		// The window: a wait on the send-now signal that timed out.
+		"braid.wait signal signal:" + SendNowSignal: 1,
 	} {
 		if count[name] < atLeast {
 			t.Errorf("trace of run %s has %d %q spans, want at least %d; all: %v", runID, count[name], name, atLeast, count)
@@ -293,7 +295,7 @@ func TestDigestSendsOnce(t *testing.T) {
 		t.Errorf("digest key %q, want the send step's idempotency key", d.IdempotencyKey)
 	}
 
-	out, err := app.send(ctx, d.RunID, d.IdempotencyKey, DigestInput{UserID: alice.ID, FeedID: sub.FeedID}, nil)
+	out, err := app.send(ctx, d.RunID, d.IdempotencyKey, DigestInput{UserID: alice.ID, FeedID: sub.FeedID}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,6 +37,23 @@ type DigestOutput struct {
 	// AlreadySent is true when the send step found the digest recorded
 	// under its idempotency key already, and so did not send it again.
 	AlreadySent bool `json:"already_sent,omitempty"`
+	// Early is true when the digest was sent before its window passed,
+	// because a reader asked for it (App.SendDigestNow); RequestedBy names
+	// that reader. Otherwise the digest went out when its window passed.
+	Early       bool   `json:"early,omitempty"`
+	RequestedBy string `json:"requested_by,omitempty"`
+}
+
+// SendNowSignal is the name of the signal that asks a digest run waiting
+// out its window to send the digest at once (App.SendDigestNow). The wait
+// is recorded as the step "signal:send-now" of the run's root task.
+const SendNowSignal = "send-now"
+
+// SendNow is the payload of the send-now signal: who asked for the digest
+// before its window passed.
+type SendNow struct {
+	// By names the reader who asked.
+	By string `json:"by"`
 }
 
 // ArticleInput is one entry of a digest, the input of a fetch_article child
@@ -60,30 +77,40 @@ type ArticleSummary struct {
 }
 
 // sendDigest is the digest workflow. It fans out over the new entries, one
-// fetch_article child task each (workflow.Map), waits out the digest window
-// (a durable delay), and sends the digest in a step whose idempotency key
-// makes it send at most once.
+// fetch_article child task each (workflow.Map), then waits for the
+// send-now signal for at most the digest window, and sends the digest in
+// a step whose idempotency key makes it send at most once: when the window
+// passes, or at once when a reader asks for it (App.SendDigestNow),
+// whichever comes first. The wait costs nothing while it lasts: the task
+// has no turn until the signal or the window's end wakes it.
 func (a *App) sendDigest(t *workflow.Task, in DigestInput) (DigestOutput, error) {
 	articles, err := workflow.Map(t, "fetch", a.article, in.Entries)
 	if err != nil {
 		return DigestOutput{}, err
 	}
+	var early *SendNow
 	if in.Window > 0 {
-		if err := t.Delay("window", in.Window); err != nil {
+		req, ok, err := workflow.WaitSignal[SendNow](t, SendNowSignal, in.Window)
+		if err != nil {
 			return DigestOutput{}, err
+		}
+		if ok {
+			early = &req
 		}
 	}
 	// The key is stable across every turn and retry of this task: a send
 	// step that runs again after a crash finds its digest recorded.
 	key := t.IdempotencyKey("send")
 	return workflow.Step(t, "send", func(ctx context.Context) (DigestOutput, error) {
-		return a.send(ctx, t.RunID(), key, in, articles)
+		return a.send(ctx, t.RunID(), key, in, articles, early)
 	})
 }
 
 // send writes the digest to the digests table, once per idempotency key,
-// and logs it: that is what sending means in this example.
-func (a *App) send(ctx context.Context, runID, key string, in DigestInput, articles []ArticleSummary) (DigestOutput, error) {
+// and logs it: that is what sending means in this example. early is the
+// request of the reader who asked for the digest before its window passed,
+// or nil when the window passed.
+func (a *App) send(ctx context.Context, runID, key string, in DigestInput, articles []ArticleSummary, early *SendNow) (DigestOutput, error) {
 	user, err := userName(ctx, a.pool, in.UserID)
 	if err != nil {
 		return DigestOutput{}, err
@@ -116,6 +143,9 @@ func (a *App) send(ctx context.Context, runID, key string, in DigestInput, artic
 			fmt.Fprintf(&body, "  %s\n", art.URL)
 		}
 	}
+	if early != nil {
+		fmt.Fprintf(&body, "\nSent early, at the request of %s.\n", early.By)
+	}
 	d.Body = body.String()
 	got, inserted, err := insertDigest(ctx, a.pool, d)
 	if err != nil {
@@ -124,9 +154,16 @@ func (a *App) send(ctx context.Context, runID, key string, in DigestInput, artic
 	out := DigestOutput{DigestID: got.ID, Subject: got.Subject, Entries: len(got.EntryIDs), AlreadySent: !inserted}
 	attrs := []any{slog.String("user", user), slog.Int64("feed_id", in.FeedID), slog.String("subject", got.Subject),
 		slog.Int64("digest_id", got.ID), slog.String("run_id", runID)}
-	if inserted {
+	if early != nil {
+		out.Early, out.RequestedBy = true, early.By
+		attrs = append(attrs, slog.Bool("early", true), slog.String("requested_by", early.By))
+	}
+	switch {
+	case inserted && early != nil:
+		a.logger.InfoContext(ctx, "digest sent early at a reader's request", attrs...)
+	case inserted:
 		a.logger.InfoContext(ctx, "digest sent", attrs...)
-	} else {
+	default:
 		a.logger.InfoContext(ctx, "digest already sent; not sending it again", attrs...)
 	}
 	return out, nil
@@ -159,6 +196,89 @@ func (a *App) fetchArticle(t *workflow.Task, in ArticleInput) (ArticleSummary, e
 	sum.Title = cmp.Or(in.Title, page.Title)
 	sum.URL, sum.Excerpt, sum.Bytes = page.URL, page.Excerpt, page.Bytes
 	return sum, nil
+}
+
+// ErrNoPendingDigest is the error of App.SendDigestNow when the user has
+// no digest waiting to be sent.
+var ErrNoPendingDigest = errors.New("feedfetcher: no pending digest")
+
+// PendingDigest is a digest run that has not sent its digest yet: it is
+// fetching its articles or waiting out its window.
+type PendingDigest struct {
+	RunID string `json:"run_id"`
+	// IdempotencyKey is the run's key, digest:<user>:<feed>:<first entry>.
+	IdempotencyKey string    `json:"idempotency_key"`
+	FeedID         int64     `json:"feed_id"`
+	Entries        int       `json:"entries"`
+	Status         string    `json:"status"`
+	CreatedAt      time.Time `json:"created_at"`
+}
+
+// PendingDigests returns the digest runs of a user that have not finished,
+// oldest first.
+func (a *App) PendingDigests(ctx context.Context, userID int64) ([]PendingDigest, error) {
+	rows, err := a.pool.Query(ctx, `
+SELECT id::text, coalesce(idempotency_key, ''), (input->>'feed_id')::bigint,
+    coalesce(jsonb_array_length(input->'entries'), 0), status, created_at
+FROM braid_runs
+WHERE workflow = $1 AND status IN ('pending', 'running', 'waiting') AND (input->>'user_id')::bigint = $2
+ORDER BY created_at, id`, DigestWorkflow, userID)
+	if err != nil {
+		return nil, fmt.Errorf("feedfetcher: listing the pending digests of user %d: %w", userID, err)
+	}
+	ds, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (PendingDigest, error) {
+		var d PendingDigest
+		return d, row.Scan(&d.RunID, &d.IdempotencyKey, &d.FeedID, &d.Entries, &d.Status, &d.CreatedAt)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("feedfetcher: listing the pending digests of user %d: %w", userID, err)
+	}
+	return ds, nil
+}
+
+// SendDigestNow asks every pending digest of a user (PendingDigests) to be
+// sent now rather than when its window passes, on behalf of the reader
+// named by (the user's own name when by is empty). It sends each run the
+// send-now signal, found by the run's idempotency key, and returns how many
+// it asked. A digest still fetching its articles is sent as soon as they
+// are fetched; its output says Early, with RequestedBy.
+//
+// Asking again is harmless: a run takes the signal once (the send carries
+// an idempotency key), and a digest that was sent is no longer pending.
+// When no digest of the user is pending, the error matches
+// ErrNoPendingDigest and names the user; an unknown user's matches
+// ErrUserNotFound.
+func (a *App) SendDigestNow(ctx context.Context, userID int64, by string) (int, error) {
+	name, err := userName(ctx, a.pool, userID)
+	if err != nil {
+		return 0, fmt.Errorf("feedfetcher: sending the digests of user %d now: %w", userID, err)
+	}
+	by = cmp.Or(strings.TrimSpace(by), name)
+	pending, err := a.PendingDigests(ctx, userID)
+	if err != nil {
+		return 0, err
+	}
+	asked := 0
+	for _, d := range pending {
+		if d.IdempotencyKey == "" {
+			continue
+		}
+		err := a.engine.SignalByKey(ctx, d.IdempotencyKey, SendNowSignal, SendNow{By: by},
+			&workflow.SignalOpts{IdempotencyKey: SendNowSignal})
+		if errors.Is(err, workflow.ErrRunFinished) {
+			continue // sent in the meantime
+		}
+		if err != nil {
+			return asked, fmt.Errorf("feedfetcher: asking digest %s of user %q to be sent now: %w", d.IdempotencyKey, name, err)
+		}
+		asked++
+		a.logger.InfoContext(ctx, "digest asked for now", slog.String("user", name), slog.Int64("feed_id", d.FeedID),
+			slog.String("requested_by", by), slog.String("run_id", d.RunID))
+	}
+	if asked == 0 {
+		return 0, fmt.Errorf("%w for user %q (id %d)", ErrNoPendingDigest, name, userID)
+	}
+	return asked, nil
 }
 
 // Digests returns the digests sent to a user, oldest first.

@@ -2,7 +2,8 @@
 // reader. Users subscribe to RSS and Atom feeds; each feed is fetched by its
 // own recurring job, and every new entry starts an article pipeline, a
 // DAG that reads and indexes it, and a digest workflow per subscriber that
-// fetches the article pages and, after a digest window, sends the digest. The command in cmd/feedfetcher runs it against the bundled feed
+// fetches the article pages and, after a digest window or sooner when a
+// reader asks for it, sends the digest. The command in cmd/feedfetcher runs it against the bundled feed
 // server with a live view; `make demo` starts it.
 //
 // # The application
@@ -47,12 +48,16 @@
 // New entries start one [DigestWorkflow] run per subscriber, inside the
 // transaction that stores them. The run fans out over the entries with
 // workflow.Map, one [FetchArticleWorkflow] child task per article page,
-// waits out Config.DigestWindow with a durable delay, then sends the digest
-// in a step: it writes the digest to the digests table, keyed by the step's
-// idempotency key, and logs it, so a digest is never sent twice. Each run
-// starts a trace of its own (feedfetcher.digest, linked to the fetch that
-// found the entries): its turns, the fan-out children, the delay between
-// turns, and the send step.
+// waits for the [SendNowSignal] signal with Config.DigestWindow as its
+// timeout (workflow.WaitSignal), then sends the digest in a step: it writes
+// the digest to the digests table, keyed by the step's idempotency key, and
+// logs it, so a digest is never sent twice. The digest goes out when its
+// window passes, or at once when a reader asks for it: [App.SendDigestNow]
+// signals the user's pending digests, found by their runs' idempotency
+// keys, and such a digest's output says Early and RequestedBy, which
+// [App.Stats] lists under SentEarly. Each run starts a trace of its own
+// (feedfetcher.digest, linked to the fetch that found the entries): its
+// turns, the fan-out children, the wait between turns, and the send step.
 //
 // # The article pipeline
 //

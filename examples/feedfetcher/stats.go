@@ -51,6 +51,9 @@ type Stats struct {
 	DigestsSent          int64 `json:"digests_sent"`
 	DigestsSentTwice     int64 `json:"digests_sent_twice"`
 	DuplicatesSuppressed int   `json:"duplicates_suppressed"`
+	// SentEarly are the digests sent before their window passed, at a
+	// reader's request (App.SendDigestNow), oldest run first.
+	SentEarly []EarlyDigest `json:"sent_early"`
 	// WebSubRenewals counts the renewals of WebSub subscriptions.
 	WebSubRenewals int64 `json:"websub_renewals"`
 	// Pipelines counts article pipeline runs by status.
@@ -68,6 +71,21 @@ type Stats struct {
 	Languages  map[string]*LanguageStats `json:"languages"`
 	// PerFeed has the figures of each feed, in ID order.
 	PerFeed []*FeedStats `json:"per_feed"`
+}
+
+// EarlyDigest is a digest sent before its window passed, because a reader
+// asked for it.
+type EarlyDigest struct {
+	RunID  string `json:"run_id"`
+	UserID int64  `json:"user_id"`
+	User   string `json:"user"`
+	FeedID int64  `json:"feed_id"`
+	// RequestedBy names the reader who asked.
+	RequestedBy string `json:"requested_by"`
+	// Ahead is how long before the window's end the request ended the
+	// wait, by the database's clock: the send-now wait's timeout less the
+	// moment the signal settled it.
+	Ahead time.Duration `json:"ahead"`
 }
 
 // SkippedNodes counts the skipped nodes of article pipeline runs that share
@@ -203,9 +221,48 @@ SELECT
 			if err := json.Unmarshal(r.Output, &out); err == nil && out.AlreadySent {
 				st.DuplicatesSuppressed++
 			}
+			if out.Early {
+				e, err := a.earlyDigest(ctx, r.ID, out.RequestedBy)
+				if err != nil {
+					return nil, err
+				}
+				st.SentEarly = append(st.SentEarly, e)
+			}
 		}
 	}
+	// ListRuns lists the newest first.
+	slices.Reverse(st.SentEarly)
 	return st, nil
+}
+
+// earlyDigest describes the digest of a run that was sent early at the
+// request of by: how long before its window's end the send-now signal
+// settled the wait, from the wait's record (the step "signal:send-now" of
+// the root task, with its timeout as resume_at).
+func (a *App) earlyDigest(ctx context.Context, runID, by string) (EarlyDigest, error) {
+	run, err := a.engine.Run(ctx, runID)
+	if err != nil {
+		return EarlyDigest{}, fmt.Errorf("feedfetcher: reading digest run %s: %w", runID, err)
+	}
+	var in DigestInput
+	if err := json.Unmarshal(run.Input, &in); err != nil {
+		return EarlyDigest{}, fmt.Errorf("feedfetcher: reading the input of digest run %s: %w", runID, err)
+	}
+	e := EarlyDigest{RunID: runID, UserID: in.UserID, FeedID: in.FeedID, RequestedBy: by}
+	if e.User, err = userName(ctx, a.pool, in.UserID); err != nil {
+		return EarlyDigest{}, err
+	}
+	for _, task := range run.Tasks {
+		if task.ParentID != "" {
+			continue
+		}
+		for _, s := range task.Steps {
+			if s.Name == "signal:"+SendNowSignal && s.ResumeAt != nil && s.FinishedAt != nil {
+				e.Ahead = max(0, s.ResumeAt.Sub(*s.FinishedAt))
+			}
+		}
+	}
+	return e, nil
 }
 
 // pipelineStats fills the figures of the article pipelines: their runs by

@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -41,6 +43,12 @@ const (
 	leaveAt    = 0.35 // of the duration
 	returnAt   = 0.65
 )
+
+// earlyReader asks for her digests before their windows pass, once one of
+// them has waited half the digest window: the digest workflow waits on the
+// send-now signal, with the window as its timeout, and sends at whichever
+// comes first.
+const earlyReader = "bob"
 
 // demo is one run of the script.
 type demo struct {
@@ -143,4 +151,50 @@ func (d *demo) comeBack(ctx context.Context, elapsed time.Duration) error {
 	d.notes = append(d.notes, fmt.Sprintf("at %s %s came back to %s: the same job enabled again, its kept next fetch due %s",
 		round(elapsed), mover, leaveAlone, when))
 	return nil
+}
+
+// askEarly has earlyReader ask for her pending digests now
+// (App.SendDigestNow), once a digest of hers started since since has been
+// pending for half of window. It returns once she has asked, or when ctx
+// ends.
+func (d *demo) askEarly(ctx context.Context, since time.Time, window time.Duration) {
+	u := d.users[earlyReader]
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	var seen time.Time // when a digest of this run was first seen pending
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if seen.IsZero() {
+			pending, err := d.app.PendingDigests(ctx, u.ID)
+			if err != nil {
+				if ctx.Err() == nil {
+					d.logger.WarnContext(ctx, "listing pending digests failed", slog.String("user", u.Name), slog.String("error", err.Error()))
+				}
+				return
+			}
+			if slices.ContainsFunc(pending, func(p feedfetcher.PendingDigest) bool { return !p.CreatedAt.Before(since) }) {
+				seen = time.Now()
+			}
+			continue
+		}
+		if time.Since(seen) < window/2 {
+			continue
+		}
+		_, err := d.app.SendDigestNow(ctx, u.ID, earlyReader)
+		switch {
+		case errors.Is(err, feedfetcher.ErrNoPendingDigest):
+			seen = time.Time{} // sent meanwhile: wait for the next
+		case err != nil:
+			if ctx.Err() == nil {
+				d.logger.WarnContext(ctx, "asking for digests now failed", slog.String("user", u.Name), slog.String("error", err.Error()))
+			}
+			return
+		default:
+			return
+		}
+	}
 }

@@ -88,7 +88,7 @@ func (h *eventLog) WithGroup(string) slog.Handler { return h }
 
 // shown lists the attributes an event line shows, in order; others are
 // left out to keep the lines short.
-var shown = []string{"user", "user_id", "feed", "entries", "subject", "language", "summary", "consecutive_failures",
+var shown = []string{"user", "user_id", "feed", "entries", "subject", "requested_by", "language", "summary", "consecutive_failures",
 	"backoff", "renewed", "retired", "kind", "error"}
 
 func (h *eventLog) Handle(_ context.Context, r slog.Record) error {

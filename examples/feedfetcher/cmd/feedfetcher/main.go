@@ -250,6 +250,13 @@ func run(ctx context.Context, opts options) (err error) {
 		}, nil
 	}
 
+	// A reader asks for her digests before their windows pass.
+	askCtx, stopAsking := context.WithCancel(ctx)
+	var asking sync.WaitGroup
+	asking.Go(func() { d.askEarly(askCtx, since, opts.digestWindow) })
+	defer asking.Wait()
+	defer stopAsking()
+
 	view := &liveView{w: opts.out, width: opts.width, color: opts.color}
 	refresh := 5 * time.Second
 	if opts.width > 0 {
@@ -299,6 +306,8 @@ loop:
 	if opts.width > 0 {
 		view.erase()
 	}
+	stopAsking()
+	asking.Wait()
 	say("Stopping the scheduler and the engine…")
 	if err := stopApp(); err != nil {
 		return err

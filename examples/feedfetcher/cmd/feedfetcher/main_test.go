@@ -40,7 +40,7 @@ func TestRunTwice(t *testing.T) {
 			databaseURL:  url,
 			fetchMin:     300 * time.Millisecond,
 			fetchMax:     time.Second,
-			digestWindow: 300 * time.Millisecond,
+			digestWindow: time.Second,
 			publishEvery: time.Second,
 			renewEvery:   "@every 1s",
 			slowDelay:    200 * time.Millisecond,
@@ -86,6 +86,11 @@ func TestRunTwice(t *testing.T) {
 			if n := number(regexp.MustCompile(c.re), summary); n < c.min {
 				t.Errorf("run %d: %s = %d, want at least %d; summary:\n%s", i+1, c.what, n, c.min, summary)
 			}
+		}
+		// bob asks for his digests once one has waited half its window.
+		early := regexp.MustCompile(`sent early\s+digest for bob \([a-z-]+\) sent early at the reader's request \(by bob\), [0-9.]+m?s before its window`)
+		if !early.MatchString(summary) || number(regexp.MustCompile(`digests sent\s+\d+, none sent twice, (\d+) early at a reader's request`), summary) < 1 {
+			t.Errorf("run %d: the summary shows no digest of bob's sent early:\n%s", i+1, summary)
 		}
 		for _, want := range []string{
 			"summaries wanted  en, de",

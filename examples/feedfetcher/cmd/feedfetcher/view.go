@@ -132,7 +132,7 @@ func figures(st *feedfetcher.Stats, color bool) []string {
 		fmt.Sprintf("%s %d new", label("Entries"), st.Entries),
 		fmt.Sprintf("%s %d pending · %d running · %d waiting · %d completed · %d failed", label("Workflows"),
 			st.Runs["pending"], st.Runs["running"], st.Runs["waiting"], st.Runs["completed"], st.Runs["failed"]),
-		fmt.Sprintf("%s %d sent · %s", label("Digests"), st.DigestsSent, twice),
+		fmt.Sprintf("%s %d sent · %d early at a reader's request · %s", label("Digests"), st.DigestsSent, len(st.SentEarly), twice),
 		fmt.Sprintf("%s %d renewals", label("WebSub"), st.WebSubRenewals),
 	}
 }
@@ -321,11 +321,11 @@ func statusLine(s snapshot) string {
 		skipped += sk.Count
 	}
 	return fmt.Sprintf("[%s] feeds %d/%d fetched, %d failing · fetches %d (304: %d, failed: %d) · entries %d · "+
-		"workflows %d running, %d waiting, %d completed, %d failed · digests sent %d (twice: %d) · renewals %d · "+
+		"workflows %d running, %d waiting, %d completed, %d failed · digests sent %d (early: %d, twice: %d) · renewals %d · "+
 		"pipelines %d running, %d completed, %d failed, %d nodes skipped · articles %d (%d summarized)",
 		round(s.elapsed), st.FeedsFetched, st.Feeds, st.FeedsFailing, st.Fetches, st.NotModified, st.FetchFailures,
 		st.Entries, st.Runs["running"]+st.Runs["pending"], st.Runs["waiting"], st.Runs["completed"], st.Runs["failed"],
-		st.DigestsSent, st.DigestsSentTwice, st.WebSubRenewals,
+		st.DigestsSent, len(st.SentEarly), st.DigestsSentTwice, st.WebSubRenewals,
 		inFlight(st.Pipelines), st.Pipelines["completed"], st.Pipelines["failed"], skipped, st.Articles, st.Summarized)
 }
 
@@ -358,12 +358,15 @@ func summary(w io.Writer, s snapshot, notes []string) {
 		{"new entries", fmt.Sprint(st.Entries)},
 		{"digest workflows", fmt.Sprintf("%d completed, %d waiting, %d running, %d failed", st.Runs["completed"],
 			st.Runs["waiting"], st.Runs["running"]+st.Runs["pending"], st.Runs["failed"])},
-		{"digests sent", fmt.Sprintf("%d, %s", st.DigestsSent, twice)},
+		{"digests sent", fmt.Sprintf("%d, %s, %d early at a reader's request", st.DigestsSent, twice, len(st.SentEarly))},
+	}
+	rows = append(rows, sentEarly(s)...)
+	rows = append(rows, [][2]string{
 		{"backing off", strings.Join(backingOff, "; ")},
 		{"websub renewals", fmt.Sprint(st.WebSubRenewals)},
 		{"article pipelines", fmt.Sprintf("%d completed, %d running, %d failed (fetch → extract → language → summary? → index, one per new entry)",
 			st.Pipelines["completed"], inFlight(st.Pipelines), st.Pipelines["failed"])},
-	}
+	}...)
 	if len(st.Skipped) == 0 {
 		rows = append(rows, [2]string{"skipped nodes", "none"})
 	}
@@ -383,4 +386,30 @@ func summary(w io.Writer, s snapshot, notes []string) {
 	for _, r := range rows {
 		fmt.Fprintf(w, "  %-17s %s\n", r[0], r[1])
 	}
+}
+
+// sentEarlyShown caps the summary's lines of digests sent early.
+const sentEarlyShown = 5
+
+// sentEarly renders the summary's lines of the digests sent before their
+// windows passed, at a reader's request.
+func sentEarly(s snapshot) [][2]string {
+	early := s.stats.SentEarly
+	if len(early) == 0 {
+		return [][2]string{{"sent early", "none"}}
+	}
+	feeds := map[int64]string{}
+	for _, f := range s.stats.PerFeed {
+		feeds[f.ID] = slug(f.URL, s.prefix)
+	}
+	var rows [][2]string
+	for i, e := range early {
+		if i == sentEarlyShown {
+			rows = append(rows, [2]string{"sent early", fmt.Sprintf("… and %d more", len(early)-i)})
+			break
+		}
+		rows = append(rows, [2]string{"sent early", fmt.Sprintf("digest for %s (%s) sent early at the reader's request (by %s), %s before its window",
+			e.User, cmp.Or(feeds[e.FeedID], fmt.Sprintf("feed %d", e.FeedID)), e.RequestedBy, round(e.Ahead))})
+	}
+	return rows
 }
