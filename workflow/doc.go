@@ -120,6 +120,31 @@
 // automatic "#n" suffix, so loops of steps work, as long as the loop itself
 // is deterministic.
 //
+// # Replay refuses to diverge
+//
+// Each durable call ([Step], [Task.Delay], [Task.DelayUntil], [WaitSignal],
+// [WaitEvent], [SetEvent], [Go], [Map]) takes the next position in its
+// task, from 0, on every turn, and the position is recorded with the
+// call: on the step's row, or on the rows of the children a Go or a Map
+// started. When a turn's code makes another call at a position than the
+// one recorded there (a step renamed, two calls swapped, a delay removed:
+// new code deployed while runs are in flight), the call returns a
+// *[NondeterminismError] naming the task, the position, what was recorded
+// and what was called, before anything of it runs, and so does every
+// later call of the turn; the turn fails with it whatever the code makes
+// of it, and records nothing else. River retries the attempt (a process
+// still on the old code may take it); once the attempts are spent the run
+// fails, and [Engine.Retry] resumes it once fixed code is deployed. A
+// call after the last recorded one is new code's future, and runs.
+//
+// Check before deploying: [Engine.CheckReplay] replays the unfinished runs
+// against their histories with the code about to be deployed, running no
+// step body and writing nothing, and lists the runs that would diverge
+// (package check makes it a command of a service's binary). [ExportRun]
+// writes a run's history, and [Replay] (testutil.Replay in a test)
+// replays code against such a file with no database, so that a run from
+// production becomes a regression test.
+//
 // # Steps run at least once, and are recorded exactly once
 //
 // A step's result is written with INSERT … ON CONFLICT, so the first writer
