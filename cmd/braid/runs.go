@@ -22,12 +22,13 @@ import (
 func init() {
 	register(&command{
 		name:    "runs",
-		summary: "list, inspect, cancel and retry workflow runs",
+		summary: "list, inspect, cancel, retry and signal workflow runs",
 		subs: []sub{
 			{"list", "", "list runs, newest first", runsList},
-			{"show", "ID", "show a run's tree of tasks, steps and delays, and the full error of each failure", runsShow},
+			{"show", "ID", "show a run's tree of tasks, steps, delays and pending waits, its deadline, and the full error of each failure", runsShow},
 			{"cancel", "ID", "cancel an unfinished run", runsCancel},
 			{"retry", "ID", "retry a failed or cancelled run from its failed tasks", runsRetry},
+			{"signal", "RUN NAME", "send a signal with a JSON payload to a run, by its ID or (--by-key) its idempotency key", runsSignal},
 		},
 	})
 }
@@ -131,7 +132,8 @@ func runsShow(ctx context.Context, c *cli, args []string) error {
 	if err != nil {
 		return runError(ctx, pool, id, err)
 	}
-	if err := c.emit(run, func(w *tabwriter.Writer) { printRun(w, run) }); err != nil || c.json {
+	now := time.Now()
+	if err := c.emit(run, func(w *tabwriter.Writer) { printRun(w, run, now) }); err != nil || c.json {
 		return err
 	}
 	// Below the table, so that multi-line errors and their tabs stay out
@@ -140,8 +142,10 @@ func runsShow(ctx context.Context, c *cli, args []string) error {
 }
 
 // printRun writes a run's summary and then its tree: each task with its
-// steps and delays, and below them the child tasks it started, indented.
-func printRun(w io.Writer, r *workflow.RunInfo) {
+// steps, delays and waits, and below them the child tasks it started,
+// indented. now is the moment the pending waits' timeouts are counted
+// from.
+func printRun(w io.Writer, r *workflow.RunInfo, now time.Time) {
 	row(w, "run:", r.ID)
 	row(w, "workflow:", r.Workflow)
 	row(w, "status:", r.Status)
@@ -153,6 +157,9 @@ func printRun(w io.Writer, r *workflow.RunInfo) {
 	row(w, "started:", ts(r.StartedAt))
 	row(w, "finished:", ts(r.FinishedAt))
 	row(w, "duration:", between(r.StartedAt, r.FinishedAt))
+	if r.DeadlineAt != nil || r.Timeout > 0 {
+		row(w, "deadline:", fmt.Sprintf("%s (timeout %s)", ts(r.DeadlineAt), shortDuration(r.Timeout)))
+	}
 	if len(r.Input) > 0 {
 		row(w, "input:", clip(string(r.Input), clipDefault))
 	}
@@ -183,7 +190,7 @@ func printRun(w io.Writer, r *workflow.RunInfo) {
 		children[t.ParentID] = append(children[t.ParentID], t)
 	}
 	for _, t := range roots {
-		printTask(w, t, children, 0)
+		printTask(w, t, children, 0, now)
 	}
 	printDAGs(w, r)
 }
@@ -254,7 +261,7 @@ type treeEntry struct {
 	task *workflow.TaskInfo
 }
 
-func printTask(w io.Writer, t *workflow.TaskInfo, children map[string][]*workflow.TaskInfo, depth int) {
+func printTask(w io.Writer, t *workflow.TaskInfo, children map[string][]*workflow.TaskInfo, depth int, now time.Time) {
 	indent := strings.Repeat("  ", depth)
 	detail := t.Workflow
 	if t.Turns == 1 {
@@ -301,10 +308,14 @@ func printTask(w io.Writer, t *workflow.TaskInfo, children map[string][]*workflo
 	inner := indent + "  "
 	for _, e := range entries {
 		if e.task != nil {
-			printTask(w, e.task, children, depth+1)
+			printTask(w, e.task, children, depth+1, now)
 			continue
 		}
 		s := e.step
+		if (s.Kind == "signal" || s.Kind == "event") && s.Status == "waiting" {
+			row(w, inner+s.Name, s.Kind, s.Status, "-", "-", waitDetail(s, now))
+			continue
+		}
 		switch s.Kind {
 		case "delay":
 			detail := "until " + ts(s.ResumeAt)
@@ -321,6 +332,57 @@ func printTask(w io.Writer, t *workflow.TaskInfo, children map[string][]*workflo
 	if t.FailedStep != "" && !recorded(t, t.FailedStep) {
 		row(w, inner+t.FailedStep, "step", mark("failed"), t.Attempt, "-", orDash(firstLine(t.Error, clipDefault)))
 	}
+}
+
+// filterClip is how many characters of an event wait's filter the tree
+// shows; --json shows all of it.
+const filterClip = 60
+
+// waitDetail says what a pending wait on a message waits for and when it
+// times out: `waiting on signal "send-now" (times out in 3m12s, at …)`,
+// `waiting on event "feeds" filter payload.id == input.id (no timeout)`.
+func waitDetail(s *workflow.StepInfo, now time.Time) string {
+	detail := fmt.Sprintf("waiting on %s %q", s.Kind, s.WaitOn)
+	if s.Filter != "" {
+		detail += " filter " + clip(s.Filter, filterClip)
+	}
+	return detail + " (" + timeoutIn(s.ResumeAt, now) + ")"
+}
+
+// timeoutIn says when a wait times out, counted from now: in how long and
+// at what time, or how long ago its timeout passed while it has not been
+// woken yet, or that it has none.
+func timeoutIn(at *time.Time, now time.Time) string {
+	if at == nil {
+		return "no timeout"
+	}
+	d := at.Sub(now)
+	if d <= 0 {
+		return fmt.Sprintf("timeout passed %s ago, at %s", shortDuration(wholeSeconds(-d)), ts(at))
+	}
+	return fmt.Sprintf("times out in %s, at %s", shortDuration(wholeSeconds(d)), ts(at))
+}
+
+// wholeSeconds rounds a positive duration to whole seconds, and one under
+// half a second up to one second, so that a wait never shows "0s".
+func wholeSeconds(d time.Duration) time.Duration {
+	if r := d.Round(time.Second); r > 0 {
+		return r
+	}
+	return time.Second
+}
+
+// shortDuration writes d without its zero trailing units: "1h" rather
+// than "1h0m0s", "1h30m", "3m12s".
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
 
 // recorded reports whether task t has a recorded step of that name.
