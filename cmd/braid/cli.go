@@ -82,6 +82,11 @@ func (e *usageError) Error() string { return e.msg }
 
 func usagef(format string, args ...any) error { return &usageError{fmt.Sprintf(format, args...)} }
 
+// exitStatus is the status of a command that said what went wrong itself.
+type exitStatus int
+
+func (e exitStatus) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	c := &cli{stdout: stdout, stderr: stderr}
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
@@ -107,6 +112,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
+	}
+	var status exitStatus
+	if errors.As(err, &status) {
+		return int(status)
 	}
 	if hint := c.migrateHint(err); hint != "" && cmd.name != "migrate" {
 		fmt.Fprintf(stderr, "braid %s: %s\n", cmd.name, hint)

@@ -86,7 +86,7 @@ func TestErrorsUnknownIDs(t *testing.T) {
 func TestErrorsUsage(t *testing.T) {
 	t.Parallel()
 	checkErrors(t, []string{"--database-url", unreachable}, []errorCase{
-		{[]string{"runs"}, 2, "missing subcommand: braid runs cancel|list|retry|show"},
+		{[]string{"runs"}, 2, "missing subcommand: braid runs cancel|export|list|retry|show|signal"},
 		{[]string{"runs", "rerun"}, 2, `unknown subcommand "rerun"`},
 		{[]string{"runs", "list", "--status", "done"}, 2, `unknown run status "done"; use pending, running, waiting, completed, failed, cancelled`},
 		{[]string{"runs", "list", "--limit", "0"}, 2, "--limit 0 is out of range; it must be 1 to 10000"},

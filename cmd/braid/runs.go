@@ -22,13 +22,14 @@ import (
 func init() {
 	register(&command{
 		name:    "runs",
-		summary: "list, inspect, cancel, retry and signal workflow runs",
+		summary: "list, inspect, cancel, retry, signal and export workflow runs",
 		subs: []sub{
 			{"list", "", "list runs, newest first", runsList},
 			{"show", "ID", "show a run's tree of tasks, steps, delays and pending waits, its deadline, and the full error of each failure", runsShow},
 			{"cancel", "ID", "cancel an unfinished run", runsCancel},
 			{"retry", "ID", "retry a failed or cancelled run from its failed tasks", runsRetry},
 			{"signal", "RUN NAME", "send a signal with a JSON payload to a run, by its ID or (--by-key) its idempotency key", runsSignal},
+			{"export", "ID", "print a run's recorded history as JSON, for testutil.Replay", runsExport},
 		},
 	})
 }
