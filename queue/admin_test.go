@@ -9,7 +9,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
-	"github.com/braidflow/braid/testutil"
+	"github.com/braidflow/braid/internal/testdb"
 )
 
 type pageArgs struct {
@@ -37,7 +37,7 @@ func jobIDs(jobs []*rivertype.JobRow) []int64 {
 func TestJobsPage(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := testutil.DB(t)
+	pool := testdb.DB(t)
 	q := newQueue(t, pool, nil)
 	var ids []int64
 	for i := range 5 {
@@ -98,7 +98,7 @@ func TestJobsPage(t *testing.T) {
 func TestSetState(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := testutil.DB(t)
+	pool := testdb.DB(t)
 	running := make(chan struct{}, 1)
 	causes := make(chan error, 1)
 	workers := river.NewWorkers()
@@ -240,7 +240,7 @@ func TestSetState(t *testing.T) {
 func TestBoost(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := testutil.DB(t)
+	pool := testdb.DB(t)
 	q := newQueue(t, pool, nil)
 	res, err := q.Insert(ctx, pageArgs{}, &InsertOpts{InsertOpts: river.InsertOpts{Priority: int(PriorityLow)}})
 	if err != nil {
@@ -276,7 +276,7 @@ func TestBoost(t *testing.T) {
 func TestJobsProgress(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := testutil.DB(t)
+	pool := testdb.DB(t)
 	q := newQueue(t, pool, nil)
 	a, err := q.Insert(ctx, pageArgs{}, nil)
 	if err != nil {

@@ -18,7 +18,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 
-	"github.com/braidflow/braid/testutil"
+	"github.com/braidflow/braid/internal/testdb"
 )
 
 // modeArgs is a job whose worker behaves as Mode says.
@@ -74,7 +74,7 @@ func TestAttemptErrorsSanitized(t *testing.T) {
 	const maxBytes = 4096
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &modeWorker{maxBytes: maxBytes})
-	q := startQueue(t, testutil.DB(t), &Config{Workers: workers, MaxErrorBytes: maxBytes})
+	q := startQueue(t, testdb.DB(t), &Config{Workers: workers, MaxErrorBytes: maxBytes})
 
 	modes := []string{"nul", "big", "panic", "ok", "retry_once", "snooze_once", "ok", "big", "nul", "output_nul"}
 	var params []InsertManyParams
@@ -186,7 +186,7 @@ func TestSupersededByWatch(t *testing.T) {
 			}
 		}
 	}))
-	q := startQueue(t, testutil.DB(t), &Config{
+	q := startQueue(t, testdb.DB(t), &Config{
 		Workers:                workers,
 		Heartbeats:             map[string]time.Duration{"supersede": 100 * time.Millisecond},
 		HeartbeatMisses:        2,
@@ -244,7 +244,7 @@ func TestSupersededByReturnedError(t *testing.T) {
 		<-release[job.Attempt]
 		return fmt.Errorf("turn's fence failed: %w", ErrJobNotRunning)
 	}))
-	pool := testutil.DB(t)
+	pool := testdb.DB(t)
 	q := startQueue(t, pool, &Config{Workers: workers})
 	res, err := q.Insert(ctx, claimArgs{}, &InsertOpts{InsertOpts: river.InsertOpts{MaxAttempts: 5}})
 	if err != nil {
@@ -306,7 +306,7 @@ func TestRescueAfterSnooze(t *testing.T) {
 		}
 		return nil
 	}))
-	q := startQueue(t, testutil.DB(t), &Config{
+	q := startQueue(t, testdb.DB(t), &Config{
 		Workers:                workers,
 		Heartbeats:             map[string]time.Duration{"snooze_die": 300 * time.Millisecond},
 		HeartbeatMisses:        2,
@@ -335,7 +335,7 @@ func TestRescueRetryDelay(t *testing.T) {
 		t.Run(delay.String(), func(t *testing.T) {
 			t.Parallel()
 			workers := stallOnFirstAttempt()
-			q := startQueue(t, testutil.DB(t), &Config{
+			q := startQueue(t, testdb.DB(t), &Config{
 				Workers:                workers,
 				Heartbeats:             map[string]time.Duration{"hb_stall": 300 * time.Millisecond},
 				HeartbeatMisses:        2,
@@ -398,7 +398,7 @@ func TestWatchQuietAfterJobCompleteTx(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	const interval = 40 * time.Millisecond
-	pool := testutil.DB(t)
+	pool := testdb.DB(t)
 	logs := &logBuffer{}
 	results := make(chan error, 1)
 	workers := river.NewWorkers()
@@ -467,7 +467,7 @@ func TestWatchSkipsWhileHeartbeating(t *testing.T) {
 		return nil
 	}))
 	for _, beat := range []bool{true, false} {
-		q := startQueue(t, testutil.DB(t), &Config{
+		q := startQueue(t, testdb.DB(t), &Config{
 			Workers:    workers,
 			Heartbeats: map[string]time.Duration{"beat": interval},
 		})

@@ -11,7 +11,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
-	"github.com/braidflow/braid/testutil"
+	"github.com/braidflow/braid/internal/testdb"
 )
 
 type claimedArgs struct{}
@@ -29,7 +29,7 @@ func claimQueue(t *testing.T) *Queue {
 	workers := river.NewWorkers()
 	river.AddWorker(workers, river.WorkFunc(func(context.Context, *river.Job[claimedArgs]) error { return nil }))
 	river.AddWorker(workers, river.WorkFunc(func(context.Context, *river.Job[unclaimedArgs]) error { return nil }))
-	return newQueue(t, testutil.DB(t), &Config{Workers: workers, Heartbeats: map[string]time.Duration{"claimed": time.Second}})
+	return newQueue(t, testdb.DB(t), &Config{Workers: workers, Heartbeats: map[string]time.Duration{"claimed": time.Second}})
 }
 
 func claimAvailable(t *testing.T, q *Queue, n int) []*rivertype.JobRow {

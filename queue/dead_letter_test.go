@@ -12,7 +12,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"go.opentelemetry.io/otel/codes"
 
-	"github.com/braidflow/braid/testutil"
+	"github.com/braidflow/braid/internal/testdb"
 )
 
 type poisonArgs struct{}
@@ -44,7 +44,7 @@ func TestDeadLetters(t *testing.T) {
 	workers := river.NewWorkers()
 	river.AddWorker(workers, w)
 	river.AddWorker(workers, river.WorkFunc(func(context.Context, *river.Job[traceArgs]) error { return nil }))
-	q := startQueue(t, testutil.DB(t), &Config{Workers: workers, TracerProvider: tp, MaxAttempts: 3})
+	q := startQueue(t, testdb.DB(t), &Config{Workers: workers, TracerProvider: tp, MaxAttempts: 3})
 
 	res, err := q.Insert(ctx, poisonArgs{}, nil)
 	if err != nil {
@@ -120,7 +120,7 @@ func TestDeadLetters(t *testing.T) {
 func TestRetryAndCancelInputs(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	q := newQueue(t, testutil.DB(t), nil)
+	q := newQueue(t, testdb.DB(t), nil)
 	res, err := q.Insert(ctx, traceArgs{}, &InsertOpts{InsertOpts: river.InsertOpts{ScheduledAt: time.Now().Add(time.Hour)}})
 	if err != nil {
 		t.Fatal(err)

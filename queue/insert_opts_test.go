@@ -9,7 +9,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
-	"github.com/braidflow/braid/testutil"
+	"github.com/braidflow/braid/internal/testdb"
 )
 
 type emailArgs struct {
@@ -31,7 +31,7 @@ func (urgentArgs) InsertOpts() river.InsertOpts { return river.InsertOpts{Priori
 func TestIdempotencyKey(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := testutil.DB(t)
+	pool := testdb.DB(t)
 	workers := river.NewWorkers()
 	river.AddWorker(workers, river.WorkFunc(func(context.Context, *river.Job[emailArgs]) error { return nil }))
 	river.AddWorker(workers, river.WorkFunc(func(context.Context, *river.Job[smsArgs]) error { return nil }))
@@ -138,7 +138,7 @@ func TestIdempotencyKey(t *testing.T) {
 func TestIdempotencyKeyInputs(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	q := newQueue(t, testutil.DB(t), nil)
+	q := newQueue(t, testdb.DB(t), nil)
 	for _, tc := range []struct {
 		opts *InsertOpts
 		want string
@@ -170,7 +170,7 @@ func TestIdempotencyKeyInputs(t *testing.T) {
 func TestInsertPriorities(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	q := newQueue(t, testutil.DB(t), nil)
+	q := newQueue(t, testdb.DB(t), nil)
 	check := func(what string, res *rivertype.JobInsertResult, err error, want Priority) {
 		t.Helper()
 		if err != nil {

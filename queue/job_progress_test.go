@@ -12,7 +12,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
-	"github.com/braidflow/braid/testutil"
+	"github.com/braidflow/braid/internal/testdb"
 )
 
 type stallArgs struct{}
@@ -55,7 +55,7 @@ func TestHeartbeatRescue(t *testing.T) {
 		causes <- context.Cause(ctx)
 		return ctx.Err()
 	}))
-	q := startQueue(t, testutil.DB(t), &Config{
+	q := startQueue(t, testdb.DB(t), &Config{
 		Workers:                workers,
 		Heartbeats:             map[string]time.Duration{"hb_stall": 100 * time.Millisecond},
 		HeartbeatMisses:        2,
@@ -95,7 +95,7 @@ func TestHeartbeatRescueDiscardsSpentJob(t *testing.T) {
 		<-ctx.Done()
 		return ctx.Err()
 	}))
-	q := startQueue(t, testutil.DB(t), &Config{
+	q := startQueue(t, testdb.DB(t), &Config{
 		Workers:                workers,
 		Heartbeats:             map[string]time.Duration{"hb_stall": 50 * time.Millisecond},
 		HeartbeatMisses:        2,
@@ -122,7 +122,7 @@ func TestShortHeartbeatJobWritesNothing(t *testing.T) {
 	ctx := context.Background()
 	workers := river.NewWorkers()
 	river.AddWorker(workers, river.WorkFunc(func(context.Context, *river.Job[liveArgs]) error { return nil }))
-	q := startQueue(t, testutil.DB(t), &Config{
+	q := startQueue(t, testdb.DB(t), &Config{
 		Workers:    workers,
 		Heartbeats: map[string]time.Duration{"hb_live": time.Minute},
 	})
@@ -156,7 +156,7 @@ func TestHeartbeatingJobNotRescued(t *testing.T) {
 		}
 		return nil
 	}))
-	q := startQueue(t, testutil.DB(t), &Config{
+	q := startQueue(t, testdb.DB(t), &Config{
 		Workers:                workers,
 		Heartbeats:             map[string]time.Duration{"hb_live": interval},
 		HeartbeatMisses:        2,
@@ -205,7 +205,7 @@ func TestRescueFenced(t *testing.T) {
 			}
 		}
 	}))
-	q := startQueue(t, testutil.DB(t), &Config{
+	q := startQueue(t, testdb.DB(t), &Config{
 		Workers:             workers,
 		Heartbeats:          map[string]time.Duration{"hb_stall": 50 * time.Millisecond},
 		HeartbeatMisses:     2,
@@ -265,7 +265,7 @@ func (progressArgs) Kind() string { return "progress" }
 func TestProgress(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := testutil.DB(t)
+	pool := testdb.DB(t)
 	listen, err := pool.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)

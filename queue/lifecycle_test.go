@@ -12,7 +12,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
-	"github.com/braidflow/braid/testutil"
+	"github.com/braidflow/braid/internal/testdb"
 )
 
 // TestStartContextBoundsStartOnly: cancelling Start's context after Start
@@ -22,7 +22,7 @@ func TestStartContextBoundsStartOnly(t *testing.T) {
 	var runs atomic.Int64
 	workers := river.NewWorkers()
 	river.AddWorker(workers, river.WorkFunc(func(context.Context, *river.Job[emailArgs]) error { return nil }))
-	q := newQueue(t, testutil.DB(t), &Config{
+	q := newQueue(t, testdb.DB(t), &Config{
 		Workers: workers,
 		Maintenance: []MaintenanceTask{{Name: "count", Interval: 10 * time.Millisecond, Run: func(context.Context) error {
 			runs.Add(1)
@@ -49,7 +49,7 @@ func TestStartContextBoundsStartOnly(t *testing.T) {
 	eventually(t, "the maintenance task to keep running", func() (bool, error) { return runs.Load() > n+2, nil })
 
 	// A context already cancelled starts nothing.
-	q2 := newQueue(t, testutil.DB(t), &Config{Workers: workers})
+	q2 := newQueue(t, testdb.DB(t), &Config{Workers: workers})
 	if err := q2.Start(startCtx); !errors.Is(err, context.Canceled) {
 		t.Errorf("Start with a cancelled context = %v, want context.Canceled", err)
 	}
@@ -87,7 +87,7 @@ func TestStopWaitsForJobs(t *testing.T) {
 				<-ctx.Done()
 				return ctx.Err()
 			}))
-			q := newQueue(t, testutil.DB(t), &Config{Workers: workers, JobTimeout: -1})
+			q := newQueue(t, testdb.DB(t), &Config{Workers: workers, JobTimeout: -1})
 			if err := q.Start(context.Background()); err != nil {
 				t.Fatal(err)
 			}
@@ -130,7 +130,7 @@ func TestMaintenanceTasks(t *testing.T) {
 	slowStarted := make(chan struct{})
 	var slowReturned atomic.Bool
 	workers := stallOnFirstAttempt()
-	q := newQueue(t, testutil.DB(t), &Config{
+	q := newQueue(t, testdb.DB(t), &Config{
 		Workers:                workers,
 		Heartbeats:             map[string]time.Duration{"hb_stall": 300 * time.Millisecond},
 		HeartbeatMisses:        2,
@@ -182,7 +182,7 @@ func TestMaintenanceTasks(t *testing.T) {
 func TestMaintenanceTaskValidation(t *testing.T) {
 	t.Parallel()
 	run := func(context.Context) error { return nil }
-	pool := testutil.DB(t)
+	pool := testdb.DB(t)
 	for _, tc := range []struct {
 		tasks []MaintenanceTask
 		want  string

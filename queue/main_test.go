@@ -12,10 +12,10 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
-	"github.com/braidflow/braid/testutil"
+	"github.com/braidflow/braid/internal/testdb"
 )
 
-func TestMain(m *testing.M) { testutil.Main(m) }
+func TestMain(m *testing.M) { testdb.Main(m) }
 
 // waitTimeout bounds every wait in these tests. Waits end as soon as their
 // condition holds; the bound only turns a hang into a failure.

@@ -9,8 +9,8 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/braidflow/braid/internal/testdb"
 	"github.com/braidflow/braid/leases"
-	"github.com/braidflow/braid/testutil"
 )
 
 // TestAgingSteps drives aging by hand with the database clock moved by
@@ -18,7 +18,7 @@ import (
 func TestAgingSteps(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := testutil.DB(t)
+	pool := testdb.DB(t)
 	q := newQueue(t, pool, &Config{AgeAfter: time.Hour, AgeInterval: 10 * time.Minute})
 
 	insert := func(p Priority, opts river.InsertOpts) int64 {
@@ -104,9 +104,9 @@ func TestAgingSteps(t *testing.T) {
 func TestAgingEndToEnd(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := testutil.URL(t)
+	url := testdb.URL(t)
 	// Nobody works the "parked" queue, so its job waits.
-	aging := startQueue(t, testutil.Pool(t, url), &Config{AgeAfter: 20 * time.Millisecond, AgeInterval: 40 * time.Millisecond})
+	aging := startQueue(t, testdb.Pool(t, url), &Config{AgeAfter: 20 * time.Millisecond, AgeInterval: 40 * time.Millisecond})
 	res, err := aging.Insert(ctx, emailArgs{}, &InsertOpts{InsertOpts: river.InsertOpts{Queue: "parked", Priority: int(PriorityLow)}})
 	if err != nil {
 		t.Fatal(err)
@@ -142,7 +142,7 @@ func TestAgingEndToEnd(t *testing.T) {
 func TestStartStop(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	q := newQueue(t, testutil.DB(t), nil)
+	q := newQueue(t, testdb.DB(t), nil)
 	if err := q.Stop(ctx); err != nil {
 		t.Errorf("Stop before Start = %v", err)
 	}

@@ -11,7 +11,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
-	"github.com/braidflow/braid/testutil"
+	"github.com/braidflow/braid/internal/testdb"
 )
 
 // points flattens the collected metrics into name{attrs} → value; a
@@ -59,7 +59,7 @@ func TestMetrics(t *testing.T) {
 	river.AddWorker(workers, &flakyWorker{})
 	w := &poisonWorker{}
 	river.AddWorker(workers, w)
-	q := startQueue(t, testutil.DB(t), &Config{Workers: workers, MeterProvider: mp})
+	q := startQueue(t, testdb.DB(t), &Config{Workers: workers, MeterProvider: mp})
 
 	flaky, err := q.Insert(ctx, flakyArgs{}, nil)
 	if err != nil {

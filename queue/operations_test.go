@@ -11,7 +11,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
-	"github.com/braidflow/braid/testutil"
+	"github.com/braidflow/braid/internal/testdb"
 )
 
 type blockArgs struct{}
@@ -31,7 +31,7 @@ func TestStatsJobsAndOperations(t *testing.T) {
 		return ctx.Err()
 	}))
 	river.AddWorker(workers, river.WorkFunc(func(context.Context, *river.Job[emailArgs]) error { return nil }))
-	q := startQueue(t, testutil.DB(t), &Config{Workers: workers})
+	q := startQueue(t, testdb.DB(t), &Config{Workers: workers})
 
 	done, err := q.Insert(ctx, emailArgs{}, nil)
 	if err != nil {

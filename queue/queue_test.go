@@ -8,12 +8,12 @@ import (
 
 	"github.com/riverqueue/river"
 
-	"github.com/braidflow/braid/testutil"
+	"github.com/braidflow/braid/internal/testdb"
 )
 
 func TestNewValidatesConfig(t *testing.T) {
 	t.Parallel()
-	pool := testutil.DB(t)
+	pool := testdb.DB(t)
 	workers := river.NewWorkers()
 	river.AddWorker(workers, river.WorkFunc(func(context.Context, *river.Job[emailArgs]) error { return nil }))
 	for _, tc := range []struct {

@@ -16,7 +16,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/braidflow/braid/testutil"
+	"github.com/braidflow/braid/internal/testdb"
 )
 
 type traceArgs struct{}
@@ -72,15 +72,15 @@ func attrMap(s sdktrace.ReadOnlySpan) map[string]any {
 func TestTracePropagation(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := testutil.URL(t)
+	url := testdb.URL(t)
 
 	insertSR, insertTP := newRecorder()
-	inserter := newQueue(t, testutil.Pool(t, url), &Config{TracerProvider: insertTP})
+	inserter := newQueue(t, testdb.Pool(t, url), &Config{TracerProvider: insertTP})
 
 	workSR, workTP := newRecorder()
 	workers := river.NewWorkers()
 	river.AddWorker(workers, river.WorkFunc(func(context.Context, *river.Job[traceArgs]) error { return nil }))
-	worker := startQueue(t, testutil.Pool(t, url), &Config{Workers: workers, TracerProvider: workTP})
+	worker := startQueue(t, testdb.Pool(t, url), &Config{Workers: workers, TracerProvider: workTP})
 
 	ctx, parent := insertTP.Tracer("test").Start(ctx, "parent")
 	res, err := inserter.Insert(ctx, traceArgs{}, nil)
@@ -128,7 +128,7 @@ func TestJobWithoutTraceGetsRootSpan(t *testing.T) {
 	sr, tp := newRecorder()
 	workers := river.NewWorkers()
 	river.AddWorker(workers, river.WorkFunc(func(context.Context, *river.Job[traceArgs]) error { return nil }))
-	q := startQueue(t, testutil.DB(t), &Config{Workers: workers, TracerProvider: tp})
+	q := startQueue(t, testdb.DB(t), &Config{Workers: workers, TracerProvider: tp})
 	res, err := q.Insert(context.Background(), traceArgs{}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -151,7 +151,7 @@ func TestFailedAttemptSpans(t *testing.T) {
 	sr, tp := newRecorder()
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &flakyWorker{})
-	q := startQueue(t, testutil.DB(t), &Config{Workers: workers, TracerProvider: tp})
+	q := startQueue(t, testdb.DB(t), &Config{Workers: workers, TracerProvider: tp})
 
 	ctx, parent := tp.Tracer("test").Start(ctx, "parent")
 	// Through River directly: the middleware stores the trace there too.
@@ -222,7 +222,7 @@ func TestUntracedKinds(t *testing.T) {
 		span.End()
 		return Heartbeat(ctx)
 	}))
-	q = startQueue(t, testutil.DB(t), &Config{Workers: workers, TracerProvider: tp, UntracedKinds: []string{"self_traced"}})
+	q = startQueue(t, testdb.DB(t), &Config{Workers: workers, TracerProvider: tp, UntracedKinds: []string{"self_traced"}})
 
 	ctx, parent := tp.Tracer("test").Start(ctx, "parent")
 	res, err := q.Insert(ctx, selfTracedArgs{}, nil)

@@ -10,8 +10,8 @@ import (
 
 	"github.com/riverqueue/river"
 
+	"github.com/braidflow/braid/internal/testdb"
 	"github.com/braidflow/braid/queue"
-	"github.com/braidflow/braid/testutil"
 )
 
 // failInsertsOnce makes the next insert of a River job of kind fail, once,
@@ -42,7 +42,7 @@ func TestFailedFireRetriesTheSameSlot(t *testing.T) {
 		t.Run(string(catchUp), func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			pool := testutil.DB(t)
+			pool := testdb.DB(t)
 			const backoff = 2 * time.Second
 			s := newScheduler(t, pool, &Config{Queue: insertOnlyQueue(t, pool),
 				FireRetryBackoff: queue.Backoff{Strategy: queue.Fixed, Base: backoff}})
@@ -95,7 +95,7 @@ func TestFailedFireRetriesTheSameSlot(t *testing.T) {
 func TestFailedFireCatchUpAllLosesNoSlot(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := testutil.DB(t)
+	pool := testdb.DB(t)
 	s := newScheduler(t, pool, &Config{Queue: insertOnlyQueue(t, pool),
 		FireRetryBackoff: queue.Backoff{Strategy: queue.Fixed, Base: time.Millisecond}})
 	if _, err := s.Create(ctx, &ScheduleParams{TargetType: TargetJob, Name: "every", Expression: "@every 1h", Target: "ping",
@@ -136,7 +136,7 @@ func (r *registry) KnowsWorkflow(name string) bool {
 func TestUnknownTarget(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := testutil.DB(t)
+	pool := testdb.DB(t)
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &pingWorker{fn: func(context.Context, *river.Job[pingArgs]) error { return nil }})
 	q, err := queue.New(pool, &queue.Config{Logger: quietLogger(), Workers: workers})
@@ -216,7 +216,7 @@ func TestUnknownTarget(t *testing.T) {
 
 func TestKnowsKind(t *testing.T) {
 	t.Parallel()
-	pool := testutil.DB(t)
+	pool := testdb.DB(t)
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &pingWorker{fn: func(context.Context, *river.Job[pingArgs]) error { return nil }})
 	q, err := queue.New(pool, &queue.Config{Logger: quietLogger(), Workers: workers})
@@ -237,7 +237,7 @@ func TestKnowsKind(t *testing.T) {
 func TestArgsCaps(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := testutil.DB(t)
+	pool := testdb.DB(t)
 	const limit = 100
 	s := newScheduler(t, pool, &Config{MaxArgsBytes: limit})
 	big := map[string]string{"pad": strings.Repeat("x", limit)}

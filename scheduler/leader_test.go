@@ -12,8 +12,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/braidflow/braid/internal/testdb"
 	"github.com/braidflow/braid/leases"
-	"github.com/braidflow/braid/testutil"
 )
 
 // instance is one scheduler process of a test: its own pool, lease holder
@@ -93,8 +93,8 @@ func testExactlyOncePerSlot(t *testing.T, mode string) {
 		slots     = 20
 	)
 	ctx := context.Background()
-	url := testutil.URL(t)
-	admin := testutil.Pool(t, url)
+	url := testdb.URL(t)
+	admin := testdb.Pool(t, url)
 	setup := newScheduler(t, admin, nil)
 
 	// CatchUpAll, so slots that pass while no leader is up still fire one
@@ -168,8 +168,8 @@ func testExactlyOncePerSlot(t *testing.T, mode string) {
 func TestConcurrentTicksFireOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := testutil.URL(t)
-	admin := testutil.Pool(t, url)
+	url := testdb.URL(t)
+	admin := testdb.Pool(t, url)
 	setup := newScheduler(t, admin, nil)
 	for i := range 4 {
 		if _, err := setup.Create(ctx, &ScheduleParams{TargetType: TargetJob, Name: fmt.Sprintf("s%d", i), Expression: "@every 1s", Target: "tick",
@@ -184,7 +184,7 @@ func TestConcurrentTicksFireOnce(t *testing.T) {
 	done := make(chan error, 3)
 	stopAt := time.Now().Add(2 * time.Second)
 	for range 3 {
-		s := newScheduler(t, testutil.Pool(t, url), &Config{Queue: insertOnlyQueue(t, admin)})
+		s := newScheduler(t, testdb.Pool(t, url), &Config{Queue: insertOnlyQueue(t, admin)})
 		go func() {
 			for time.Now().Before(stopAt) {
 				if err := s.tick(ctx, ctx, nil); err != nil {

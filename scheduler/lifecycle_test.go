@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/braidflow/braid/internal/testdb"
 	"github.com/braidflow/braid/leases"
-	"github.com/braidflow/braid/testutil"
 )
 
 // schedulerGoroutines returns the stacks of goroutines running code of a
@@ -38,8 +38,8 @@ func schedulerGoroutines() []string {
 // (Parallel tests start only after the sequential ones.)
 func TestStopWaitsForItsGoroutines(t *testing.T) {
 	ctx := context.Background()
-	url := testutil.URL(t)
-	pool := testutil.Pool(t, url)
+	url := testdb.URL(t)
+	pool := testdb.Pool(t, url)
 	if g := schedulerGoroutines(); len(g) != 0 {
 		t.Fatalf("scheduler goroutines before the test:\n%s", strings.Join(g, "\n\n"))
 	}

@@ -13,12 +13,12 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/braidflow/braid/internal/testdb"
 	"github.com/braidflow/braid/queue"
-	"github.com/braidflow/braid/testutil"
 )
 
 func TestMain(m *testing.M) {
-	testutil.Main(m)
+	testdb.Main(m)
 }
 
 // quietLogger drops everything; tests assert on the database instead.

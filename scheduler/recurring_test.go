@@ -15,8 +15,8 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/braidflow/braid/internal/testdb"
 	"github.com/braidflow/braid/queue"
-	"github.com/braidflow/braid/testutil"
 )
 
 type feedArgs struct {
@@ -29,7 +29,7 @@ func (feedArgs) InsertOpts() river.InsertOpts { return river.InsertOpts{Queue: "
 func TestEnsure(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := testutil.DB(t)
+	pool := testdb.DB(t)
 	s := newScheduler(t, pool, nil)
 
 	first := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -142,7 +142,7 @@ func riverJobs(t *testing.T, pool *pgxpool.Pool, key string) int {
 func TestRecurringEnableDisable(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := testutil.DB(t)
+	pool := testdb.DB(t)
 	s := newScheduler(t, pool, &Config{Queue: insertOnlyQueue(t, pool)})
 
 	// A due row that is disabled is not claimed; enabled again it runs at
@@ -205,7 +205,7 @@ func TestRecurringEnableDisable(t *testing.T) {
 func TestSyncEnabledTx(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := testutil.DB(t)
+	pool := testdb.DB(t)
 	s := newScheduler(t, pool, nil)
 	exec(t, pool, `CREATE TABLE subscriptions (user_id int, feed_id text)`)
 	exec(t, pool, `INSERT INTO subscriptions VALUES (1, 'f1'), (2, 'f1')`)
@@ -261,7 +261,7 @@ func TestSyncEnabledTx(t *testing.T) {
 func TestStaleRunReclaimed(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := testutil.DB(t)
+	pool := testdb.DB(t)
 	s := newScheduler(t, pool, &Config{Queue: insertOnlyQueue(t, pool), RecurringStaleAfter: time.Minute})
 	mw, err := NewRecurringMiddleware(pool, &RecurringConfig{Logger: quietLogger()})
 	if err != nil {
@@ -331,7 +331,7 @@ func TestStaleRunReclaimed(t *testing.T) {
 func TestRecurringAtMostOneLiveJobUnderBacklog(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := testutil.DB(t)
+	pool := testdb.DB(t)
 	mw, err := NewRecurringMiddleware(pool, &RecurringConfig{Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
@@ -463,7 +463,7 @@ type recurringHarness struct {
 
 func newRecurringHarness(t *testing.T, cfg *RecurringConfig) *recurringHarness {
 	t.Helper()
-	h := &recurringHarness{t: t, pool: testutil.DB(t)}
+	h := &recurringHarness{t: t, pool: testdb.DB(t)}
 	c := RecurringConfig{Logger: quietLogger()}
 	if cfg != nil {
 		c = *cfg
@@ -690,7 +690,7 @@ func TestRecurringInsertFailure(t *testing.T) {
 
 func TestRecurringMiddlewarePassesOtherJobs(t *testing.T) {
 	t.Parallel()
-	pool := testutil.DB(t)
+	pool := testdb.DB(t)
 	mw, err := NewRecurringMiddleware(pool, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -12,8 +12,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/braidflow/braid/internal/testdb"
 	"github.com/braidflow/braid/queue"
-	"github.com/braidflow/braid/testutil"
 )
 
 // TestRecurringSpanNamesTheEntity checks that the river.job span of each
@@ -22,7 +22,7 @@ import (
 func TestRecurringSpanNamesTheEntity(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := testutil.DB(t)
+	pool := testdb.DB(t)
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })

@@ -9,13 +9,13 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/braidflow/braid/testutil"
+	"github.com/braidflow/braid/internal/testdb"
 )
 
 func TestRunNowJob(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := testutil.DB(t)
+	pool := testdb.DB(t)
 	s := newScheduler(t, pool, &Config{Queue: insertOnlyQueue(t, pool)})
 
 	created, err := s.Create(ctx, &ScheduleParams{
@@ -101,7 +101,7 @@ func TestRunNowJob(t *testing.T) {
 func TestRunNowWorkflow(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := testutil.DB(t)
+	pool := testdb.DB(t)
 	s := newScheduler(t, pool, &Config{Queue: insertOnlyQueue(t, pool), Workflows: &fakeEngine{}})
 
 	if _, err := s.Create(ctx, &ScheduleParams{Name: "digest", Expression: "@hourly", TargetType: TargetWorkflow, Target: "send_digest", Args: json.RawMessage(`"weekly"`)}); err != nil {

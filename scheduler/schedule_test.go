@@ -14,13 +14,13 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
+	"github.com/braidflow/braid/internal/testdb"
 	"github.com/braidflow/braid/queue"
-	"github.com/braidflow/braid/testutil"
 )
 
 func TestNewConfig(t *testing.T) {
 	t.Parallel()
-	pool := testutil.DB(t)
+	pool := testdb.DB(t)
 
 	if _, err := New(nil, nil); err == nil {
 		t.Error("New(nil, nil) succeeded")
@@ -75,7 +75,7 @@ func TestNewConfig(t *testing.T) {
 func TestScheduleCRUD(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := testutil.DB(t)
+	pool := testdb.DB(t)
 	s := newScheduler(t, pool, nil)
 
 	before := queryValue[time.Time](t, pool, "SELECT now()")
@@ -231,7 +231,7 @@ func TestScheduleCRUD(t *testing.T) {
 
 func TestScheduleValidation(t *testing.T) {
 	t.Parallel()
-	pool := testutil.DB(t)
+	pool := testdb.DB(t)
 	s := newScheduler(t, pool, nil)
 
 	valid := func() ScheduleParams {
@@ -283,7 +283,7 @@ func setDue(t *testing.T, s *Scheduler, name, sqlTime string) time.Time {
 func TestFireJob(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := testutil.DB(t)
+	pool := testdb.DB(t)
 	s := newScheduler(t, pool, &Config{Queue: insertOnlyQueue(t, pool)})
 
 	if _, err := s.Create(ctx, &ScheduleParams{
@@ -344,7 +344,7 @@ func TestFireJob(t *testing.T) {
 func TestCronSlotsInZone(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := testutil.DB(t)
+	pool := testdb.DB(t)
 	s := newScheduler(t, pool, &Config{Queue: insertOnlyQueue(t, pool)})
 
 	// 01:30 on November 1-3 in New York, fired from 2025-10-31 on: across
@@ -395,7 +395,7 @@ func TestCatchUp(t *testing.T) {
 		t.Run(string(tt.policy)+" "+tt.behind, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			pool := testutil.DB(t)
+			pool := testdb.DB(t)
 			s := newScheduler(t, pool, &Config{Queue: insertOnlyQueue(t, pool)})
 			if _, err := s.Create(ctx, &ScheduleParams{TargetType: TargetJob, Name: "c", Expression: "@every 1h", Target: "k", CatchUpPolicy: tt.policy, OverlapPolicy: OverlapAllow}); err != nil {
 				t.Fatal(err)
@@ -432,7 +432,7 @@ func TestCatchUp(t *testing.T) {
 func TestOverlap(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := testutil.DB(t)
+	pool := testdb.DB(t)
 	s := newScheduler(t, pool, &Config{Queue: insertOnlyQueue(t, pool)})
 
 	for _, p := range []OverlapPolicy{OverlapSkip, OverlapAllow} {
@@ -508,7 +508,7 @@ SELECT id::text FROM ins UNION ALL SELECT id::text FROM braid_runs WHERE idempot
 func TestFireWorkflow(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := testutil.DB(t)
+	pool := testdb.DB(t)
 	engine := &fakeEngine{}
 	s := newScheduler(t, pool, &Config{Queue: insertOnlyQueue(t, pool), Workflows: engine})
 
@@ -606,7 +606,7 @@ func TestFireWorkflow(t *testing.T) {
 func TestFireFailuresDoNotBlockOthers(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := testutil.DB(t)
+	pool := testdb.DB(t)
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &pingWorker{fn: func(context.Context, *river.Job[pingArgs]) error { return nil }})
 	q, err := queue.New(pool, &queue.Config{Logger: quietLogger(), Workers: workers})
@@ -649,7 +649,7 @@ func TestFireFailuresDoNotBlockOthers(t *testing.T) {
 
 func TestCreateWithoutTargetTypeIsAnError(t *testing.T) {
 	t.Parallel()
-	pool := testutil.DB(t)
+	pool := testdb.DB(t)
 	s := newScheduler(t, pool, nil)
 	_, err := s.Create(context.Background(), &ScheduleParams{Name: "untyped", Expression: "@daily", Target: "ping"})
 	if err == nil || !strings.Contains(err.Error(), `target type "" is invalid; use "job" or "workflow"`) {

@@ -1,5 +1,5 @@
-// Package testutil gives braid's tests and benchmarks real PostgreSQL
-// databases.
+// Package testutil is braid's test kit: real PostgreSQL databases for
+// tests and benchmarks, and the replay of recorded runs.
 //
 // # Databases
 //
@@ -14,6 +14,14 @@
 // Otherwise the first call starts one private cluster per test binary
 // (internal/localpg, fsync off), shared by its tests and removed by [Main]
 // when the binary exits.
+//
+// # Replay
+//
+// [Replay] replays a workflow's current code against a run's recorded
+// history, as `braid runs export ID > run.json` wrote it, with no
+// database and no step body run: a run from production becomes a
+// regression test that fails, naming the position, when the code no
+// longer makes the durable calls the run recorded.
 //
 // # TestMain
 //
