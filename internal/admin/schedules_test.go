@@ -240,8 +240,11 @@ func TestScheduledJobLifecycle(t *testing.T) {
 	f.call("PUT", "/api/admin/scheduled-jobs/daily-askreddit", map[string]any{
 		"name": "daily-askreddit", "description": "Hourly crawl", "cron_expression": "@hourly", "enabled": true, "priority": 1,
 	}, 200, &updated)
+	// The next hour, which is the next midnight during the last hour of a
+	// day: never later than the daily slot, within the hour, on the hour.
 	if updated.CronExpression != "@hourly" || updated.Description != "Hourly crawl" || updated.Priority != 1 ||
-		updated.Kind != "crawl" || updated.Queue != "crawls" || !updated.NextRunAt.Before(created.NextRunAt) || updated.NextRunAt.Minute() != 0 {
+		updated.Kind != "crawl" || updated.Queue != "crawls" || updated.NextRunAt.After(created.NextRunAt) ||
+		updated.NextRunAt.Minute() != 0 || updated.NextRunAt.Second() != 0 || time.Until(updated.NextRunAt) > time.Hour {
 		t.Errorf("after update: %+v", updated)
 	}
 
