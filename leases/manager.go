@@ -242,19 +242,19 @@ func scanLease(row pgx.Row) (*Lease, error) {
 // another holder's lease is still unexpired.
 const acquireSQL = `
 INSERT INTO braid_leases AS l (name, holder, generation, acquired_at, renewed_at, expires_at)
-VALUES ($1, $2, 1, now(), now(), now() + $3::bigint * interval '1 microsecond')
+VALUES ($1, $2, 1, braid_now(), braid_now(), braid_now() + $3::bigint * interval '1 microsecond')
 ON CONFLICT (name) DO UPDATE
 SET holder      = excluded.holder,
     generation  = l.generation + 1,
-    acquired_at = now(),
-    renewed_at  = now(),
+    acquired_at = braid_now(),
+    renewed_at  = braid_now(),
     expires_at  = excluded.expires_at
-WHERE l.expires_at <= now() OR l.holder = excluded.holder
+WHERE l.expires_at <= braid_now() OR l.holder = excluded.holder
 RETURNING ` + leaseColumns
 
 const currentHolderSQL = `
 SELECT holder, generation, expires_at,
-       greatest(extract(epoch FROM expires_at - now()), 0)::float8
+       greatest(extract(epoch FROM expires_at - braid_now()), 0)::float8
 FROM braid_leases
 WHERE name = $1`
 
@@ -371,9 +371,9 @@ func sleep(ctx context.Context, d time.Duration) error {
 // it is unexpired.
 const renewSQL = `
 UPDATE braid_leases
-SET renewed_at = now(),
-    expires_at = now() + $4::bigint * interval '1 microsecond'
-WHERE name = $1 AND holder = $2 AND generation = $3 AND expires_at > now()
+SET renewed_at = braid_now(),
+    expires_at = braid_now() + $4::bigint * interval '1 microsecond'
+WHERE name = $1 AND holder = $2 AND generation = $3 AND expires_at > braid_now()
 RETURNING ` + leaseColumns
 
 // Renew extends lease by TTL from now and returns its new state; the
@@ -412,8 +412,8 @@ func notHeld(lease *Lease) error {
 // anyone succeeds.
 const releaseSQL = `
 UPDATE braid_leases
-SET expires_at = now()
-WHERE name = $1 AND holder = $2 AND generation = $3 AND expires_at > now()`
+SET expires_at = braid_now()
+WHERE name = $1 AND holder = $2 AND generation = $3 AND expires_at > braid_now()`
 
 // Release gives up lease: it expires at once and anyone may acquire it. It is
 // fenced like Renew and returns an error matching ErrLeaseNotHeld when the
@@ -445,7 +445,7 @@ func (m *Manager) release(ctx context.Context, db dbtx, lease *Lease) error {
 }
 
 const checkSQL = `
-SELECT expires_at > now()
+SELECT expires_at > braid_now()
 FROM braid_leases
 WHERE name = $1 AND holder = $2 AND generation = $3
 FOR SHARE`
@@ -481,7 +481,7 @@ func (m *Manager) Holder(ctx context.Context, name string) (*Lease, error) {
 		return nil, err
 	}
 	lease, err := scanLease(m.pool.QueryRow(ctx,
-		`SELECT `+leaseColumns+` FROM braid_leases WHERE name = $1 AND expires_at > now()`, name))
+		`SELECT `+leaseColumns+` FROM braid_leases WHERE name = $1 AND expires_at > braid_now()`, name))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("leases: lease %q: %w", name, ErrNoHolder)
 	}
@@ -496,7 +496,7 @@ func (m *Manager) Holder(ctx context.Context, name string) (*Lease, error) {
 // operators and status pages.
 func (m *Manager) List(ctx context.Context) ([]*Lease, error) {
 	rows, err := m.pool.Query(ctx,
-		`SELECT `+leaseColumns+`, expires_at <= now() FROM braid_leases ORDER BY name`)
+		`SELECT `+leaseColumns+`, expires_at <= braid_now() FROM braid_leases ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("leases: listing leases: %w", err)
 	}

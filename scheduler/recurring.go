@@ -182,9 +182,9 @@ func (s *Scheduler) EnsureTx(ctx context.Context, tx pgx.Tx, kind, key string, a
 	var next time.Time
 	err = tx.QueryRow(ctx, `
 INSERT INTO braid_recurring (kind, key, args, queue, priority, next_run_at)
-VALUES ($1, $2, $3, $4, $5, coalesce($6, now()))
+VALUES ($1, $2, $3, $4, $5, coalesce($6, braid_now()))
 ON CONFLICT (kind, key) DO UPDATE
-SET enabled = true, args = excluded.args, queue = excluded.queue, priority = excluded.priority, updated_at = now()
+SET enabled = true, args = excluded.args, queue = excluded.queue, priority = excluded.priority, updated_at = braid_now()
 RETURNING next_run_at`, kind, key, encoded, queue, priority, first).Scan(&next)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("scheduler: ensuring recurring job %s/%s: %w", kind, key, err)
@@ -214,7 +214,7 @@ func (s *Scheduler) SetEnabled(ctx context.Context, kind, key string, enabled bo
 // returns an error matching ErrRecurringNotFound when there is no such job.
 func (s *Scheduler) SetEnabledTx(ctx context.Context, tx pgx.Tx, kind, key string, enabled bool) (*Recurring, error) {
 	r, err := scanRecurring(tx.QueryRow(ctx, `
-UPDATE braid_recurring SET enabled = $3, updated_at = now()
+UPDATE braid_recurring SET enabled = $3, updated_at = braid_now()
 WHERE kind = $1 AND key = $2
 RETURNING `+recurringColumns, kind, key, enabled))
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -292,7 +292,7 @@ func (s *Scheduler) Revive(ctx context.Context, kind, key string) (*Recurring, e
 // until the next success. Reviving a live job just makes it due now.
 func (s *Scheduler) ReviveTx(ctx context.Context, tx pgx.Tx, kind, key string) (*Recurring, error) {
 	r, err := scanRecurring(tx.QueryRow(ctx, `
-UPDATE braid_recurring SET dead_at = NULL, consecutive_failures = 0, next_run_at = now(), updated_at = now()
+UPDATE braid_recurring SET dead_at = NULL, consecutive_failures = 0, next_run_at = braid_now(), updated_at = braid_now()
 WHERE kind = $1 AND key = $2
 RETURNING `+recurringColumns, kind, key))
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -416,9 +416,9 @@ func (s *Scheduler) claimRecurring(ctx context.Context, lease *leases.Lease) (in
 	rows, err := tx.Query(ctx, `
 WITH due AS (
     SELECT r.id, r.running_since AS previous FROM braid_recurring r
-    WHERE r.enabled AND r.dead_at IS NULL AND r.next_run_at <= now()
+    WHERE r.enabled AND r.dead_at IS NULL AND r.next_run_at <= braid_now()
       AND (r.running_since IS NULL OR (
-          r.running_since <= now() - $1::bigint * interval '1 microsecond'
+          r.running_since <= braid_now() - $1::bigint * interval '1 microsecond'
           -- Never while the claimed run's job is live (available, scheduled,
           -- pending, retryable or running), however long it waits.
           AND NOT EXISTS (SELECT 1 FROM river_job j WHERE j.id = r.job_id
@@ -427,7 +427,7 @@ WITH due AS (
     LIMIT $2
     FOR UPDATE OF r SKIP LOCKED
 )
-UPDATE braid_recurring r SET running_since = now(), updated_at = now()
+UPDATE braid_recurring r SET running_since = braid_now(), updated_at = braid_now()
 FROM due WHERE r.id = due.id
 RETURNING r.id, r.kind, r.key, r.args, r.queue, r.priority, due.previous`,
 		s.cfg.RecurringStaleAfter.Microseconds(), s.cfg.RecurringBatchSize)
@@ -489,7 +489,7 @@ RETURNING r.id, r.kind, r.key, r.args, r.queue, r.priority, due.previous`,
 			s.logger.ErrorContext(ctx, "scheduler: cannot insert the job of a recurring job; retrying later",
 				slog.String("kind", c.kind), slog.String("key", c.key), slog.String("error", err.Error()))
 			if _, err := tx.Exec(ctx, `UPDATE braid_recurring SET running_since = NULL, last_error = $2,
-    next_run_at = now() + $3::bigint * interval '1 microsecond', updated_at = now() WHERE id = $1`,
+    next_run_at = braid_now() + $3::bigint * interval '1 microsecond', updated_at = braid_now() WHERE id = $1`,
 				c.id, queue.SanitizeErrorText(insertFailurePrefix+err.Error(), 0), insertFailureRetry.Microseconds()); err != nil {
 				return 0, fmt.Errorf("scheduler: releasing recurring job %s/%s: %w", c.kind, c.key, err)
 			}

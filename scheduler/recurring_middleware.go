@@ -242,9 +242,9 @@ func callSafely(ctx context.Context, fn func(ctx context.Context) error) (err er
 
 const succeedSQL = `
 WITH u AS (
-    UPDATE braid_recurring SET running_since = NULL, last_run_at = now(),
-        next_run_at = coalesce($3::timestamptz, now() + $4::bigint * interval '1 microsecond'),
-        last_error = NULL, consecutive_failures = 0, updated_at = now()
+    UPDATE braid_recurring SET running_since = NULL, last_run_at = braid_now(),
+        next_run_at = coalesce($3::timestamptz, braid_now() + $4::bigint * interval '1 microsecond'),
+        last_error = NULL, consecutive_failures = 0, updated_at = braid_now()
     WHERE id = $1 AND job_id = $2 AND running_since IS NOT NULL
     RETURNING 1
 )
@@ -275,9 +275,9 @@ WHERE id = $1 AND job_id = $2 AND running_since IS NOT NULL FOR UPDATE`, id, job
 		count := int(failures) + 1
 		dead := m.cfg.MaxFailures > 0 && count >= m.cfg.MaxFailures
 		if _, err := tx.Exec(ctx, `
-UPDATE braid_recurring SET running_since = NULL, last_run_at = now(), consecutive_failures = $2, last_error = $3,
-    next_run_at = now() + $4::bigint * interval '1 microsecond',
-    dead_at = CASE WHEN $5 THEN now() ELSE dead_at END, updated_at = now()
+UPDATE braid_recurring SET running_since = NULL, last_run_at = braid_now(), consecutive_failures = $2, last_error = $3,
+    next_run_at = braid_now() + $4::bigint * interval '1 microsecond',
+    dead_at = CASE WHEN $5 THEN braid_now() ELSE dead_at END, updated_at = braid_now()
 WHERE id = $1`, id, count, queue.SanitizeErrorText(runErr.Error(), 0), m.cfg.Backoff.Delay(count).Microseconds(), dead); err != nil {
 			return err
 		}

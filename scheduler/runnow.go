@@ -81,9 +81,9 @@ func (s *Scheduler) RunNowTx(ctx context.Context, tx pgx.Tx, name string) (*Fire
 		return nil, fmt.Errorf("scheduler: running schedule %q now: %w", name, err)
 	}
 	updated, err := scanSchedule(tx.QueryRow(ctx, `
-UPDATE braid_schedules SET last_run_at = now(),
+UPDATE braid_schedules SET last_run_at = braid_now(),
     last_job_id = $2, last_run_id = $3,
-    updated_at = now()
+    updated_at = braid_now()
 WHERE id = $1
 RETURNING `+scheduleColumns, sch.ID, jobID, runID))
 	if err != nil {

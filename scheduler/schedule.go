@@ -474,7 +474,7 @@ func (s *Scheduler) checkTarget(sch *Schedule) error {
 // dbNow reads the database clock.
 func dbNow(ctx context.Context, db dbtx) (time.Time, error) {
 	var now time.Time
-	if err := db.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
+	if err := db.QueryRow(ctx, "SELECT braid_now()").Scan(&now); err != nil {
 		return time.Time{}, fmt.Errorf("scheduler: reading the database clock: %w", err)
 	}
 	return now, nil
@@ -766,7 +766,7 @@ func writeSchedule(ctx context.Context, tx pgx.Tx, sch *Schedule) (*Schedule, er
 	updated, err := scanSchedule(tx.QueryRow(ctx, `
 UPDATE braid_schedules SET description = $2, expression = $3, time_zone = $4, target_type = $5, target = $6,
     args = $7, queue = $8, priority = $9, max_attempts = $10, enabled = $11, overlap_policy = $12,
-    catch_up_policy = $13, next_run_at = $14, retry_at = NULL, updated_at = now()
+    catch_up_policy = $13, next_run_at = $14, retry_at = NULL, updated_at = braid_now()
 WHERE id = $1
 RETURNING `+scheduleColumns,
 		sch.ID, sch.Description, sch.Expression, sch.TimeZone, sch.TargetType, sch.Target, sch.Args, sch.Queue,
@@ -827,8 +827,8 @@ func (s *Scheduler) fireNext(ctx context.Context, lease *leases.Lease) (bool, er
 		}
 	}
 	var now time.Time
-	sch, err := scanSchedule(tx.QueryRow(ctx, `SELECT `+scheduleColumns+`, now() FROM braid_schedules
-WHERE enabled AND next_run_at <= now() AND (retry_at IS NULL OR retry_at <= now())
+	sch, err := scanSchedule(tx.QueryRow(ctx, `SELECT `+scheduleColumns+`, braid_now() FROM braid_schedules
+WHERE enabled AND next_run_at <= braid_now() AND (retry_at IS NULL OR retry_at <= braid_now())
 ORDER BY next_run_at LIMIT 1
 FOR UPDATE SKIP LOCKED`), &now)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -844,8 +844,8 @@ FOR UPDATE SKIP LOCKED`), &now)
 		// Only a row written around this package gets here; firing it again
 		// and again would spin, so it is disabled.
 		log.ErrorContext(ctx, "scheduler: disabling schedule with an invalid expression", slog.String("error", err.Error()))
-		if _, err := tx.Exec(ctx, `UPDATE braid_schedules SET enabled = false, last_error = $2, last_error_at = now(),
-    retry_at = NULL, updated_at = now() WHERE id = $1`,
+		if _, err := tx.Exec(ctx, `UPDATE braid_schedules SET enabled = false, last_error = $2, last_error_at = braid_now(),
+    retry_at = NULL, updated_at = braid_now() WHERE id = $1`,
 			sch.ID, queue.SanitizeErrorText("disabled: "+err.Error(), 0)); err != nil {
 			return false, fmt.Errorf("scheduler: disabling schedule %q: %w", sch.Name, err)
 		}
@@ -917,7 +917,7 @@ FOR UPDATE SKIP LOCKED`), &now)
 
 	tag, err := tx.Exec(ctx, `
 UPDATE braid_schedules SET next_run_at = $2, retry_at = NULL,
-    last_run_at = CASE WHEN $3 THEN now() ELSE last_run_at END,
+    last_run_at = CASE WHEN $3 THEN braid_now() ELSE last_run_at END,
     last_job_id = CASE WHEN $3 THEN $4 ELSE last_job_id END,
     last_run_id = CASE WHEN $3 THEN $5 ELSE last_run_id END,
     last_error = CASE WHEN $3 THEN NULL ELSE last_error END,
@@ -944,8 +944,8 @@ WHERE id = $1 AND next_run_at = $6`, sch.ID, next, fire, jobID, runID, first)
 // meanwhile is left alone.
 func recordFireFailure(ctx context.Context, db dbtx, sch *Schedule, first time.Time, fireErr error, delay time.Duration) error {
 	_, err := db.Exec(ctx, `
-UPDATE braid_schedules SET last_error = $3, last_error_at = now(), fire_failures = fire_failures + 1,
-    retry_at = now() + $4::bigint * interval '1 microsecond'
+UPDATE braid_schedules SET last_error = $3, last_error_at = braid_now(), fire_failures = fire_failures + 1,
+    retry_at = braid_now() + $4::bigint * interval '1 microsecond'
 WHERE id = $1 AND next_run_at = $2`, sch.ID, first, queue.SanitizeErrorText(fireErr.Error(), 0), delay.Microseconds())
 	if err != nil {
 		return fmt.Errorf("scheduler: recording the failed fire of schedule %q: %w", sch.Name, err)

@@ -469,7 +469,7 @@ const untilNextSQL = `
 SELECT extract(epoch FROM least(
     (SELECT min(greatest(next_run_at, retry_at)) FROM braid_schedules WHERE enabled),
     (SELECT min(next_run_at) FROM braid_recurring WHERE enabled AND dead_at IS NULL AND running_since IS NULL)
-) - now())::float8`
+) - braid_now())::float8`
 
 // untilNext returns how long to sleep: until the earliest next_run_at on
 // the database clock, at most PollInterval.

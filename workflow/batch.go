@@ -627,7 +627,7 @@ func (e *Engine) finishTasks(ctx context.Context, tx pgx.Tx, st *batchState) ([]
 		UPDATE braid_tasks t
 		   SET status = u.status, output = u.output, error = u.error, remaining = 0,
 		       attempt = u.attempt, job_id = u.job_id, turns = t.turns + 1,
-		       started_at = coalesce(t.started_at, u.at, now()), finished_at = now(), updated_at = now()
+		       started_at = coalesce(t.started_at, u.at, braid_now()), finished_at = braid_now(), updated_at = braid_now()
 		  FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::jsonb[], $5::int[], $6::bigint[], $7::timestamptz[])
 		       AS u(id, status, output, error, attempt, job_id, at)
 		 WHERE t.id = u.id AND t.status IN ('pending', 'running')
@@ -716,8 +716,8 @@ func (e *Engine) suspendTasks(ctx context.Context, tx pgx.Tx, suspends []*outcom
 			INSERT INTO braid_steps (task_id, name, kind, status, resume_at, attempts, wait_on, wait_run, wait_filter, started_at, position)
 			SELECT u.task_id, u.name, u.kind, 'waiting',
 			       CASE WHEN u.until IS NOT NULL THEN u.until
-			            WHEN u.kind = 'delay' OR u.after > 0 THEN now() + u.after * interval '1 microsecond' END,
-			       1, nullif(u.wait_on, ''), CASE WHEN u.kind = 'signal' THEN u.run_id END, nullif(u.filter, ''), u.since, u.position
+			            WHEN u.kind = 'delay' OR u.after > 0 THEN braid_now() + u.after * interval '1 microsecond' END,
+			       1, nullif(u.wait_on, ''), CASE WHEN u.kind = 'signal' THEN u.run_id END, nullif(u.filter, ''), u.since + (braid_now() - now()), u.position
 			  FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bigint[], $5::timestamptz[], $6::text[], $7::uuid[], $8::text[], $9::timestamptz[], $10::int[])
 			       AS u(task_id, name, kind, after, until, wait_on, run_id, filter, since, position)
 			ON CONFLICT (task_id, name) DO NOTHING`, wTasks, wNames, wKinds, wAfter, wUntil, wOn, wRuns, wFi, wSince, wPos); err != nil {
@@ -728,9 +728,9 @@ func (e *Engine) suspendTasks(ctx context.Context, tx pgx.Tx, suspends []*outcom
 		UPDATE braid_tasks t
 		   SET status = CASE WHEN u.wait AND c.n = 0 THEN 'pending' ELSE 'waiting' END,
 		       remaining = CASE WHEN u.wait THEN c.n ELSE 0 END,
-		       waiting_since = CASE WHEN u.wait AND c.n > 0 THEN now() END,
+		       waiting_since = CASE WHEN u.wait AND c.n > 0 THEN braid_now() END,
 		       suspended_span = u.span, attempt = u.attempt, job_id = u.job_id, turns = t.turns + 1,
-		       started_at = coalesce(t.started_at, u.at, now()), updated_at = now()
+		       started_at = coalesce(t.started_at, u.at, braid_now()), updated_at = braid_now()
 		  FROM unnest($1::uuid[], $2::bool[], $3::text[], $4::int[], $5::bigint[], $6::timestamptz[])
 		       AS u(id, wait, span, attempt, job_id, at)
 		  CROSS JOIN LATERAL (SELECT count(*)::int AS n FROM braid_tasks k
@@ -759,7 +759,7 @@ func (e *Engine) suspendTasks(ctx context.Context, tx pgx.Tx, suspends []*outcom
 	rows.Close()
 	if len(roots) > 0 {
 		if _, err := tx.Exec(ctx, `
-			UPDATE braid_runs SET status = 'waiting', started_at = coalesce(started_at, now()), updated_at = now()
+			UPDATE braid_runs SET status = 'waiting', started_at = coalesce(started_at, braid_now()), updated_at = braid_now()
 			 WHERE id = ANY($1) AND status IN ('pending', 'running')`, roots); err != nil {
 			return nil, fmt.Errorf("workflow: marking %d runs waiting: %w", len(roots), err)
 		}
@@ -783,7 +783,7 @@ func (e *Engine) recordAttemptErrors(ctx context.Context, tx pgx.Tx, st *batchSt
 		return nil
 	}
 	_, err := tx.Exec(ctx, `
-		UPDATE braid_tasks t SET error = u.error, updated_at = now()
+		UPDATE braid_tasks t SET error = u.error, updated_at = braid_now()
 		  FROM unnest($1::uuid[], $2::jsonb[]) AS u(id, error)
 		 WHERE t.id = u.id AND t.status IN ('pending', 'running')`, ids, errs)
 	if err != nil {

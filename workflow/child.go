@@ -279,7 +279,7 @@ func (e *Engine) cancelOrphansTx(ctx context.Context, tx pgx.Tx, settled []settl
 	}
 	errJSON, _ := json.Marshal(storedError{Message: "cancelled: its parent finished without awaiting it", Kind: "orphan"})
 	rows, err := tx.Query(ctx, `
-		UPDATE braid_tasks t SET status = 'cancelled', error = $2, remaining = 0, finished_at = now(), updated_at = now()
+		UPDATE braid_tasks t SET status = 'cancelled', error = $2, remaining = 0, finished_at = braid_now(), updated_at = braid_now()
 		 WHERE t.id = ANY(ARRAY`+unfinishedDescendantsSQL("$1")+`)
 		RETURNING t.id`, parents, errJSON)
 	if err != nil {
@@ -290,7 +290,7 @@ func (e *Engine) cancelOrphansTx(ctx context.Context, tx pgx.Tx, settled []settl
 		return nil, err
 	}
 	if _, err := tx.Exec(ctx, `
-		UPDATE braid_steps SET status = 'cancelled', finished_at = now()
+		UPDATE braid_steps SET status = 'cancelled', finished_at = braid_now()
 		 WHERE task_id = ANY($1) AND status = 'waiting'`, ids); err != nil {
 		return nil, fmt.Errorf("workflow: cancelling the delays of %d cancelled children: %w", len(ids), err)
 	}

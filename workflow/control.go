@@ -157,7 +157,7 @@ func (e *Engine) cancelTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID st
 	}
 	errJSON, _ := json.Marshal(cause)
 	rows, err := tx.Query(ctx, `
-		UPDATE braid_tasks SET status = 'cancelled', error = $2, remaining = 0, finished_at = now(), updated_at = now()
+		UPDATE braid_tasks SET status = 'cancelled', error = $2, remaining = 0, finished_at = braid_now(), updated_at = braid_now()
 		 WHERE id = ANY($1) AND status NOT IN `+finalStatuses+`
 		RETURNING id`, locked, errJSON)
 	if err != nil {
@@ -170,7 +170,7 @@ func (e *Engine) cancelTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID st
 	// Their steps.
 	if len(taskIDs) > 0 {
 		if _, err := tx.Exec(ctx, `
-			UPDATE braid_steps SET status = 'cancelled', finished_at = now()
+			UPDATE braid_steps SET status = 'cancelled', finished_at = braid_now()
 			 WHERE task_id = ANY($1) AND status = 'waiting'`, taskIDs); err != nil {
 			return err
 		}
@@ -178,11 +178,11 @@ func (e *Engine) cancelTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID st
 	// The run, fenced on it being unfinished, and for a timeout on its
 	// deadline having passed.
 	update := `
-		UPDATE braid_runs SET status = 'cancelled', error = $2, finished_at = now(), updated_at = now()
+		UPDATE braid_runs SET status = 'cancelled', error = $2, finished_at = braid_now(), updated_at = braid_now()
 		 WHERE id = $1 AND status NOT IN ` + finalStatuses
 	timeout := cause.Kind == errKindTimeout
 	if timeout {
-		update += ` AND deadline_at <= clock_timestamp()`
+		update += ` AND deadline_at <= braid_clock()`
 	}
 	tag, err := tx.Exec(ctx, update, id, errJSON)
 	if err != nil {
@@ -293,7 +293,7 @@ func (e *Engine) retryTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID str
 	rows, err = tx.Query(ctx, `
 		UPDATE braid_tasks t
 		   SET status = CASE WHEN c.n > 0 THEN 'waiting' ELSE 'pending' END, remaining = c.n,
-		       error = NULL, attempt = 0, finished_at = NULL, updated_at = now()
+		       error = NULL, attempt = 0, finished_at = NULL, updated_at = braid_now()
 		  FROM (SELECT p.id, (SELECT count(*) FROM braid_tasks k
 		                       WHERE k.parent_task_id = p.id AND k.status NOT IN `+finalStatuses+`) AS n
 		          FROM braid_tasks p WHERE p.id = ANY($1)) c
@@ -329,8 +329,8 @@ func (e *Engine) retryTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID str
 	// and the delay processor hears of it as of a new delay.
 	var hasDeadline bool
 	err = tx.QueryRow(ctx, `
-		UPDATE braid_runs SET status = 'running', error = NULL, finished_at = NULL, updated_at = now(),
-		       deadline_at = now() + timeout
+		UPDATE braid_runs SET status = 'running', error = NULL, finished_at = NULL, updated_at = braid_now(),
+		       deadline_at = braid_now() + timeout
 		 WHERE id = $1 AND status IN ('failed', 'cancelled')
 		RETURNING deadline_at IS NOT NULL`, id).Scan(&hasDeadline)
 	if errors.Is(err, pgx.ErrNoRows) {

@@ -73,7 +73,7 @@ const timeoutMicrosSQL = `(extract(epoch FROM timeout) * 1000000)::bigint`
 // earliest first, through the partial index braid_runs_deadline_at.
 const overdueRunsSQL = `
 	SELECT id, ` + timeoutMicrosSQL + ` FROM braid_runs
-	 WHERE deadline_at IS NOT NULL AND deadline_at <= clock_timestamp()
+	 WHERE deadline_at IS NOT NULL AND deadline_at <= braid_clock()
 	   AND status IN ('pending', 'running', 'waiting')
 	 ORDER BY deadline_at
 	 LIMIT $1`
@@ -86,7 +86,7 @@ const nextDueSQL = `
 	    (SELECT min(resume_at) FROM braid_steps WHERE status = 'waiting' AND resume_at IS NOT NULL),
 	    (SELECT min(deadline_at) FROM braid_runs
 	      WHERE deadline_at IS NOT NULL AND status IN ('pending', 'running', 'waiting'))
-	) - clock_timestamp()))::float8`
+	) - braid_clock()))::float8`
 
 // deadlineLockTimeout bounds how long the delay processor waits for a row
 // lock while it cancels a run whose deadline passed. A run whose rows are

@@ -103,21 +103,21 @@ type delayKey struct {
 const fireDueDelaysSQL = `
 	WITH due AS (
 	    SELECT s.task_id, s.name FROM braid_steps s JOIN braid_tasks t ON t.id = s.task_id
-	     WHERE s.status = 'waiting' AND s.resume_at <= clock_timestamp()
+	     WHERE s.status = 'waiting' AND s.resume_at <= braid_clock()
 	       AND ($2::uuid IS NULL OR (s.task_id = $2 AND s.name = $3))
 	     ORDER BY s.resume_at
 	     LIMIT $1
 	       FOR UPDATE OF s, t SKIP LOCKED
 	), fired AS (
-	    UPDATE braid_steps s SET status = 'fired', finished_at = clock_timestamp()
+	    UPDATE braid_steps s SET status = 'fired', finished_at = braid_clock()
 	      FROM due WHERE s.task_id = due.task_id AND s.name = due.name
 	    RETURNING s.task_id, s.name, s.kind, s.resume_at, s.created_at, s.finished_at
 	)
-	UPDATE braid_tasks t SET status = 'pending', updated_at = now()
+	UPDATE braid_tasks t SET status = 'pending', updated_at = braid_now()
 	  FROM fired
 	 WHERE t.id = fired.task_id AND t.status = 'waiting'
 	RETURNING t.id, t.workflow, t.queue, t.priority, t.max_attempts,
-	          extract(epoch FROM (clock_timestamp() - fired.resume_at))::float8,
+	          extract(epoch FROM (braid_clock() - fired.resume_at))::float8,
 	          t.run_id, fired.name, fired.kind, fired.created_at, fired.finished_at,
 	          (SELECT r.trace_parent FROM braid_runs r WHERE r.id = t.run_id)`
 
@@ -181,7 +181,7 @@ func (e *Engine) fireDueDelays(ctx context.Context, only *delayKey) (int, error)
 func (e *Engine) fireDueDelaysOneByOne(ctx context.Context) int {
 	rows, err := e.pool.Query(ctx, `
 		SELECT task_id, name FROM braid_steps
-		 WHERE status = 'waiting' AND resume_at <= clock_timestamp()
+		 WHERE status = 'waiting' AND resume_at <= braid_clock()
 		 ORDER BY resume_at LIMIT $1`, e.cfg.DelayBatchSize)
 	if err != nil {
 		e.logger.WarnContext(ctx, "workflow: listing due delays", "error", err)

@@ -636,7 +636,7 @@ func CollectRunStats(ctx context.Context, db Querier, window time.Duration) (*Ru
 	}
 	err = db.QueryRow(ctx, `
 		SELECT count(*), count(*) FILTER (WHERE status = 'failed') FROM braid_runs
-		 WHERE status IN ('completed', 'failed', 'cancelled') AND finished_at > now() - $1::bigint * interval '1 microsecond'`,
+		 WHERE status IN ('completed', 'failed', 'cancelled') AND finished_at > braid_now() - $1::bigint * interval '1 microsecond'`,
 		window.Microseconds()).Scan(&st.FinishedLastWindow, &st.FailedLastWindow)
 	if err != nil {
 		return nil, err

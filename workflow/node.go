@@ -225,7 +225,7 @@ func (e *Engine) failDAGs(ctx context.Context, tx pgx.Tx, frontier []settlement)
 	}
 	rows, err := tx.Query(ctx, `
 		UPDATE braid_tasks t
-		   SET status = 'skipped', skip_reason = u.reason, remaining = 0, finished_at = now(), updated_at = now()
+		   SET status = 'skipped', skip_reason = u.reason, remaining = 0, finished_at = braid_now(), updated_at = braid_now()
 		  FROM unnest($1::uuid[], $2::text[], $3::uuid[]) AS u(root, reason, cause)
 		 WHERE t.parent_task_id = u.root AND t.status = 'blocked' AND NOT t.on_failure
 		RETURNING t.id, t.run_id, t.parent_task_id, t.key, u.cause`, roots, reasons, causes)
@@ -256,7 +256,7 @@ func (e *Engine) countOffDependents(ctx context.Context, tx pgx.Tx, frontier []s
 		), c AS (
 		    SELECT dep, count(*)::int AS n, (array_agg(origin))[1] AS origin FROM f GROUP BY dep
 		)
-		UPDATE braid_tasks d SET remaining = greatest(d.remaining - c.n, 0), updated_at = now()
+		UPDATE braid_tasks d SET remaining = greatest(d.remaining - c.n, 0), updated_at = braid_now()
 		  FROM c
 		 WHERE d.id = c.dep AND d.status = 'blocked'
 		RETURNING d.id, d.workflow, d.queue, d.priority, d.max_attempts, d.run_id, d.parent_task_id, d.key, c.origin,
@@ -409,7 +409,7 @@ func (e *Engine) decide(ctx context.Context, tx pgx.Tx, cands []releaseCandidate
 	}
 	if len(relIDs) > 0 {
 		if _, err := tx.Exec(ctx, `
-			UPDATE braid_tasks SET status = 'pending', updated_at = now() WHERE id = ANY($1) AND status = 'blocked'`, relIDs); err != nil {
+			UPDATE braid_tasks SET status = 'pending', updated_at = braid_now() WHERE id = ANY($1) AND status = 'blocked'`, relIDs); err != nil {
 			return nil, nil, fmt.Errorf("workflow: releasing %d nodes: %w", len(relIDs), err)
 		}
 	}
@@ -417,7 +417,7 @@ func (e *Engine) decide(ctx context.Context, tx pgx.Tx, cands []releaseCandidate
 		rows, err := tx.Query(ctx, `
 			UPDATE braid_tasks t
 			   SET status = u.status, skip_reason = nullif(u.reason, ''), error = u.error, remaining = 0,
-			       finished_at = now(), updated_at = now()
+			       finished_at = braid_now(), updated_at = braid_now()
 			  FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[]) AS u(id, status, reason, error)
 			 WHERE t.id = u.id AND t.status = 'blocked'
 			RETURNING t.id, t.run_id, t.parent_task_id, t.key, u.status, u.error`, finIDs, finStatus, finReason, finErr)
@@ -664,7 +664,7 @@ func (e *Engine) retryNodesTx(ctx context.Context, tx pgx.Tx, runID uuid.UUID) (
 	if _, err := tx.Exec(ctx, `
 		UPDATE braid_tasks t
 		   SET status = 'blocked', remaining = u.remaining, output = NULL, error = NULL, skip_reason = NULL,
-		       attempt = 0, finished_at = NULL, updated_at = now()
+		       attempt = 0, finished_at = NULL, updated_at = braid_now()
 		  FROM unnest($1::uuid[], $2::int[]) AS u(id, remaining)
 		 WHERE t.id = u.id`, ids, remaining); err != nil {
 		return nil, fmt.Errorf("workflow: resetting %d DAG nodes of run %s: %w", len(ids), runID, err)

@@ -165,7 +165,7 @@ func (e *Engine) publishTx(ctx context.Context, tx pgx.Tx, topic string, payload
 	var publishedAt time.Time
 	if err := tx.QueryRow(ctx, `
 		INSERT INTO braid_events (topic, payload, trace_parent, published_at)
-		VALUES ($1, $2, nullif($3, ''), clock_timestamp())
+		VALUES ($1, $2, nullif($3, ''), braid_clock())
 		RETURNING published_at`, topic, []byte(raw), tp).Scan(&publishedAt); err != nil {
 		return 0, nil, fmt.Errorf("workflow: publishing on topic %q: %w", topic, err)
 	}
@@ -216,7 +216,7 @@ func (e *Engine) matchPublished(ctx context.Context, tx pgx.Tx, mw messageWait) 
 	}
 	rows, err := tx.Query(ctx, `
 		SELECT payload, coalesce(trace_parent, '') FROM braid_events
-		 WHERE topic = $1 AND published_at >= $2
+		 WHERE topic = $1 AND published_at >= $2::timestamptz + (braid_now() - now())
 		 ORDER BY published_at, id`, mw.w.on, *since)
 	if err != nil {
 		return delivery{}, false, fmt.Errorf("workflow: reading the events on topic %q: %w", mw.w.on, err)

@@ -48,7 +48,7 @@ func (e *Engine) reconcile(ctx context.Context) error {
 	return e.reconcileFrom(ctx, `
 		SELECT DISTINCT t.id FROM river_job j
 		  JOIN braid_tasks t ON t.id = CASE WHEN j.args->>'task_id' ~ '^[0-9a-fA-F-]{36}$' THEN (j.args->>'task_id')::uuid END
-		 WHERE j.state IN ('discarded', 'cancelled') AND j.finalized_at > now() - $2::bigint * interval '1 microsecond'
+		 WHERE j.state IN ('discarded', 'cancelled') AND j.finalized_at > braid_now() - $2::bigint * interval '1 microsecond'
 		   AND j.kind = $1 AND t.status IN ('pending', 'running')
 		 LIMIT $3`, reconcileLookback.Microseconds())
 }
@@ -61,7 +61,7 @@ func (e *Engine) reconcile(ctx context.Context) error {
 func (e *Engine) reconcileSweep(ctx context.Context) error {
 	return e.reconcileFrom(ctx, `
 		SELECT t.id FROM braid_tasks t
-		 WHERE t.status IN ('pending', 'running') AND t.updated_at < now() - $2::bigint * interval '1 microsecond'
+		 WHERE t.status IN ('pending', 'running') AND t.updated_at < braid_now() - $2::bigint * interval '1 microsecond'
 		   AND NOT EXISTS (SELECT 1 FROM river_job j
 		                    WHERE j.kind = $1 AND j.args->>'task_id' = t.id::text AND j.state IN `+liveJobStates+`)
 		 ORDER BY t.updated_at
@@ -162,7 +162,7 @@ func (e *Engine) reconcileTask(ctx context.Context, taskID uuid.UUID) (bool, err
 		msg = queue.SanitizeErrorText(msg, e.cfg.MaxErrorBytes)
 		errJSON, _ := json.Marshal(storedError{Message: msg, Kind: "no_live_turn"})
 		if _, err := tx.Exec(ctx, `
-			UPDATE braid_tasks SET status = 'failed', error = $2, remaining = 0, finished_at = now(), updated_at = now()
+			UPDATE braid_tasks SET status = 'failed', error = $2, remaining = 0, finished_at = braid_now(), updated_at = braid_now()
 			 WHERE id = $1`, taskID, errJSON); err != nil {
 			return err
 		}

@@ -39,7 +39,7 @@ func (e *Engine) deleteOldEvents(ctx context.Context) error {
 	for {
 		tag, err := e.pool.Exec(ctx, `
 			DELETE FROM braid_events WHERE id IN (
-			    SELECT id FROM braid_events WHERE published_at < now() - $1::bigint * interval '1 microsecond'
+			    SELECT id FROM braid_events WHERE published_at < braid_now() - $1::bigint * interval '1 microsecond'
 			     ORDER BY published_at LIMIT $2)`, e.cfg.Retention.Microseconds(), e.cfg.RetentionBatch)
 		if err != nil {
 			return fmt.Errorf("workflow: deleting old events: %w", err)
@@ -65,7 +65,7 @@ func (e *Engine) deleteOldRunsBatch(ctx context.Context) (int, error) {
 	err := e.withTx(ctx, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `
 			SELECT id FROM braid_runs
-			 WHERE status IN ('completed', 'failed', 'cancelled') AND finished_at < now() - $1::bigint * interval '1 microsecond'
+			 WHERE status IN ('completed', 'failed', 'cancelled') AND finished_at < braid_now() - $1::bigint * interval '1 microsecond'
 			 ORDER BY finished_at LIMIT $2`, cutoff, e.cfg.RetentionBatch)
 		if err != nil {
 			return err
@@ -93,7 +93,7 @@ func (e *Engine) deleteOldRunsBatch(ctx context.Context) (int, error) {
 		// Fenced again on the status: a run retried meanwhile is kept.
 		tag, err := tx.Exec(ctx, `
 			DELETE FROM braid_runs r WHERE r.id = ANY($1)
-			   AND r.status IN ('completed', 'failed', 'cancelled') AND r.finished_at < now() - $2::bigint * interval '1 microsecond'
+			   AND r.status IN ('completed', 'failed', 'cancelled') AND r.finished_at < braid_now() - $2::bigint * interval '1 microsecond'
 			   AND NOT EXISTS (SELECT 1 FROM braid_tasks t WHERE t.run_id = r.id AND t.id <> ALL($3))`,
 			ids, cutoff, locked)
 		n = int(tag.RowsAffected())

@@ -263,8 +263,8 @@ func (e *Engine) createRunsTx(ctx context.Context, tx pgx.Tx, d *definition, sta
 		), run AS (
 		    INSERT INTO braid_runs (id, workflow, status, input, idempotency_key, trace_parent, queue, priority, started_at,
 		                            timeout, deadline_at)
-		    SELECT u.id, $8, $12, u.input::jsonb, u.key, u.trace, u.queue, u.prio, CASE WHEN $12 = 'running' THEN now() END,
-		           u.timeout, now() + u.timeout FROM u
+		    SELECT u.id, $8, $12, u.input::jsonb, u.key, u.trace, u.queue, u.prio, CASE WHEN $12 = 'running' THEN braid_now() END,
+		           u.timeout, braid_now() + u.timeout FROM u
 		    ON CONFLICT DO NOTHING
 		    RETURNING id
 		)

@@ -100,7 +100,7 @@ func (t *Task) recordEvent(name string, position int, key string, value json.Raw
 	err := t.eng.withTx(t.ctx, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(t.ctx, `
 			INSERT INTO braid_steps (task_id, name, kind, status, output, attempts, started_at, finished_at, position)
-			SELECT $1, $2, '`+stepKindSetEvent+`', 'completed', $3, 1, now(), now(), $4
+			SELECT $1, $2, '`+stepKindSetEvent+`', 'completed', $3, 1, braid_now(), braid_now(), $4
 			  FROM braid_tasks WHERE id = $1 AND status IN ('pending', 'running') FOR SHARE
 			ON CONFLICT (task_id, name) DO NOTHING`,
 			t.id, name, []byte(value), position)
@@ -125,7 +125,7 @@ func (t *Task) recordEvent(name string, position int, key string, value json.Raw
 		if _, err := tx.Exec(t.ctx, `
 			INSERT INTO braid_run_events (run_id, key, value, task_id) VALUES ($1, $2, $3, $4)
 			ON CONFLICT (run_id, key) DO UPDATE
-			   SET value = EXCLUDED.value, task_id = EXCLUDED.task_id, updated_at = now()`,
+			   SET value = EXCLUDED.value, task_id = EXCLUDED.task_id, updated_at = braid_now()`,
 			t.runID, key, []byte(value), t.id); err != nil {
 			return err
 		}

@@ -192,7 +192,7 @@ func (e *Engine) signalTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID, n
 // waits, and returns its payload and the traceparent of its send. The
 // caller holds the run's mailbox lock and the task.
 const takeSignalSQL = `
-	UPDATE braid_signals g SET delivered_at = clock_timestamp(), task_id = $1, step = $2
+	UPDATE braid_signals g SET delivered_at = braid_clock(), task_id = $1, step = $2
 	 WHERE g.id = (SELECT id FROM braid_signals
 	                WHERE run_id = $3 AND name = $4 AND delivered_at IS NULL
 	                ORDER BY id LIMIT 1)

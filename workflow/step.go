@@ -200,7 +200,7 @@ func (t *Task) recordStep(name string, position int, status string, output json.
 	var outRaw, errRaw []byte
 	err := t.eng.pool.QueryRow(t.ctx, `
 		INSERT INTO braid_steps (task_id, name, kind, status, output, error, attempts, started_at, finished_at, position)
-		SELECT $1, $2, 'step', $3, $4, $5, $6, now(), CASE WHEN $3 = 'retrying' THEN NULL ELSE now() END, $7
+		SELECT $1, $2, 'step', $3, $4, $5, $6, braid_now(), CASE WHEN $3 = 'retrying' THEN NULL ELSE braid_now() END, $7
 		  FROM braid_tasks WHERE id = $1 AND status IN ('pending', 'running') FOR SHARE
 		ON CONFLICT (task_id, name) DO UPDATE
 		   SET status = EXCLUDED.status, output = EXCLUDED.output, error = EXCLUDED.error,

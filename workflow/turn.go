@@ -738,7 +738,7 @@ func (e *Engine) settleTx(ctx context.Context, tx pgx.Tx, settled []settlement, 
 		b.Queue(`
 			UPDATE braid_runs r
 			   SET status = u.status, output = u.output, error = u.error,
-			       started_at = coalesce(r.started_at, u.started, now()), finished_at = now(), updated_at = now()
+			       started_at = coalesce(r.started_at, u.started, braid_now()), finished_at = braid_now(), updated_at = braid_now()
 			  FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::jsonb[], $5::timestamptz[]) AS u(id, status, output, error, started)
 			 WHERE r.id = u.id AND r.status NOT IN `+finalStatuses,
 			runIDs, runStatus, runOutputs, runErr, runStarted)
@@ -775,10 +775,10 @@ func (e *Engine) settleTx(ctx context.Context, tx pgx.Tx, settled []settlement, 
 		UPDATE braid_tasks t
 		   SET remaining = greatest(t.remaining - u.n, 0),
 		       status = CASE WHEN t.remaining <= u.n THEN 'pending' ELSE t.status END,
-		       updated_at = now()
+		       updated_at = braid_now()
 		  FROM unnest($1::uuid[], $2::int[]) AS u(id, n)
 		 WHERE t.id = u.id AND t.status = 'waiting' AND t.remaining > 0
-		RETURNING t.id, t.status, t.workflow, t.queue, t.priority, t.max_attempts, t.run_id, t.waiting_since, clock_timestamp(),
+		RETURNING t.id, t.status, t.workflow, t.queue, t.priority, t.max_attempts, t.run_id, t.waiting_since, braid_clock(),
 		          CASE WHEN t.status = 'pending' AND t.waiting_since IS NOT NULL AND t.attempt > 0 THEN (SELECT r.trace_parent FROM braid_runs r WHERE r.id = t.run_id) END,
 		          CASE WHEN t.status = 'pending' AND t.waiting_since IS NOT NULL AND t.attempt > 0 THEN (SELECT count(*)::int FROM braid_tasks k WHERE k.parent_task_id = t.id) END`,
 		parents, ns)

@@ -139,7 +139,7 @@ type delivery struct {
 // each step still waiting, and returns the tasks whose step it settled.
 const settleWaitSQL = `
 	UPDATE braid_steps s
-	   SET status = 'completed', output = u.payload, woken_by = nullif(u.tp, ''), finished_at = clock_timestamp()
+	   SET status = 'completed', output = u.payload, woken_by = nullif(u.tp, ''), finished_at = braid_clock()
 	  FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::text[]) AS u(task_id, name, payload, tp)
 	 WHERE s.task_id = u.task_id AND s.name = u.name AND s.status = 'waiting'
 	RETURNING s.task_id, s.name, s.created_at, s.finished_at`
@@ -196,7 +196,7 @@ func (e *Engine) deliverTx(ctx context.Context, tx pgx.Tx, ds []delivery, locked
 		woken[i] = s.key.taskID
 	}
 	rows, err = tx.Query(ctx, `
-		UPDATE braid_tasks t SET status = 'pending', updated_at = now()
+		UPDATE braid_tasks t SET status = 'pending', updated_at = braid_now()
 		 WHERE t.id = ANY($1) AND t.status = 'waiting'
 		RETURNING t.id, t.status, t.workflow, t.queue, t.priority, t.max_attempts, t.run_id,
 		          (SELECT r.trace_parent FROM braid_runs r WHERE r.id = t.run_id)`, woken)
