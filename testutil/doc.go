@@ -15,6 +15,19 @@
 // (internal/localpg, fsync off), shared by its tests and removed by [Main]
 // when the binary exits.
 //
+// # Time travel
+//
+// [NewKit] gives a test an engine, and optionally a scheduler
+// ([NewKitConfig]), on its own database whose clock (braid_now(), which
+// braid decides every time by) stands still until [Kit.Advance] moves it.
+// Advance walks through every delay, wait timeout, run deadline, cron
+// slot, recurring job and lease expiry inside the span, each at its own
+// time, and lets what falls due run until the kit is idle
+// ([Kit.RunUntilIdle]); River jobs scheduled inside the span come due
+// with them. Three days pass in seconds. The kit's own engine and
+// scheduler hold their leases for [KitLeaseTTL], so that time travel does
+// not take them away; a lease the test takes keeps its own TTL.
+//
 // # Replay
 //
 // [Replay] replays a workflow's current code against a run's recorded

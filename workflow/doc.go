@@ -261,6 +261,18 @@
 // ReconcileInterval. A killed lease holder (delay processor, maintenance)
 // is replaced within the lease's TTL.
 //
+// # One clock
+//
+// Every time the engine decides by (a delay or a wait's timeout is due, a
+// run's deadline passed, a task went stale, retention's cutoff) and every
+// time it records on its rows is read in SQL from braid_now() (the
+// transaction's time) or braid_clock() (the statement's), never from the
+// worker's clock; so are the scheduler's slots and recurring runs and the
+// leases' expiries. In production they are now() and clock_timestamp(),
+// inlined at no cost. testutil.Kit replaces them, in a test's own
+// database, with a time that only the test moves. River's own times
+// (river_job) stay on River's clock.
+//
 // # Lock order
 //
 // Every path takes its row locks in one order, so that no two paths can
