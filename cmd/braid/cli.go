@@ -241,6 +241,9 @@ func (c *cli) connect(ctx context.Context) (*pgxpool.Pool, error) {
 // undefinedTable is PostgreSQL's SQLSTATE for a table that does not exist.
 const undefinedTable = "42P01"
 
+// undefinedFunction is PostgreSQL's undefined_function.
+const undefinedFunction = "42883"
+
 // migrateHint turns an error about a missing table (SQLSTATE 42P01,
 // undefined_table) into one sentence that names the table and says to run
 // `braid migrate up`: braid's and River's tables are made by braid's
@@ -248,14 +251,24 @@ const undefinedTable = "42P01"
 // returns "" for any other error.
 func (c *cli) migrateHint(err error) string {
 	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != undefinedTable {
+	if !errors.As(err, &pgErr) {
 		return ""
 	}
-	table := "a table braid needs"
-	if i := strings.IndexByte(pgErr.Message, '"'); i >= 0 {
-		if j := strings.IndexByte(pgErr.Message[i+1:], '"'); j > 0 {
-			table = "table " + pgErr.Message[i+1:i+1+j]
+	var table string
+	switch {
+	case pgErr.Code == undefinedTable:
+		table = "a table braid needs"
+		if i := strings.IndexByte(pgErr.Message, '"'); i >= 0 {
+			if j := strings.IndexByte(pgErr.Message[i+1:], '"'); j > 0 {
+				table = "table " + pgErr.Message[i+1:i+1+j]
+			}
 		}
+	case pgErr.Code == undefinedFunction && strings.Contains(pgErr.Message, "braid_now()"):
+		table = "function braid_now()" // braid's clock, created by its migrations
+	case pgErr.Code == undefinedFunction && strings.Contains(pgErr.Message, "braid_clock()"):
+		table = "function braid_clock()"
+	default:
+		return ""
 	}
 	where := "the database"
 	if c.database != "" {

@@ -200,12 +200,14 @@ func TestErrorsUnmigratedDatabase(t *testing.T) {
 			hint := func(table string) string {
 				return "database " + db + " has no table " + table + ": its schema is not migrated; run `braid migrate up` first"
 			}
+			// Creating a schedule reads braid's clock first.
+			clockHint := "database " + db + " has no function braid_now(): its schema is not migrated; run `braid migrate up` first"
 			cases := []errorCase{
 				{[]string{"runs", "list"}, 1, hint(tc.runs)},
 				{[]string{"runs", "show", failedRun}, 1, hint(tc.runs)},
 				{[]string{"runs", "retry", failedRun}, 1, "run `braid migrate up` first"},
 				{[]string{"schedules", "list"}, 1, hint("braid_schedules")},
-				{[]string{"schedules", "create", "x", "--expression", "@daily", "--job", "tick"}, 1, hint("braid_schedules")},
+				{[]string{"schedules", "create", "x", "--expression", "@daily", "--job", "tick"}, 1, clockHint},
 				{[]string{"recurring", "list"}, 1, hint("braid_recurring")},
 				{[]string{"recurring", "enable", "fetch_feed", "feed:1"}, 1, hint("braid_recurring")},
 				{[]string{"leases", "list"}, 1, hint("braid_leases")},
