@@ -311,9 +311,11 @@ func TestGetEventErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := finished.Result(ctx); err != nil {
-		t.Fatal(err)
-	}
+	// Polled, not Result: with an hour-long poll, Result would rest on a
+	// notification that may come before its listener does.
+	waitFor(t, "the quick run to complete", 20*time.Second, func() bool {
+		return count(t, pool, `SELECT count(*) FROM braid_runs WHERE id = $1 AND status = 'completed'`, finished.ID) == 1
+	})
 
 	// Not set within the timeout.
 	_, err = workflow.GetEvent[int](ctx, eng, sleeping.ID, "missing", 50*time.Millisecond)
