@@ -88,8 +88,8 @@ func (e *Engine) processDelays(ctx context.Context, l *leases.Lease) error {
 // delays and deadlines are all locked by others.
 const delaySkippedPause = 10 * time.Millisecond
 
-// delayKey names one delay step.
-type delayKey struct {
+// stepKey names one step of a task: a delay, a wait.
+type stepKey struct {
 	taskID uuid.UUID
 	name   string
 }
@@ -125,7 +125,7 @@ const fireDueDelaysSQL = `
 // named by only) and inserts their tasks' turns, in one transaction. Once
 // it has committed, each delay's wait becomes a span, from the moment the
 // delay was recorded as its task suspended to the moment it fired.
-func (e *Engine) fireDueDelays(ctx context.Context, only *delayKey) (int, error) {
+func (e *Engine) fireDueDelays(ctx context.Context, only *stepKey) (int, error) {
 	var taskID, name any
 	if only != nil {
 		taskID, name = only.taskID, only.name
@@ -187,8 +187,8 @@ func (e *Engine) fireDueDelaysOneByOne(ctx context.Context) int {
 		e.logger.WarnContext(ctx, "workflow: listing due delays", "error", err)
 		return 0
 	}
-	keys, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (delayKey, error) {
-		var k delayKey
+	keys, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (stepKey, error) {
+		var k stepKey
 		return k, r.Scan(&k.taskID, &k.name)
 	})
 	if err != nil {

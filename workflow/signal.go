@@ -151,8 +151,8 @@ func (e *Engine) signalTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID, n
 	if err != nil {
 		return nil, fmt.Errorf("workflow: finding the waits on signal %q in run %s: %w", name, runID, err)
 	}
-	waiting, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (delayKey, error) {
-		var k delayKey
+	waiting, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (stepKey, error) {
+		var k stepKey
 		return k, r.Scan(&k.taskID, &k.name)
 	})
 	if err != nil {

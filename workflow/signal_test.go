@@ -268,8 +268,16 @@ func TestSignalBadInput(t *testing.T) {
 	if err := eng.Signal(ctx, run.ID, strings.Repeat("n", 201), 1, nil); err == nil || !strings.Contains(err.Error(), "over the limit of 200") {
 		t.Errorf("signal with a long name: %v", err)
 	}
-	if n := count(t, pool, `SELECT count(*) FROM braid_signals`); n != 0 {
-		t.Fatalf("%d signals sent by bad sends", n)
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := eng.Signal(done, run.ID, "item", 1, nil); !errors.Is(err, context.Canceled) {
+		t.Errorf("signal with a cancelled context: %v", err)
+	}
+	if _, err := eng.Publish(done, "topic", 1); !errors.Is(err, context.Canceled) {
+		t.Errorf("publish with a cancelled context: %v", err)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM braid_signals`) + count(t, pool, `SELECT count(*) FROM braid_events`); n != 0 {
+		t.Fatalf("%d signals and events sent by bad sends", n)
 	}
 
 	if err := eng.Signal(ctx, run.ID, "item", 5, nil); err != nil {
@@ -369,5 +377,47 @@ func TestSignalsSentWhileTheWorkerIsDown(t *testing.T) {
 	}
 	if n := count(t, pool, `SELECT count(DISTINCT (task_id, step)) FROM braid_signals WHERE delivered_at IS NOT NULL`); n != 5 {
 		t.Errorf("%d waits took a signal, want 5: one each", n)
+	}
+}
+
+// TestSignalTxRolledBack: a signal sent in a transaction that rolls back
+// is not sent and wakes nothing; sent in one that commits, it is.
+func TestSignalTxRolledBack(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	eng := startEngine(t, pool, testConfig(signalCollector))
+	ctx := ctxTimeout(t, 60*time.Second)
+	run, err := signalCollector.Start(ctx, eng, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the wait", 30*time.Second, func() bool {
+		return count(t, pool, `SELECT count(*) FROM braid_steps WHERE kind = 'signal' AND status = 'waiting'`) == 1
+	})
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.SignalTx(ctx, tx, run.ID, "item", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM braid_signals`); n != 0 {
+		t.Errorf("%d signals after a rollback", n)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM braid_steps WHERE kind = 'signal' AND status = 'waiting'`); n != 1 {
+		t.Errorf("the wait is settled by a rolled-back signal")
+	}
+	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return eng.SignalTx(ctx, tx, run.ID, "item", 2, nil) }); err != nil {
+		t.Fatal(err)
+	}
+	got, err := run.Result(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]int{2}, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
 	}
 }

@@ -158,14 +158,14 @@ func (e *Engine) deliverTx(ctx context.Context, tx pgx.Tx, ds []delivery, locked
 		tasks, ids []uuid.UUID
 		names, tps []string
 		payloads   [][]byte
-		byKey      = map[delayKey]delivery{}
+		byKey      = map[stepKey]delivery{}
 	)
 	for _, d := range ds {
 		if !slices.Contains(tasks, d.taskID) {
 			tasks = append(tasks, d.taskID)
 		}
 		ids, names, payloads, tps = append(ids, d.taskID), append(names, d.step), append(payloads, d.payload), append(tps, d.tp)
-		byKey[delayKey{d.taskID, d.step}] = d
+		byKey[stepKey{d.taskID, d.step}] = d
 	}
 	if !locked {
 		if _, err := tx.Exec(ctx, `
@@ -178,7 +178,7 @@ func (e *Engine) deliverTx(ctx context.Context, tx pgx.Tx, ds []delivery, locked
 		return nil, nil, fmt.Errorf("workflow: settling %d waits: %w", len(ids), err)
 	}
 	type settledWait struct {
-		key        delayKey
+		key        stepKey
 		start, end time.Time
 	}
 	settled, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (settledWait, error) {
