@@ -88,7 +88,7 @@ func (e *Engine) processDelays(ctx context.Context, l *leases.Lease) error {
 // delays and deadlines are all locked by others.
 const delaySkippedPause = 10 * time.Millisecond
 
-// stepKey names one step of a task: a delay, a wait.
+// stepKey names one step of a task: a step, a delay, a wait.
 type stepKey struct {
 	taskID uuid.UUID
 	name   string

@@ -152,6 +152,17 @@
 // run again after a crash before its result was recorded, so side effects
 // outside PostgreSQL should carry [Task.IdempotencyKey].
 //
+// A step is durable when [Step] returns: its record has committed, fenced
+// on its task still running by a share lock of the task's row, so that no
+// step is recorded after Cancel commits. The records of the steps that
+// concurrent turns of one process finish at about the same time commit
+// together, in one statement, as the loads of starting turns do: nothing
+// lingers, and the records that arrive while a statement is in flight go
+// in the next. That statement skips a task whose row another transaction
+// holds locked, and a statement that fails is written again one record at
+// a time, so that a locked task or a bad record holds up or fails only its
+// own step.
+//
 // # Failure and retry
 //
 // A turn that returns an error (or panics: the panic and its stack become
@@ -296,7 +307,8 @@
 //  4. the run row.
 //
 // Turns, Cancel, Retry, the reconciler, retention and the delay processor
-// follow it. A path that needs a lock earlier in the order than one it
+// follow it. A step's record holds only a share lock of its task's row,
+// in one statement; records written together skip the rows others hold. A path that needs a lock earlier in the order than one it
 // holds takes it with SKIP LOCKED or NOWAIT, never waiting: Cancel takes
 // the run's turn jobs last with SKIP LOCKED (a turn it skips finds its task
 // cancelled and does nothing), and locks children created while it waited

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
@@ -243,9 +244,10 @@ type Engine struct {
 	// rather than failed, and no outcome claims a continuation.
 	stopping atomic.Bool
 	// batcher commits turns' outcomes together; loader reads their tasks
-	// together.
-	batcher *batcher
-	loader  *loader
+	// together, and recorder writes their steps' records together.
+	batcher  *batcher
+	loader   *gather[uuid.UUID, *loadedTask]
+	recorder *gather[stepWrite, *stepRecord]
 	// jobTimeout is the queue's job timeout, which bounds a turn whose
 	// definition sets none.
 	jobTimeout time.Duration
@@ -442,7 +444,7 @@ func NewEngine(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 		return nil, err
 	}
 	e.notifier = newNotifier(pool, c.Logger)
-	e.batcher, e.loader = newBatcher(e), newLoader(e)
+	e.batcher, e.loader, e.recorder = newBatcher(e), newLoader(e), newRecorder(e)
 	e.jobTimeout = cmp.Or(qc.JobTimeout, river.JobTimeoutDefault)
 	if qc.JobTimeout == 0 && qc.River != nil && qc.River.JobTimeout != 0 {
 		e.jobTimeout = qc.River.JobTimeout
@@ -471,9 +473,11 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.turnsCtx, e.stopTurns = context.WithCancel(context.Background())
 	e.turnsMu.Unlock()
 	e.loader.start()
+	e.recorder.start()
 	e.batcher.start()
 	if err := e.queue.Start(ctx); err != nil {
 		e.batcher.halt()
+		e.recorder.halt()
 		e.loader.halt()
 		return err
 	}
@@ -518,6 +522,7 @@ func (e *Engine) Stop(ctx context.Context) error {
 	stopAfter()
 	e.cancelTurns()
 	e.batcher.halt()
+	e.recorder.halt()
 	e.loader.halt()
 	e.notifier.stop()
 	return err

@@ -9,3 +9,7 @@ func SetHookBeforeContinuation(f func(row *rivertype.JobRow)) { testHookBeforeCo
 // TopicWaitsSQL is the query by which a publish finds the waits on its
 // topic.
 const TopicWaitsSQL = topicWaitsSQL
+
+// StepsQueued is how many step records wait for a statement to carry
+// them.
+func StepsQueued(e *Engine) int { return len(e.recorder.in) }

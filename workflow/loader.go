@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sync"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -15,6 +14,11 @@ const loaderMax = 500
 
 // loaders is how many loads may be in flight at once.
 const loaders = 2
+
+// newLoader returns the gather that loads the tasks of starting turns.
+func newLoader(e *Engine) *gather[uuid.UUID, *loadedTask] {
+	return newGather(loaderMax, loaders, e.cfg.OutcomeTimeout, e.loadTasks)
+}
 
 // loadedTask is a task as a turn starts it: its row, its run's trace, its
 // steps and its children.
@@ -35,105 +39,27 @@ type loadedTask struct {
 	history map[int]call
 }
 
-type loadRequest struct {
-	id   uuid.UUID
-	task *loadedTask // nil when the task does not exist
-	err  error
-	done chan struct{}
-}
-
-// loader reads the tasks of the turns that start together in one round
-// trip: a turn hands in its task ID, and whichever loader is free takes
-// every request waiting, so that a burst of turns (River fetches them in
-// batches) costs one read, not one per turn. A turn writes nothing when it
-// starts: River's fetch has recorded its attempt already.
-type loader struct {
-	e  *Engine
-	in chan *loadRequest
-
-	mu   sync.Mutex
-	stop context.CancelFunc
-	wg   sync.WaitGroup
-}
-
-func newLoader(e *Engine) *loader {
-	return &loader{e: e, in: make(chan *loadRequest, loaderMax)}
-}
-
-func (l *loader) start() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	ctx, cancel := context.WithCancel(context.Background())
-	l.stop = cancel
-	for range loaders {
-		l.wg.Go(func() { l.run(ctx) })
+// load returns the task id, read in one round trip with the tasks of the
+// turns starting at the same time: River fetches turns in batches, and a
+// burst of them costs one read, not one per turn. A turn writes nothing
+// when it starts: River's fetch has recorded its attempt already. The
+// task is nil when it does not exist.
+func (e *Engine) load(ctx context.Context, id uuid.UUID) (*loadedTask, error) {
+	lt, ok, err := e.loader.call(ctx, id)
+	if !ok {
+		r := &gathered[uuid.UUID, *loadedTask]{q: id}
+		err = e.loadTasks(ctx, []*gathered[uuid.UUID, *loadedTask]{r})
+		lt = r.a
 	}
-}
-
-// halt stops the loaders. Call it after every turn has returned.
-func (l *loader) halt() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.stop != nil {
-		l.stop()
-		l.wg.Wait()
-		l.stop = nil
-	}
-}
-
-// load returns the task id, read together with the tasks of the turns
-// starting at the same time.
-func (l *loader) load(ctx context.Context, id uuid.UUID) (*loadedTask, error) {
-	r := &loadRequest{id: id, done: make(chan struct{})}
-	select {
-	case l.in <- r:
-	case <-ctx.Done():
-		return nil, context.Cause(ctx)
-	}
-	select {
-	case <-r.done:
-		return r.task, r.err
-	case <-ctx.Done():
-		return nil, context.Cause(ctx)
-	}
-}
-
-func (l *loader) run(ctx context.Context) {
-	for {
-		var batch []*loadRequest
-		select {
-		case r := <-l.in:
-			batch = append(batch, r)
-		case <-ctx.Done():
-			return
-		}
-	more:
-		for len(batch) < loaderMax {
-			select {
-			case r := <-l.in:
-				batch = append(batch, r)
-			default:
-				break more
-			}
-		}
-		lctx, cancel := context.WithTimeout(ctx, l.e.cfg.OutcomeTimeout)
-		err := l.e.loadTasks(lctx, batch)
-		cancel()
-		for _, r := range batch {
-			if err != nil {
-				r.err = err
-			}
-			close(r.done)
-		}
-	}
+	return lt, err
 }
 
 // loadTasks reads the batch's tasks, their steps and their children in
 // one round trip.
-func (e *Engine) loadTasks(ctx context.Context, batch []*loadRequest) error {
+func (e *Engine) loadTasks(ctx context.Context, batch []*gathered[uuid.UUID, *loadedTask]) error {
 	ids := make([]uuid.UUID, len(batch))
 	for i, r := range batch {
-		ids[i] = r.id
+		ids[i] = r.q
 	}
 	b := &pgx.Batch{}
 	b.Queue(`
@@ -223,7 +149,7 @@ func (e *Engine) loadTasks(ctx context.Context, batch []*loadRequest) error {
 		return fmt.Errorf("workflow: loading children: %w", err)
 	}
 	for _, r := range batch {
-		r.task = tasks[r.id]
+		r.a = tasks[r.q]
 	}
 	return nil
 }

@@ -8,7 +8,6 @@ import (
 	"runtime/debug"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -179,53 +178,6 @@ func runStep[T any](t *Task, name string, attempt int, fn func(ctx context.Conte
 		span.End()
 	}()
 	return fn(ctx)
-}
-
-// errTaskNotRunning is returned when a step's outcome is not recorded
-// because its task is no longer running (it was cancelled, or failed).
-var errTaskNotRunning = errors.New("workflow: the task is no longer running; the step's outcome is not recorded")
-
-// recordStep writes a step's outcome. The first final outcome wins: a
-// write that loses returns the winner's record. The write is fenced on the
-// task still running, under a share lock of the task row taken in the
-// same statement, so that no step is recorded after Cancel commits, and a
-// turn whose task was cancelled stops at its next step rather than
-// running on.
-func (t *Task) recordStep(name string, position int, status string, output json.RawMessage, se *storedError, attempts int) (*stepRecord, error) {
-	var errJSON []byte
-	if se != nil {
-		errJSON, _ = json.Marshal(se)
-	}
-	rec := &stepRecord{kind: "step"}
-	var outRaw, errRaw []byte
-	err := t.eng.pool.QueryRow(t.ctx, `
-		INSERT INTO braid_steps (task_id, name, kind, status, output, error, attempts, started_at, finished_at, position)
-		SELECT $1, $2, 'step', $3, $4, $5, $6, braid_now(), CASE WHEN $3 = 'retrying' THEN NULL ELSE braid_now() END, $7
-		  FROM braid_tasks WHERE id = $1 AND status IN ('pending', 'running') FOR SHARE
-		ON CONFLICT (task_id, name) DO UPDATE
-		   SET status = EXCLUDED.status, output = EXCLUDED.output, error = EXCLUDED.error,
-		       attempts = EXCLUDED.attempts, finished_at = EXCLUDED.finished_at
-		 WHERE braid_steps.status = 'retrying' AND braid_steps.kind = 'step'
-		RETURNING status, output, error, attempts`,
-		t.id, name, status, nullJSON(output), errJSON, attempts, position).Scan(&rec.status, &outRaw, &errRaw, &rec.attempts)
-	if errors.Is(err, pgx.ErrNoRows) {
-		// Another turn recorded this step first: its result wins. Or the
-		// task is no longer running, and nothing was recorded.
-		err = t.eng.pool.QueryRow(t.ctx, `SELECT kind, status, output, error, attempts FROM braid_steps WHERE task_id = $1 AND name = $2`,
-			t.id, name).Scan(&rec.kind, &rec.status, &outRaw, &errRaw, &rec.attempts)
-		if errors.Is(err, pgx.ErrNoRows) {
-			err = errTaskNotRunning
-		}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("workflow: recording step %q: %w", name, err)
-	}
-	rec.output = outRaw
-	if len(errRaw) > 0 {
-		_ = json.Unmarshal(errRaw, &rec.err)
-	}
-	t.steps[name] = rec
-	return rec, nil
 }
 
 func nullJSON(b json.RawMessage) any {

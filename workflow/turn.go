@@ -413,7 +413,7 @@ func (e *Engine) runTurn(ctx context.Context, job *river.Job[taskArgs], claimed 
 			e.batcher.active.Add(-1)
 		}
 	}()
-	lt, err := e.loader.load(ctx, taskID)
+	lt, err := e.load(ctx, taskID)
 	if err != nil {
 		return nil, fmt.Errorf("workflow: loading task %s: %w", taskID, err)
 	}

@@ -1,0 +1,188 @@
+package workflow
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// errTaskNotRunning is returned when a step's outcome is not recorded
+// because its task is no longer running (it was cancelled, or failed).
+var errTaskNotRunning = errors.New("workflow: the task is no longer running; the step's outcome is not recorded")
+
+// recorderMax bounds the step records one statement writes.
+const recorderMax = 500
+
+// recorders is how many statements writing step records may be in flight
+// at once.
+const recorders = 2
+
+// stepWrite is the outcome of one step, to record.
+type stepWrite struct {
+	task     uuid.UUID
+	name     string
+	position int
+	status   string // completed, failed or retrying
+	output   json.RawMessage
+	err      []byte
+	attempts int
+}
+
+// newRecorder returns the gather that records the steps of running turns.
+func newRecorder(e *Engine) *gather[stepWrite, *stepRecord] {
+	return newGather(recorderMax, recorders, e.cfg.OutcomeTimeout, e.recordSteps)
+}
+
+// recordStep writes a step's outcome, and returns it, or the outcome that
+// won. The first final outcome wins: a write that loses returns the
+// winner's record. The write is fenced on the task still running, under a
+// share lock of the task row taken in the same statement, so that no step
+// is recorded after Cancel commits, and a turn whose task was cancelled
+// stops at its next step rather than running on.
+//
+// A step is durable when recordStep returns: its record has committed.
+// The records of steps that concurrent turns of this process finish at
+// about the same time commit together, in one statement (recordSteps);
+// the few that statement leaves out are written alone.
+func (t *Task) recordStep(name string, position int, status string, output json.RawMessage, se *storedError, attempts int) (*stepRecord, error) {
+	w := stepWrite{task: t.id, name: name, position: position, status: status, output: output, attempts: attempts}
+	if se != nil {
+		w.err, _ = json.Marshal(se)
+	}
+	rec, _, err := t.eng.recorder.call(t.ctx, w)
+	if err == nil && rec == nil {
+		rec, err = t.eng.recordStepAlone(t.ctx, w)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("workflow: recording step %q: %w", name, err)
+	}
+	t.steps[name] = rec
+	return rec, nil
+}
+
+// recordStepsSQL writes step records given as arrays, each only while its
+// task is pending or running, under a share lock of the task's row. With
+// skipLocked, a task whose row another transaction has locked is left out
+// rather than waited for.
+func recordStepsSQL(skipLocked bool) string {
+	wait := ""
+	if skipLocked {
+		wait = " SKIP LOCKED"
+	}
+	return `
+		WITH t AS (
+		    SELECT id FROM braid_tasks
+		     WHERE id = ANY($1) AND status IN ('pending', 'running')
+		       FOR SHARE` + wait + `
+		)
+		INSERT INTO braid_steps (task_id, name, kind, status, output, error, attempts, started_at, finished_at, position)
+		SELECT u.task_id, u.name, 'step', u.status, u.output, u.error, u.attempts, braid_now(),
+		       CASE WHEN u.status = 'retrying' THEN NULL ELSE braid_now() END, u.position
+		  FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::jsonb[], $6::int[], $7::int[])
+		       AS u(task_id, name, status, output, error, attempts, position)
+		  JOIN t ON t.id = u.task_id
+		ON CONFLICT (task_id, name) DO UPDATE
+		   SET status = EXCLUDED.status, output = EXCLUDED.output, error = EXCLUDED.error,
+		       attempts = EXCLUDED.attempts, finished_at = EXCLUDED.finished_at
+		 WHERE braid_steps.status = 'retrying' AND braid_steps.kind = 'step'
+		RETURNING task_id, name, status, output, error, attempts`
+}
+
+// recordSteps writes the records of many turns' steps in one statement,
+// which commits them all. It never waits for a task's row lock: a write
+// whose task another transaction holds locked gets no answer, nor does one
+// that lost to an earlier record, one whose task no longer runs, or a
+// second write of the same step. Those are written alone. So is every
+// write of a statement that fails, so that one bad record fails only its
+// own step.
+func (e *Engine) recordSteps(ctx context.Context, batch []*gathered[stepWrite, *stepRecord]) error {
+	n := len(batch)
+	var (
+		ids      = make([]uuid.UUID, 0, n)
+		names    = make([]string, 0, n)
+		statuses = make([]string, 0, n)
+		outputs  = make([][]byte, 0, n)
+		errs     = make([][]byte, 0, n)
+		attempts = make([]int32, 0, n)
+		pos      = make([]int32, 0, n)
+		pending  = make(map[stepKey]*gathered[stepWrite, *stepRecord], n)
+	)
+	for _, r := range batch {
+		k := stepKey{r.q.task, r.q.name}
+		if pending[k] != nil {
+			continue
+		}
+		pending[k] = r
+		ids = append(ids, r.q.task)
+		names = append(names, r.q.name)
+		statuses = append(statuses, r.q.status)
+		outputs = append(outputs, nullBytes(r.q.output))
+		errs = append(errs, r.q.err)
+		attempts = append(attempts, int32(r.q.attempts))
+		pos = append(pos, int32(r.q.position))
+	}
+	rows, err := e.pool.Query(ctx, recordStepsSQL(true), ids, names, statuses, outputs, errs, attempts, pos)
+	if err == nil {
+		for rows.Next() {
+			var k stepKey
+			rec := &stepRecord{kind: "step"}
+			var errRaw []byte
+			if err = rows.Scan(&k.taskID, &k.name, &rec.status, &rec.output, &errRaw, &rec.attempts); err != nil {
+				break
+			}
+			if len(errRaw) > 0 {
+				_ = json.Unmarshal(errRaw, &rec.err)
+			}
+			if r := pending[k]; r != nil {
+				r.a = rec
+			}
+		}
+		rows.Close()
+		if err == nil {
+			err = rows.Err()
+		}
+	}
+	if err != nil {
+		if n > 1 {
+			e.logger.WarnContext(ctx, "workflow: a statement recording steps failed; recording them one at a time", "steps", n, "error", err)
+		}
+		for _, r := range batch {
+			r.a = nil
+		}
+	}
+	return nil
+}
+
+// recordStepAlone writes one step's record and waits for its task's row
+// lock if it must. When the write loses to an earlier record, it returns
+// that record; when the task no longer runs, errTaskNotRunning.
+func (e *Engine) recordStepAlone(ctx context.Context, w stepWrite) (*stepRecord, error) {
+	rec := &stepRecord{kind: "step"}
+	var task uuid.UUID
+	var name string
+	var errRaw []byte
+	err := e.pool.QueryRow(ctx, recordStepsSQL(false),
+		[]uuid.UUID{w.task}, []string{w.name}, []string{w.status}, [][]byte{nullBytes(w.output)}, [][]byte{w.err},
+		[]int32{int32(w.attempts)}, []int32{int32(w.position)}).
+		Scan(&task, &name, &rec.status, &rec.output, &errRaw, &rec.attempts)
+	if errors.Is(err, pgx.ErrNoRows) {
+		// Another turn recorded this step first: its result wins. Or the
+		// task is no longer running, and nothing was recorded.
+		err = e.pool.QueryRow(ctx, `SELECT kind, status, output, error, attempts FROM braid_steps WHERE task_id = $1 AND name = $2`,
+			w.task, w.name).Scan(&rec.kind, &rec.status, &rec.output, &errRaw, &rec.attempts)
+		if errors.Is(err, pgx.ErrNoRows) {
+			err = errTaskNotRunning
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(errRaw) > 0 {
+		_ = json.Unmarshal(errRaw, &rec.err)
+	}
+	return rec, nil
+}
