@@ -33,21 +33,39 @@ const SchedulerIntervalDefault = 5 * time.Second
 // it to the queue after HeartbeatMisses intervals, and another process
 // works it. That is why only kinds with a declared heartbeat are claimed.
 func (q *Queue) ClaimTx(ctx context.Context, tx pgx.Tx, ids []int64) ([]*rivertype.JobRow, error) {
-	if len(ids) == 0 || !q.working {
+	var jobs []*rivertype.JobRow
+	b := &pgx.Batch{}
+	if !q.QueueClaim(b, ids, func(claimed []*rivertype.JobRow) { jobs = claimed }) {
 		return nil, nil
 	}
-	rows, err := tx.Query(ctx, `
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return nil, fmt.Errorf("queue: claiming %d jobs: %w", len(ids), err)
+	}
+	return jobs, nil
+}
+
+// QueueClaim queues on b the statement of ClaimTx, so that a caller that
+// sends other statements in the same transaction claims its jobs in the
+// same round trip; once b is sent, claimed gets the claimed jobs. It
+// queues nothing and returns false when there is nothing to claim, or
+// when the Queue does not work jobs.
+func (q *Queue) QueueClaim(b *pgx.Batch, ids []int64, claimed func([]*rivertype.JobRow)) bool {
+	if len(ids) == 0 || !q.working {
+		return false
+	}
+	b.Queue(`
 		UPDATE river_job
 		   SET state = 'running', attempt = attempt + 1, attempted_at = clock_timestamp(),
 		       attempted_by = array_append(attempted_by, $2::text)
 		 WHERE id = ANY($1) AND state = 'available' AND kind = ANY($3)
 		RETURNING id, args, attempt, attempted_at, attempted_by, created_at, kind, max_attempts,
 		          metadata, priority, queue, scheduled_at, tags`,
-		ids, q.client.ID(), q.declaredKinds)
-	if err != nil {
-		return nil, fmt.Errorf("queue: claiming %d jobs: %w", len(ids), err)
-	}
-	return collectClaimed(rows)
+		ids, q.client.ID(), q.declaredKinds).Query(func(rows pgx.Rows) error {
+		jobs, err := collectClaimed(rows)
+		claimed(jobs)
+		return err
+	})
+	return true
 }
 
 // ClaimAvailableTx claims for this process, in tx, up to n jobs of queue
@@ -280,23 +298,40 @@ func (q *Queue) recordClaimed(ctx context.Context, job *rivertype.JobRow, p *riv
 // CompleteTx completes running jobs in tx, as river.JobCompleteTx does for
 // one, in one statement: a worker that records its work's result in its
 // own transaction completes its job there, so that the result and the
-// completion commit together. Jobs no longer running are left alone. The
-// caller fences on the attempt (by locking the job rows) when it matters.
-// Once tx has committed, call Finished with the same jobs.
+// completion commit together. A job is completed only while it still runs
+// the attempt given (its attempt and attempted_at): jobs no longer running
+// that attempt are left alone. Once tx has committed, call Finished with
+// the same jobs.
 func (q *Queue) CompleteTx(ctx context.Context, tx pgx.Tx, jobs []*rivertype.JobRow) error {
 	if len(jobs) == 0 {
 		return nil
 	}
-	ids := make([]int64, len(jobs))
-	for i, j := range jobs {
-		ids[i] = j.ID
-	}
-	if _, err := tx.Exec(ctx, `
-		UPDATE river_job SET state = 'completed', finalized_at = now()
-		 WHERE id = ANY($1) AND state = 'running'`, ids); err != nil {
+	b := &pgx.Batch{}
+	q.QueueComplete(b, jobs)
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("queue: completing %d jobs: %w", len(jobs), err)
 	}
 	return nil
+}
+
+// QueueComplete queues on b the statement of CompleteTx, so that a caller
+// that sends other statements in the same transaction completes its jobs
+// in the same round trip. Nothing is queued for no jobs.
+func (q *Queue) QueueComplete(b *pgx.Batch, jobs []*rivertype.JobRow) {
+	if len(jobs) == 0 {
+		return
+	}
+	ids := make([]int64, len(jobs))
+	attempts := make([]int32, len(jobs))
+	ats := make([]*time.Time, len(jobs))
+	for i, j := range jobs {
+		ids[i], attempts[i], ats[i] = j.ID, int32(j.Attempt), j.AttemptedAt
+	}
+	b.Queue(`
+		UPDATE river_job j SET state = 'completed', finalized_at = now()
+		  FROM unnest($1::bigint[], $2::int[], $3::timestamptz[]) AS u(id, attempt, at)
+		 WHERE j.id = u.id AND j.attempt = u.attempt AND j.attempted_at IS NOT DISTINCT FROM u.at
+		   AND j.state = 'running'`, ids, attempts, ats)
 }
 
 // Finished tells the Queue that jobs fetched by River were completed by a

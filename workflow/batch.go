@@ -61,7 +61,9 @@ type outcome struct {
 	err      error
 	// next is a turn this outcome made runnable, claimed for this
 	// process: the turn's worker runs it next, in the same slot.
-	next *rivertype.JobRow
+	// nextTask is its task, read by the batch that claimed it.
+	next     *rivertype.JobRow
+	nextTask *loadedTask
 	done chan struct{}
 
 	// tp is the W3C traceparent of the turn's span, once traceParent
@@ -233,7 +235,7 @@ func (e *Engine) flush(batch []*outcome) {
 	for _, o := range batch {
 		o.err = err
 		if err != nil {
-			o.next, o.finished = nil, false
+			o.next, o.nextTask, o.finished = nil, nil, false
 		}
 		close(o.done)
 	}
@@ -247,7 +249,7 @@ type batchState struct {
 	wake     []turn               // existing tasks made runnable
 	fresh    []turn               // new tasks' first turns
 	byTask   map[uuid.UUID]*outcome
-	complete []*rivertype.JobRow // jobs this batch finishes
+	complete []*rivertype.JobRow // jobs this batch finished (see lock)
 	delays   bool
 	// mayOrphan are the tasks this batch finishes that may leave
 	// unfinished children; orphans are those children (and their
@@ -265,7 +267,7 @@ func (e *Engine) flushTx(ctx context.Context, batch []*outcome) (waits []waitSpa
 	err = e.withTx(ctx, func(tx pgx.Tx) error {
 		waits = nil
 		for _, o := range batch {
-			o.owned, o.next, o.finished = false, nil, false
+			o.owned, o.next, o.nextTask, o.finished = false, nil, nil, false
 		}
 		st := &batchState{byTask: map[uuid.UUID]*outcome{}}
 		defer func() { orphans = st.orphans }()
@@ -362,11 +364,9 @@ func (e *Engine) flushTx(ctx context.Context, batch []*outcome) (waits []waitSpa
 		if err := e.recordAttemptErrors(ctx, tx, st); err != nil {
 			return err
 		}
-		// The batch's own jobs complete first: a task woken here must not
-		// find its finished turn still live.
-		if err := e.queue.CompleteTx(ctx, tx, st.complete); err != nil {
-			return err
-		}
+		// The batch's own jobs completed with its locks (see lock), before
+		// its new turns are inserted: a task woken here must not find its
+		// finished turn still live.
 		inserted, err := e.enqueueTurns(ctx, tx, st.wake, st.fresh)
 		if err != nil {
 			return err
@@ -448,6 +448,18 @@ func (e *Engine) lock(ctx context.Context, tx pgx.Tx, batch []*outcome, st *batc
 		 WHERE id = ANY(ARRAY(`+lockTasks+`))
 		 ORDER BY created_at DESC, id DESC
 		   FOR UPDATE`, lockArgs...)
+	// The jobs of the turns that end (completed, suspended, idle) complete
+	// in the same round trip, each only while it runs the outcome's
+	// attempt, which the first statement has just locked: whatever else
+	// the batch writes, their jobs are done.
+	var completing []*rivertype.JobRow
+	for _, o := range batch {
+		switch o.kind {
+		case outcomeComplete, outcomeSuspend, outcomeIdle:
+			completing = append(completing, o.job)
+		}
+	}
+	e.queue.QueueComplete(b, completing)
 	br := tx.SendBatch(ctx, b)
 	defer func() { _ = br.Close() }()
 	rows, err := br.Query()
@@ -803,7 +815,9 @@ func (e *Engine) claimContinuations(ctx context.Context, tx pgx.Tx, inserted []i
 		return nil
 	}
 	var ids []int64
+	var tasks []uuid.UUID
 	picked := map[int64]*outcome{}
+	taskOf := map[int64]uuid.UUID{}
 	taken := map[*outcome]bool{}
 	for _, it := range inserted {
 		o := it.by
@@ -814,16 +828,23 @@ func (e *Engine) claimContinuations(ctx context.Context, tx pgx.Tx, inserted []i
 			continue
 		}
 		taken[o] = true
-		ids = append(ids, it.jobID)
-		picked[it.jobID] = o
+		ids, tasks = append(ids, it.jobID), append(tasks, it.taskID)
+		picked[it.jobID], taskOf[it.jobID] = o, it.taskID
 	}
-	if len(ids) > 0 {
-		jobs, err := e.queue.ClaimTx(ctx, tx, ids)
-		if err != nil {
-			return err
+	// The claimed turns' tasks are read in the claim's round trip, as
+	// they stand once this batch has written them, so that the turns
+	// start without a load of their own: nothing else runs their tasks
+	// once the claim commits.
+	b := &pgx.Batch{}
+	var jobs []*rivertype.JobRow
+	if e.queue.QueueClaim(b, ids, func(claimed []*rivertype.JobRow) { jobs = claimed }) {
+		loaded := queueLoad(b, tasks)
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return fmt.Errorf("workflow: claiming %d continuations: %w", len(ids), err)
 		}
 		for _, j := range jobs {
-			picked[j.ID].next = j
+			o := picked[j.ID]
+			o.next, o.nextTask = j, loaded[taskOf[j.ID]]
 		}
 	}
 	// A worker whose outcome made nothing runnable takes the next turn

@@ -62,94 +62,79 @@ func (e *Engine) loadTasks(ctx context.Context, batch []*gathered[uuid.UUID, *lo
 		ids[i] = r.q
 	}
 	b := &pgx.Batch{}
-	b.Queue(`
-		SELECT t.id, t.run_id, t.parent_task_id, t.key, t.workflow, t.status, t.input, t.suspended_span, r.trace_parent, `+nodeDAGSQL+`
-		  FROM braid_tasks t JOIN braid_runs r ON r.id = t.run_id
-		 WHERE t.id = ANY($1)`, ids)
-	b.Queue(`SELECT task_id, name, kind, status, output, error, attempts, position FROM braid_steps WHERE task_id = ANY($1)`, ids)
-	b.Queue(`SELECT parent_task_id, id, key, workflow, status, output, error, position, call FROM braid_tasks WHERE parent_task_id = ANY($1)`, ids)
-	br := e.pool.SendBatch(ctx, b)
-	defer func() { _ = br.Close() }()
-
-	tasks := make(map[uuid.UUID]*loadedTask, len(batch))
-	rows, err := br.Query()
-	if err != nil {
+	tasks := queueLoad(b, ids)
+	if err := e.pool.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("workflow: loading %d tasks: %w", len(ids), err)
-	}
-	for rows.Next() {
-		var id uuid.UUID
-		lt := &loadedTask{steps: map[string]*stepRecord{}, children: map[string]*childRecord{}, history: map[int]call{}}
-		if err := rows.Scan(&id, &lt.runID, &lt.parentID, &lt.key, &lt.workflow, &lt.status, &lt.input, &lt.suspended, &lt.traceParent, &lt.dag); err != nil {
-			rows.Close()
-			return fmt.Errorf("workflow: loading %d tasks: %w", len(ids), err)
-		}
-		tasks[id] = lt
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("workflow: loading %d tasks: %w", len(ids), err)
-	}
-
-	rows, err = br.Query()
-	if err != nil {
-		return fmt.Errorf("workflow: loading steps: %w", err)
-	}
-	for rows.Next() {
-		var id uuid.UUID
-		var name string
-		var errRaw []byte
-		rec := &stepRecord{}
-		var pos *int32
-		if err := rows.Scan(&id, &name, &rec.kind, &rec.status, &rec.output, &errRaw, &rec.attempts, &pos); err != nil {
-			rows.Close()
-			return fmt.Errorf("workflow: loading steps: %w", err)
-		}
-		if len(errRaw) > 0 {
-			_ = json.Unmarshal(errRaw, &rec.err)
-		}
-		if lt := tasks[id]; lt != nil {
-			lt.steps[name] = rec
-			if pos != nil {
-				lt.history[int(*pos)] = call{kind: rec.kind, name: name}
-			}
-		}
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("workflow: loading steps: %w", err)
-	}
-
-	rows, err = br.Query()
-	if err != nil {
-		return fmt.Errorf("workflow: loading children: %w", err)
-	}
-	for rows.Next() {
-		var parent uuid.UUID
-		var key string
-		var errRaw []byte
-		c := &childRecord{}
-		var pos *int32
-		var kind *string
-		if err := rows.Scan(&parent, &c.id, &key, &c.workflow, &c.status, &c.output, &errRaw, &pos, &kind); err != nil {
-			rows.Close()
-			return fmt.Errorf("workflow: loading children: %w", err)
-		}
-		if len(errRaw) > 0 {
-			_ = json.Unmarshal(errRaw, &c.err)
-		}
-		if lt := tasks[parent]; lt != nil {
-			lt.children[key] = c
-			if pos != nil && kind != nil {
-				lt.history[int(*pos)] = childCall(*kind, key)
-			}
-		}
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("workflow: loading children: %w", err)
 	}
 	for _, r := range batch {
 		r.a = tasks[r.q]
 	}
 	return nil
+}
+
+// queueLoad queues on b the statements that read the tasks ids, their
+// steps and their children. Once b is sent, the map it returns holds the
+// tasks that exist.
+func queueLoad(b *pgx.Batch, ids []uuid.UUID) map[uuid.UUID]*loadedTask {
+	tasks := make(map[uuid.UUID]*loadedTask, len(ids))
+	b.Queue(`
+		SELECT t.id, t.run_id, t.parent_task_id, t.key, t.workflow, t.status, t.input, t.suspended_span, r.trace_parent, `+nodeDAGSQL+`
+		  FROM braid_tasks t JOIN braid_runs r ON r.id = t.run_id
+		 WHERE t.id = ANY($1)`, ids).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var id uuid.UUID
+			lt := &loadedTask{steps: map[string]*stepRecord{}, children: map[string]*childRecord{}, history: map[int]call{}}
+			if err := rows.Scan(&id, &lt.runID, &lt.parentID, &lt.key, &lt.workflow, &lt.status, &lt.input, &lt.suspended, &lt.traceParent, &lt.dag); err != nil {
+				return err
+			}
+			tasks[id] = lt
+		}
+		return rows.Err()
+	})
+	b.Queue(`SELECT task_id, name, kind, status, output, error, attempts, position FROM braid_steps WHERE task_id = ANY($1)`, ids).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var id uuid.UUID
+			var name string
+			var errRaw []byte
+			rec := &stepRecord{}
+			var pos *int32
+			if err := rows.Scan(&id, &name, &rec.kind, &rec.status, &rec.output, &errRaw, &rec.attempts, &pos); err != nil {
+				return fmt.Errorf("steps: %w", err)
+			}
+			if len(errRaw) > 0 {
+				_ = json.Unmarshal(errRaw, &rec.err)
+			}
+			if lt := tasks[id]; lt != nil {
+				lt.steps[name] = rec
+				if pos != nil {
+					lt.history[int(*pos)] = call{kind: rec.kind, name: name}
+				}
+			}
+		}
+		return rows.Err()
+	})
+	b.Queue(`SELECT parent_task_id, id, key, workflow, status, output, error, position, call FROM braid_tasks WHERE parent_task_id = ANY($1)`, ids).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var parent uuid.UUID
+			var key string
+			var errRaw []byte
+			c := &childRecord{}
+			var pos *int32
+			var kind *string
+			if err := rows.Scan(&parent, &c.id, &key, &c.workflow, &c.status, &c.output, &errRaw, &pos, &kind); err != nil {
+				return fmt.Errorf("children: %w", err)
+			}
+			if len(errRaw) > 0 {
+				_ = json.Unmarshal(errRaw, &c.err)
+			}
+			if lt := tasks[parent]; lt != nil {
+				lt.children[key] = c
+				if pos != nil && kind != nil {
+					lt.history[int(*pos)] = childCall(*kind, key)
+				}
+			}
+		}
+		return rows.Err()
+	})
+	return tasks
 }

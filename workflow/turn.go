@@ -199,6 +199,7 @@ func (e *Engine) recordWaits(waits []waitSpan) {
 // insertedTurn is a turn job enqueueTurns inserted.
 type insertedTurn struct {
 	jobID    int64
+	taskID   uuid.UUID
 	workflow string
 	by       *outcome
 }
@@ -291,7 +292,7 @@ func (e *Engine) enqueueTurns(ctx context.Context, tx pgx.Tx, wake, fresh []turn
 				"task.id", turns[i].taskID, "job.id", r.Job.ID)
 			continue
 		}
-		inserted = append(inserted, insertedTurn{jobID: r.Job.ID, workflow: turns[i].workflow, by: turns[i].by})
+		inserted = append(inserted, insertedTurn{jobID: r.Job.ID, taskID: turns[i].taskID, workflow: turns[i].workflow, by: turns[i].by})
 	}
 	return inserted, nil
 }
@@ -327,9 +328,16 @@ func (w *taskWorker) Timeout(*river.Job[taskArgs]) time.Duration { return -1 }
 // turn that the previous one's outcome made runnable and claimed for this
 // process (see claimContinuations), until an outcome claims none.
 func (w *taskWorker) Work(ctx context.Context, job *river.Job[taskArgs]) error {
-	next, err := w.eng.runTurn(ctx, job, false)
+	next, err := w.eng.runTurn(ctx, job, false, nil)
 	w.eng.continueTurns(ctx, next)
 	return err
+}
+
+// continuation is a turn claimed for this process by the batch of the
+// turn before it, with its task as that batch read it (nil: not read).
+type continuation struct {
+	row  *rivertype.JobRow
+	task *loadedTask
 }
 
 // continueTurns runs claimed turns one after the other. Each runs through
@@ -337,10 +345,10 @@ func (w *taskWorker) Work(ctx context.Context, job *river.Job[taskArgs]) error {
 // worker's values but not its cancellation (the fetched job has finished;
 // its worker's context ends with it), cancelled when Engine.Stop gives up
 // waiting.
-func (e *Engine) continueTurns(ctx context.Context, next *rivertype.JobRow) {
-	for next != nil {
-		row := next
-		next = nil
+func (e *Engine) continueTurns(ctx context.Context, next continuation) {
+	for next.row != nil {
+		row, task := next.row, next.task
+		next = continuation{}
 		var args taskArgs
 		if err := json.Unmarshal(row.EncodedArgs, &args); err != nil {
 			args = taskArgs{} // runTurn cancels a turn it cannot read
@@ -352,7 +360,7 @@ func (e *Engine) continueTurns(ctx context.Context, next *rivertype.JobRow) {
 		stop := context.AfterFunc(e.hardStop(), func() { cancel(errStopped) })
 		_ = e.queue.WorkClaimed(cctx, row, queue.ClaimedWork{
 			Work: func(ctx context.Context) error {
-				n, err := e.runTurn(ctx, &river.Job[taskArgs]{JobRow: row, Args: args}, true)
+				n, err := e.runTurn(ctx, &river.Job[taskArgs]{JobRow: row, Args: args}, true, task)
 				next = n
 				return err
 			},
@@ -385,16 +393,17 @@ func (e *Engine) turnTimeout(d *definition) time.Duration {
 const finalStatuses = `('completed', 'failed', 'cancelled', 'skipped')`
 
 // runTurn executes one turn of a task; claimed is set for a turn this
-// process claimed itself. It returns the turn that its outcome claimed for
-// this process to run next, if any.
-func (e *Engine) runTurn(ctx context.Context, job *river.Job[taskArgs], claimed bool) (*rivertype.JobRow, error) {
+// process claimed itself, and task for one whose task the claiming batch
+// read. It returns the turn that its outcome claimed for this process to
+// run next, if any.
+func (e *Engine) runTurn(ctx context.Context, job *river.Job[taskArgs], claimed bool, task *loadedTask) (continuation, error) {
 	taskID, err := uuid.Parse(job.Args.TaskID)
 	if err != nil {
-		return nil, river.JobCancel(fmt.Errorf("workflow: turn has an invalid task ID %q", job.Args.TaskID))
+		return continuation{}, river.JobCancel(fmt.Errorf("workflow: turn has an invalid task ID %q", job.Args.TaskID))
 	}
 	d, known := e.registry[job.Args.Workflow]
 	if !known {
-		return nil, e.unknownWorkflow(ctx, job, taskID)
+		return continuation{}, e.unknownWorkflow(ctx, job, taskID)
 	}
 	if timeout := e.turnTimeout(d); timeout > 0 {
 		var cancel context.CancelFunc
@@ -405,7 +414,8 @@ func (e *Engine) runTurn(ctx context.Context, job *river.Job[taskArgs], claimed 
 	// The turn writes nothing as it starts: River's fetch (or the claim of
 	// a continuation) recorded the attempt, and the outcome is fenced on
 	// it. The task, its steps and its children are read with the tasks of
-	// the turns starting at the same time.
+	// the turns starting at the same time, or, for a continuation, by the
+	// batch that claimed it.
 	e.batcher.active.Add(1)
 	handedIn := false
 	defer func() {
@@ -413,18 +423,21 @@ func (e *Engine) runTurn(ctx context.Context, job *river.Job[taskArgs], claimed 
 			e.batcher.active.Add(-1)
 		}
 	}()
-	lt, err := e.load(ctx, taskID)
+	lt := task
+	if lt == nil {
+		lt, err = e.load(ctx, taskID)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("workflow: loading task %s: %w", taskID, err)
+		return continuation{}, fmt.Errorf("workflow: loading task %s: %w", taskID, err)
 	}
 	if lt == nil || !isRunnable(lt.status) {
 		e.logger.DebugContext(ctx, "workflow: turn for a task that is not runnable, or gone; nothing to do", "task.id", taskID, "job.id", job.ID)
 		handedIn = true
 		o := &outcome{kind: outcomeIdle, job: job.JobRow, taskID: taskID, claimed: claimed}
 		if err := e.handIn(ctx, o); err != nil {
-			return nil, err
+			return continuation{}, err
 		}
-		return o.next, nil
+		return continuation{o.next, o.nextTask}, nil
 	}
 	t := &Task{
 		eng: e, id: taskID, attempt: job.Attempt, runID: lt.runID, parentID: lt.parentID,
@@ -483,13 +496,13 @@ func (e *Engine) runTurn(ctx context.Context, job *river.Job[taskArgs], claimed 
 		// The attempt was rescued, or its job finished, while it ran:
 		// another attempt owns the task now. Record nothing.
 		span.SetAttributes(attribute.String("turn.outcome", "superseded"))
-		return nil, e.superseded(ctx, job, t.id)
+		return continuation{}, e.superseded(ctx, job, t.id)
 	}
 	if runErr != nil && ctx.Err() != nil && e.stopping.Load() {
 		// Stop cancelled the turn: it is not the task's failure. Put the
 		// turn back without spending the attempt.
 		span.SetAttributes(attribute.String("turn.outcome", "stopped"))
-		return nil, river.JobSnooze(stoppedTurnSnooze)
+		return continuation{}, river.JobSnooze(stoppedTurnSnooze)
 	}
 	o := &outcome{job: job.JobRow, taskID: t.id, t: t, claimed: claimed}
 	var ret error
@@ -527,16 +540,16 @@ func (e *Engine) runTurn(ctx context.Context, job *river.Job[taskArgs], claimed 
 	err = e.handIn(ctx, o)
 	switch {
 	case errors.Is(err, queue.ErrJobNotRunning):
-		return nil, err
+		return continuation{}, err
 	case err != nil && o.kind == outcomeFail:
-		return nil, fmt.Errorf("workflow: failing task after %d attempts: %w (attempt error: %s)", job.Attempt, err, runErr)
+		return continuation{}, fmt.Errorf("workflow: failing task after %d attempts: %w (attempt error: %s)", job.Attempt, err, runErr)
 	case err != nil && o.kind == outcomeFailAttempt:
 		t.logger.WarnContext(ctx, "workflow: recording a failed attempt", "error", err)
-		return nil, runErr
+		return continuation{}, runErr
 	case err != nil:
-		return nil, err
+		return continuation{}, err
 	}
-	return o.next, ret
+	return continuation{o.next, o.nextTask}, ret
 }
 
 // handIn commits o with the outcomes of the turns that end at the same
