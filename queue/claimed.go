@@ -77,8 +77,23 @@ func (q *Queue) QueueClaim(b *pgx.Batch, ids []int64, claimed func([]*rivertype.
 // takes its next one this way, without waiting for River's fetch loop; the
 // claimed jobs must be worked with WorkClaimed, as with ClaimTx.
 func (q *Queue) ClaimAvailableTx(ctx context.Context, tx pgx.Tx, name string, n int, kinds []string) ([]*rivertype.JobRow, error) {
-	if n <= 0 || !q.working {
+	var jobs []*rivertype.JobRow
+	b := &pgx.Batch{}
+	if !q.QueueClaimAvailable(b, name, n, kinds, func(claimed []*rivertype.JobRow) { jobs = claimed }) {
 		return nil, nil
+	}
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return nil, fmt.Errorf("queue: claiming jobs of queue %q: %w", name, err)
+	}
+	return jobs, nil
+}
+
+// QueueClaimAvailable queues on b the statement of ClaimAvailableTx, as
+// QueueClaim does for ClaimTx. It queues nothing and returns false when
+// there is nothing to claim.
+func (q *Queue) QueueClaimAvailable(b *pgx.Batch, name string, n int, kinds []string, claimed func([]*rivertype.JobRow)) bool {
+	if n <= 0 || !q.working {
+		return false
 	}
 	var claimable []string
 	for _, k := range kinds {
@@ -87,9 +102,9 @@ func (q *Queue) ClaimAvailableTx(ctx context.Context, tx pgx.Tx, name string, n 
 		}
 	}
 	if len(claimable) == 0 {
-		return nil, nil
+		return false
 	}
-	rows, err := tx.Query(ctx, `
+	b.Queue(`
 		WITH next AS (
 		    SELECT id FROM river_job
 		     WHERE state = 'available' AND queue = $1 AND scheduled_at <= clock_timestamp()
@@ -104,11 +119,12 @@ func (q *Queue) ClaimAvailableTx(ctx context.Context, tx pgx.Tx, name string, n 
 		 WHERE j.id = next.id AND j.kind = ANY($4)
 		RETURNING j.id, j.args, j.attempt, j.attempted_at, j.attempted_by, j.created_at, j.kind, j.max_attempts,
 		          j.metadata, j.priority, j.queue, j.scheduled_at, j.tags`,
-		name, n, q.client.ID(), claimable)
-	if err != nil {
-		return nil, fmt.Errorf("queue: claiming jobs of queue %q: %w", name, err)
-	}
-	return collectClaimed(rows)
+		name, n, q.client.ID(), claimable).Query(func(rows pgx.Rows) error {
+		jobs, err := collectClaimed(rows)
+		claimed(jobs)
+		return err
+	})
+	return true
 }
 
 // collectClaimed reads the rows of a claim.

@@ -327,7 +327,11 @@ func (e *Engine) flushTx(ctx context.Context, batch []*outcome) (waits []waitSpa
 		if err := e.startDetachedTx(ctx, tx, st); err != nil {
 			return err
 		}
-		wake, err := e.settleTx(ctx, tx, settled, true)
+		// Statements whose results nothing later in the transaction
+		// reads (the runs' finishes, the attempts' errors, the
+		// notifications) go in its last round trip, with the claims.
+		late := &pgx.Batch{}
+		wake, err := e.settleTx(ctx, tx, settled, true, late)
 		if err != nil {
 			return err
 		}
@@ -361,9 +365,7 @@ func (e *Engine) flushTx(ctx context.Context, batch []*outcome) (waits []waitSpa
 			return err
 		}
 		waits = append(waits, taken...)
-		if err := e.recordAttemptErrors(ctx, tx, st); err != nil {
-			return err
-		}
+		e.recordAttemptErrors(late, st)
 		// The batch's own jobs completed with its locks (see lock), before
 		// its new turns are inserted: a task woken here must not find its
 		// finished turn still live.
@@ -372,11 +374,9 @@ func (e *Engine) flushTx(ctx context.Context, batch []*outcome) (waits []waitSpa
 			return err
 		}
 		if st.delays {
-			if _, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, channelDelay); err != nil {
-				return err
-			}
+			late.Queue(`SELECT pg_notify($1, '')`, channelDelay)
 		}
-		return e.claimContinuations(ctx, tx, inserted, st)
+		return e.claimContinuations(ctx, tx, inserted, st, late)
 	})
 	return waits, orphans, err
 }
@@ -780,9 +780,9 @@ func (e *Engine) suspendTasks(ctx context.Context, tx pgx.Tx, suspends []*outcom
 	return e.takeMessagesTx(ctx, tx, messageWaits(suspends), st)
 }
 
-// recordAttemptErrors keeps the error of each failed attempt that River
-// retries on its task, for operators.
-func (e *Engine) recordAttemptErrors(ctx context.Context, tx pgx.Tx, st *batchState) error {
+// recordAttemptErrors queues on b the error of each failed attempt that
+// River retries, kept on its task for operators.
+func (e *Engine) recordAttemptErrors(b *pgx.Batch, st *batchState) {
 	var ids []uuid.UUID
 	var errs [][]byte
 	for _, o := range st.owned {
@@ -792,16 +792,12 @@ func (e *Engine) recordAttemptErrors(ctx context.Context, tx pgx.Tx, st *batchSt
 		}
 	}
 	if len(ids) == 0 {
-		return nil
+		return
 	}
-	_, err := tx.Exec(ctx, `
+	b.Queue(`
 		UPDATE braid_tasks t SET error = u.error, updated_at = braid_now()
 		  FROM unnest($1::uuid[], $2::jsonb[]) AS u(id, error)
 		 WHERE t.id = u.id AND t.status IN ('pending', 'running')`, ids, errs)
-	if err != nil {
-		return fmt.Errorf("workflow: recording %d failed attempts: %w", len(ids), err)
-	}
-	return nil
 }
 
 // claimContinuations claims, for each owned turn of the batch, one of the
@@ -809,19 +805,18 @@ func (e *Engine) recordAttemptErrors(ctx context.Context, tx pgx.Tx, st *batchSt
 // woke, its own next turn), when this process runs that workflow and is
 // not stopping; or else the next turn waiting in its queue. The turn's
 // worker runs the claimed turn as soon as the batch commits, in the worker
-// slot it holds, without a trip through River's fetch loop.
-func (e *Engine) claimContinuations(ctx context.Context, tx pgx.Tx, inserted []insertedTurn, st *batchState) error {
-	if e.stopping.Load() {
-		return nil
-	}
+// slot it holds, without a trip through River's fetch loop. The claims go
+// in one round trip with the statements queued on late.
+func (e *Engine) claimContinuations(ctx context.Context, tx pgx.Tx, inserted []insertedTurn, st *batchState, late *pgx.Batch) error {
 	var ids []int64
 	var tasks []uuid.UUID
 	picked := map[int64]*outcome{}
 	taskOf := map[int64]uuid.UUID{}
 	taken := map[*outcome]bool{}
+	stopping := e.stopping.Load()
 	for _, it := range inserted {
 		o := it.by
-		if o == nil || taken[o] || !o.owned {
+		if stopping || o == nil || taken[o] || !o.owned {
 			continue
 		}
 		if _, ok := e.registry[it.workflow]; !ok {
@@ -831,29 +826,23 @@ func (e *Engine) claimContinuations(ctx context.Context, tx pgx.Tx, inserted []i
 		ids, tasks = append(ids, it.jobID), append(tasks, it.taskID)
 		picked[it.jobID], taskOf[it.jobID] = o, it.taskID
 	}
-	// The claimed turns' tasks are read in the claim's round trip, as
-	// they stand once this batch has written them, so that the turns
-	// start without a load of their own: nothing else runs their tasks
-	// once the claim commits.
-	b := &pgx.Batch{}
-	var jobs []*rivertype.JobRow
-	if e.queue.QueueClaim(b, ids, func(claimed []*rivertype.JobRow) { jobs = claimed }) {
-		loaded := queueLoad(b, tasks)
-		if err := tx.SendBatch(ctx, b).Close(); err != nil {
-			return fmt.Errorf("workflow: claiming %d continuations: %w", len(ids), err)
-		}
-		for _, j := range jobs {
-			o := picked[j.ID]
-			o.next, o.nextTask = j, loaded[taskOf[j.ID]]
-		}
+	// The claimed turns' tasks are read in the same round trip, as they
+	// stand once this batch has written them, so that the turns start
+	// without a load of their own: nothing else runs their tasks once the
+	// claim commits.
+	var claimed []*rivertype.JobRow
+	var loaded map[uuid.UUID]*loadedTask
+	if e.queue.QueueClaim(late, ids, func(jobs []*rivertype.JobRow) { claimed = jobs }) {
+		loaded = queueLoad(late, tasks)
 	}
 	// A worker whose outcome made nothing runnable takes the next turn
 	// waiting in its queue, as River's fetch would give its slot, without
-	// waiting for the fetch loop.
+	// waiting for the fetch loop. (The claim above comes first in the
+	// round trip, so this one never takes a turn it claims.)
 	idle := map[string][]*outcome{}
 	var queues []string
 	for _, o := range st.owned {
-		if o.next == nil {
+		if !stopping && !taken[o] {
 			if len(idle[o.job.Queue]) == 0 {
 				queues = append(queues, o.job.Queue)
 			}
@@ -861,13 +850,21 @@ func (e *Engine) claimContinuations(ctx context.Context, tx pgx.Tx, inserted []i
 		}
 	}
 	for _, q := range queues {
-		jobs, err := e.queue.ClaimAvailableTx(ctx, tx, q, len(idle[q]), []string{TaskKind})
-		if err != nil {
-			return err
-		}
-		for i, j := range jobs {
-			idle[q][i].next = j
-		}
+		e.queue.QueueClaimAvailable(late, q, len(idle[q]), []string{TaskKind}, func(jobs []*rivertype.JobRow) {
+			for i, j := range jobs {
+				idle[q][i].next = j
+			}
+		})
+	}
+	if late.Len() == 0 {
+		return nil
+	}
+	if err := tx.SendBatch(ctx, late).Close(); err != nil {
+		return fmt.Errorf("workflow: finishing the batch (runs, attempt errors, claims): %w", err)
+	}
+	for _, j := range claimed {
+		o := picked[j.ID]
+		o.next, o.nextTask = j, loaded[taskOf[j.ID]]
 	}
 	return nil
 }

@@ -740,7 +740,7 @@ func (e *Engine) decideUndecidedNodes(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			wake, err := e.settleTx(ctx, tx, final, true)
+			wake, err := e.settleTx(ctx, tx, final, true, nil)
 			if err != nil {
 				return err
 			}

@@ -182,7 +182,7 @@ func (e *Engine) reconcileTask(ctx context.Context, taskID uuid.UUID) (bool, err
 		if orphans, err = e.cancelOrphansTx(ctx, tx, []settlement{s}, []uuid.UUID{taskID}); err != nil {
 			return err
 		}
-		wake, err := e.settleTx(ctx, tx, []settlement{s}, false)
+		wake, err := e.settleTx(ctx, tx, []settlement{s}, false, nil)
 		if err != nil {
 			return err
 		}

@@ -709,7 +709,10 @@ func (s settlement) origin() uuid.UUID {
 // one transaction brings a count to zero (invariant 5). Parents are
 // locked in their own statement first (unless parentsLocked: the caller
 // holds them), so that the decrement sees each parent's committed state.
-func (e *Engine) settleTx(ctx context.Context, tx pgx.Tx, settled []settlement, parentsLocked bool) ([]turn, error) {
+// With late, the runs' finishes and their notifications, which nothing
+// later in the transaction reads, are queued on it for the caller to send
+// with its last statements, rather than sent at once.
+func (e *Engine) settleTx(ctx context.Context, tx pgx.Tx, settled []settlement, parentsLocked bool, late *pgx.Batch) ([]turn, error) {
 	var nodes []turn
 	if slices.ContainsFunc(settled, func(s settlement) bool { return s.dag != "" }) {
 		if !parentsLocked {
@@ -747,7 +750,10 @@ func (e *Engine) settleTx(ctx context.Context, tx pgx.Tx, settled []settlement, 
 		counts[*s.parentID]++
 	}
 	if len(runIDs) > 0 {
-		b := &pgx.Batch{}
+		b := late
+		if b == nil {
+			b = &pgx.Batch{}
+		}
 		b.Queue(`
 			UPDATE braid_runs r
 			   SET status = u.status, output = u.output, error = u.error,
@@ -756,8 +762,10 @@ func (e *Engine) settleTx(ctx context.Context, tx pgx.Tx, settled []settlement, 
 			 WHERE r.id = u.id AND r.status NOT IN `+finalStatuses,
 			runIDs, runStatus, runOutputs, runErr, runStarted)
 		b.Queue(`SELECT pg_notify($1, id::text) FROM unnest($2::uuid[]) AS id`, channelRunFinished, runIDs)
-		if err := tx.SendBatch(ctx, b).Close(); err != nil {
-			return nil, fmt.Errorf("workflow: finishing %d runs: %w", len(runIDs), err)
+		if late == nil {
+			if err := tx.SendBatch(ctx, b).Close(); err != nil {
+				return nil, fmt.Errorf("workflow: finishing %d runs: %w", len(runIDs), err)
+			}
 		}
 		for _, st := range runStatus {
 			if st == "completed" {
