@@ -303,10 +303,23 @@ func (e *Engine) flushTx(ctx context.Context, batch []*outcome) (waits []waitSpa
 		if err := e.insertSpawns(ctx, tx, st); err != nil {
 			return err
 		}
+		// The finished tasks and the detached children's runs go in one
+		// round trip, unless a finished task may leave children that the
+		// batch cancels (whose detached children must not start): the runs
+		// then come after the cancel.
+		b := &pgx.Batch{}
+		fin := e.queueFinishTasks(b, st)
+		var detached []*runsCreation
 		var err error
-		if settled, err = e.finishTasks(ctx, tx, st); err != nil {
+		if len(st.mayOrphan) == 0 {
+			if detached, err = e.queueDetached(ctx, b, st); err != nil {
+				return err
+			}
+		}
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}
+		settled = *fin
 		if st.orphans, err = e.cancelOrphansTx(ctx, tx, settled, st.mayOrphan); err != nil {
 			return err
 		}
@@ -324,7 +337,16 @@ func (e *Engine) flushTx(ctx context.Context, batch []*outcome) (waits []waitSpa
 			suspends = slices.DeleteFunc(suspends, func(o *outcome) bool { return orphan[o.taskID] })
 			st.fresh = slices.DeleteFunc(st.fresh, func(tr turn) bool { return orphan[tr.taskID] })
 		}
-		if err := e.startDetachedTx(ctx, tx, st); err != nil {
+		if len(st.mayOrphan) > 0 {
+			b := &pgx.Batch{}
+			if detached, err = e.queueDetached(ctx, b, st); err != nil {
+				return err
+			}
+			if err := tx.SendBatch(ctx, b).Close(); err != nil {
+				return err
+			}
+		}
+		if err := e.startDetached(ctx, tx, st, detached); err != nil {
 			return err
 		}
 		// Statements whose results nothing later in the transaction
@@ -599,9 +621,10 @@ func (e *Engine) insertSpawns(ctx context.Context, tx pgx.Tx, st *batchState) er
 	return nil
 }
 
-// finishTasks records the batch's completed and failed tasks, with the
-// attempt that finished them, and returns them to settle.
-func (e *Engine) finishTasks(ctx context.Context, tx pgx.Tx, st *batchState) ([]settlement, error) {
+// queueFinishTasks queues on b the statement that records the batch's
+// completed and failed tasks, with the attempt that finished them; once b
+// is sent, the settlements it returns hold them, to settle.
+func (e *Engine) queueFinishTasks(b *pgx.Batch, st *batchState) *[]settlement {
 	var (
 		ids      []uuid.UUID
 		statuses []string
@@ -632,10 +655,11 @@ func (e *Engine) finishTasks(ctx context.Context, tx pgx.Tx, st *batchState) ([]
 		jobIDs = append(jobIDs, o.job.ID)
 		ats = append(ats, o.job.AttemptedAt)
 	}
+	settled := new([]settlement)
 	if len(ids) == 0 {
-		return nil, nil
+		return settled
 	}
-	rows, err := tx.Query(ctx, `
+	b.Queue(`
 		UPDATE braid_tasks t
 		   SET status = u.status, output = u.output, error = u.error, remaining = 0,
 		       attempt = u.attempt, job_id = u.job_id, turns = t.turns + 1,
@@ -644,19 +668,23 @@ func (e *Engine) finishTasks(ctx context.Context, tx pgx.Tx, st *batchState) ([]
 		       AS u(id, status, output, error, attempt, job_id, at)
 		 WHERE t.id = u.id AND t.status IN ('pending', 'running')
 		RETURNING t.id, t.run_id, t.parent_task_id, u.status, u.output, u.error, u.at, t.key, `+nodeDAGSQL,
-		ids, statuses, outputs, errs, attempts, jobIDs, ats)
-	if err != nil {
-		return nil, fmt.Errorf("workflow: finishing %d tasks: %w", len(ids), err)
-	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (settlement, error) {
-		var s settlement
-		var dag *string
-		err := row.Scan(&s.taskID, &s.runID, &s.parentID, &s.status, &s.output, &s.errJSON, &s.startedAt, &s.key, &dag)
-		if dag != nil {
-			s.dag = *dag
+		ids, statuses, outputs, errs, attempts, jobIDs, ats).Query(func(rows pgx.Rows) error {
+		var err error
+		*settled, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (settlement, error) {
+			var s settlement
+			var dag *string
+			err := row.Scan(&s.taskID, &s.runID, &s.parentID, &s.status, &s.output, &s.errJSON, &s.startedAt, &s.key, &dag)
+			if dag != nil {
+				s.dag = *dag
+			}
+			return s, err
+		})
+		if err != nil {
+			return fmt.Errorf("workflow: finishing %d tasks: %w", len(ids), err)
 		}
-		return s, err
+		return nil
 	})
+	return settled
 }
 
 func nullBytes(b json.RawMessage) []byte {

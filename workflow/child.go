@@ -316,14 +316,12 @@ func (e *Engine) cancelTurnsOf(ctx context.Context, tasks []uuid.UUID) {
 	}
 }
 
-// startDetachedTx starts the detached children of the batch's live turns,
-// each as a run of its own, in the batch's transaction. A run that exists
-// (started by an earlier turn) is left alone. Their first turns join the
-// batch's new turns, so that the worker of the turn that started one may
-// run it next, as it would a child.
-func (e *Engine) startDetachedTx(ctx context.Context, tx pgx.Tx, st *batchState) error {
+// queueDetached queues on b the creation of the detached children of the
+// batch's live turns, each a run of its own, one statement per workflow;
+// startDetached completes it once b is sent. A run that exists (started
+// by an earlier turn) is left alone.
+func (e *Engine) queueDetached(ctx context.Context, b *pgx.Batch, st *batchState) ([]*runsCreation, error) {
 	byDef := map[*definition][]start{}
-	owner := map[*definition][]*outcome{}
 	var defs []*definition
 	for _, o := range st.owned {
 		if o.t == nil || len(o.t.detached) == 0 || (o.kind != outcomeComplete && o.kind != outcomeSuspend) || !isRunnable(st.status[o.taskID]) {
@@ -333,25 +331,39 @@ func (e *Engine) startDetachedTx(ctx context.Context, tx pgx.Tx, st *batchState)
 			if byDef[s.def] == nil {
 				defs = append(defs, s.def)
 			}
-			byDef[s.def] = append(byDef[s.def], start{input: s.input, opts: &StartOpts{ID: s.runID.String()}})
-			owner[s.def] = append(owner[s.def], o)
+			byDef[s.def] = append(byDef[s.def], start{input: s.input, opts: &StartOpts{ID: s.runID.String()}, by: o})
 		}
 	}
+	var out []*runsCreation
 	for _, d := range defs {
-		turns, err := e.createRunsTx(ctx, tx, d, byDef[d])
+		c, err := e.queueRuns(ctx, b, d, byDef[d])
 		if err != nil {
-			return fmt.Errorf("workflow: starting %d detached children: %w", len(byDef[d]), err)
+			return nil, fmt.Errorf("workflow: starting %d detached children: %w", len(byDef[d]), err)
 		}
-		// createRunsTx returns the turns of the runs it created, in the
-		// order of their starts; a run that existed has none. (A DAG's
-		// are its nodes' first turns, left to River's fetch.)
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// startDetached completes the creation of detached children that
+// queueDetached queued. Their first turns join the batch's new turns, so
+// that the worker of the turn that started one may run it next, as it
+// would a child.
+func (e *Engine) startDetached(ctx context.Context, tx pgx.Tx, st *batchState, created []*runsCreation) error {
+	for _, c := range created {
+		turns, err := c.finish(ctx, tx)
+		if err != nil {
+			return fmt.Errorf("workflow: starting %d detached children: %w", len(c.starts), err)
+		}
+		// finish returns the turns of the runs it created, in the order
+		// of their starts; a run that existed has none. (A DAG's are its
+		// nodes' first turns, left to River's fetch.)
 		i := 0
-		for j, s := range byDef[d] {
-			if d.dag != nil || s.existing || i >= len(turns) {
+		for _, s := range c.starts {
+			if c.d.dag != nil || s.existing || i >= len(turns) {
 				continue
 			}
-			o := owner[d][j]
-			turns[i].by, turns[i].link = o, newTurnLink(o.traceParent(), linkSpawning)
+			turns[i].by, turns[i].link = s.by, newTurnLink(s.by.traceParent(), linkSpawning)
 			i++
 		}
 		st.fresh = append(st.fresh, turns...)

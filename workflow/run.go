@@ -163,6 +163,9 @@ type start struct {
 	opts     *StartOpts
 	id       string
 	existing bool
+	// by is, for a detached child, the outcome of the turn that started
+	// it.
+	by *outcome
 }
 
 func (e *Engine) startTx(ctx context.Context, tx pgx.Tx, d *definition, input json.RawMessage, opts *StartOpts) (string, bool, error) {
@@ -188,6 +191,37 @@ func (e *Engine) startManyTx(ctx context.Context, tx pgx.Tx, d *definition, star
 // turns for the caller to insert: startManyTx, or a batch that starts
 // detached children and claims their turns like its other new ones.
 func (e *Engine) createRunsTx(ctx context.Context, tx pgx.Tx, d *definition, starts []start) ([]turn, error) {
+	b := &pgx.Batch{}
+	c, err := e.queueRuns(ctx, b, d, starts)
+	if err != nil || c == nil {
+		return nil, err
+	}
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return nil, fmt.Errorf("workflow: starting %d runs: %w", len(starts), err)
+	}
+	return c.finish(ctx, tx)
+}
+
+// runsCreation is the creation of runs that queueRuns queued: once its
+// statement has run, finish completes it.
+type runsCreation struct {
+	e       *Engine
+	d       *definition
+	starts  []start
+	created []uuid.UUID
+	runIDs  []uuid.UUID
+	taskIDs []uuid.UUID
+	inputs  []string
+	keys    []*string
+	timeout []int64
+	turns   []turn
+	index   map[uuid.UUID]int
+}
+
+// queueRuns queues on b the statement that creates the runs of starts of
+// d with their root tasks, so that a batch of outcomes sends it with its
+// other statements. It returns nil for no starts.
+func (e *Engine) queueRuns(ctx context.Context, b *pgx.Batch, d *definition, starts []start) (*runsCreation, error) {
 	n := len(starts)
 	if n == 0 {
 		return nil, nil
@@ -255,7 +289,9 @@ func (e *Engine) createRunsTx(ctx context.Context, tx pgx.Tx, d *definition, sta
 	if d.dag != nil {
 		rootStatus, rootRemaining, runStatus = "waiting", len(d.dag.nodes), "running"
 	}
-	rows, err := tx.Query(ctx, `
+	c := &runsCreation{e: e, d: d, starts: starts, runIDs: runIDs, taskIDs: taskIDs, inputs: inputs, keys: keys,
+		timeout: timeouts, turns: turns, index: index}
+	b.Queue(`
 		WITH u AS (
 		    SELECT u.*, CASE WHEN u.timeout_us > 0 THEN u.timeout_us * interval '1 microsecond' END AS timeout
 		      FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[], $7::smallint[], $13::bigint[])
@@ -271,17 +307,24 @@ func (e *Engine) createRunsTx(ctx context.Context, tx pgx.Tx, d *definition, sta
 		INSERT INTO braid_tasks (id, run_id, key, workflow, status, input, max_attempts, queue, priority, remaining)
 		SELECT u.task_id, run.id, 'root', $8, $10, u.input::jsonb, $9, u.queue, u.prio, $11 FROM run JOIN u ON u.id = run.id
 		RETURNING run_id`,
-		runIDs, taskIDs, inputs, keys, traces, queues, prios, d.name, d.maxAttempts, rootStatus, rootRemaining, runStatus, timeouts)
-	if err != nil {
-		return nil, fmt.Errorf("workflow: starting %d runs: %w", n, err)
-	}
-	created, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
-	if err != nil {
-		return nil, fmt.Errorf("workflow: starting %d runs: %w", n, err)
-	}
-	isNew := make([]bool, n)
-	for _, id := range created {
-		isNew[index[id]] = true
+		runIDs, taskIDs, inputs, keys, traces, queues, prios, d.name, d.maxAttempts, rootStatus, rootRemaining, runStatus, timeouts).
+		Query(func(rows pgx.Rows) error {
+			var err error
+			c.created, err = pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+			return err
+		})
+	return c, nil
+}
+
+// finish completes the creation of runs once its statement has run: it
+// finds the runs that existed, creates DAG runs' nodes, and returns the
+// first turns of the runs it created.
+func (c *runsCreation) finish(ctx context.Context, tx pgx.Tx) ([]turn, error) {
+	e, d, starts := c.e, c.d, c.starts
+	runIDs, taskIDs, inputs, keys, timeouts, turns := c.runIDs, c.taskIDs, c.inputs, c.keys, c.timeout, c.turns
+	isNew := make([]bool, len(starts))
+	for _, id := range c.created {
+		isNew[c.index[id]] = true
 	}
 	kept := turns[:0]
 	var dagRoots []dagRoot
