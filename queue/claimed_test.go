@@ -179,3 +179,94 @@ func TestWorkClaimedRecordsOutcomes(t *testing.T) {
 		}
 	})
 }
+
+// CompleteTx completes a job only while it runs the attempt given: an
+// attempt that lost its job (rescued, then claimed again) completes
+// nothing, and the attempt that holds it completes it.
+func TestCompleteTxFencesOnTheAttempt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q := claimQueue(t)
+	res, err := q.Insert(ctx, claimedArgs{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim := func() *rivertype.JobRow {
+		t.Helper()
+		var jobs []*rivertype.JobRow
+		err := pgx.BeginFunc(ctx, q.pool, func(tx pgx.Tx) error {
+			jobs, err = q.ClaimTx(ctx, tx, []int64{res.Job.ID})
+			return err
+		})
+		if err != nil || len(jobs) != 1 {
+			t.Fatalf("claiming job %d: %v, %d claimed", res.Job.ID, err, len(jobs))
+		}
+		return jobs[0]
+	}
+	complete := func(job *rivertype.JobRow) rivertype.JobState {
+		t.Helper()
+		if err := pgx.BeginFunc(ctx, q.pool, func(tx pgx.Tx) error { return q.CompleteTx(ctx, tx, []*rivertype.JobRow{job}) }); err != nil {
+			t.Fatal(err)
+		}
+		got, err := q.River().JobGet(ctx, job.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got.State
+	}
+	lost := claim()
+	// The rescuer gives the job back, and another attempt takes it.
+	if _, err := q.pool.Exec(ctx, `UPDATE river_job SET state = 'available' WHERE id = $1`, res.Job.ID); err != nil {
+		t.Fatal(err)
+	}
+	held := claim()
+	if held.Attempt != 2 {
+		t.Fatalf("the second claim is attempt %d, want 2", held.Attempt)
+	}
+	if state := complete(lost); state != rivertype.JobStateRunning {
+		t.Fatalf("the lost attempt's completion left the job %s; want it still running", state)
+	}
+	if state := complete(held); state != rivertype.JobStateCompleted {
+		t.Fatalf("the holding attempt's completion left the job %s; want it completed", state)
+	}
+}
+
+// QueueClaim and QueueClaimAvailable share one round trip: the jobs the
+// first claims are running when the second looks, so no job is claimed
+// twice, and both callbacks get their jobs once the batch is sent.
+func TestQueuedClaimsShareARoundTrip(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q := claimQueue(t)
+	var ids []int64
+	for range 3 {
+		res, err := q.Insert(ctx, claimedArgs{}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, res.Job.ID)
+	}
+	var byID, available []*rivertype.JobRow
+	err := pgx.BeginFunc(ctx, q.pool, func(tx pgx.Tx) error {
+		b := &pgx.Batch{}
+		if !q.QueueClaim(b, ids[2:], func(jobs []*rivertype.JobRow) { byID = jobs }) {
+			t.Fatal("QueueClaim queued nothing")
+		}
+		if !q.QueueClaimAvailable(b, river.QueueDefault, 5, []string{"claimed"}, func(jobs []*rivertype.JobRow) { available = jobs }) {
+			t.Fatal("QueueClaimAvailable queued nothing")
+		}
+		if q.QueueClaim(b, nil, func([]*rivertype.JobRow) {}) || q.QueueClaimAvailable(b, river.QueueDefault, 0, []string{"claimed"}, func([]*rivertype.JobRow) {}) {
+			t.Fatal("a claim of nothing queued a statement")
+		}
+		return tx.SendBatch(ctx, b).Close()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(byID) != 1 || byID[0].ID != ids[2] {
+		t.Fatalf("claimed by ID %+v; want job %d", byID, ids[2])
+	}
+	if len(available) != 2 || available[0].ID != ids[0] || available[1].ID != ids[1] {
+		t.Fatalf("claimed from the queue %+v; want jobs %d and %d, in order", available, ids[0], ids[1])
+	}
+}

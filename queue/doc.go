@@ -59,6 +59,18 @@
 // such a batch for ever.) river.JobCompleteTx and the other generic River
 // helpers work unchanged: they go through the client's driver and pilot.
 //
+// # Claims and completions in a caller's transaction
+//
+// A caller that records its work's outcome in its own transaction (braid's
+// batches of turn outcomes do) can complete its jobs there with
+// [Queue.CompleteTx], which completes a job only while it still runs the
+// attempt given, and claim the jobs that outcome made runnable with
+// [Queue.ClaimTx] or [Queue.ClaimAvailableTx], exactly as River's fetch
+// claims them, then work them with [Queue.WorkClaimed] in the worker slot
+// it holds. [Queue.QueueComplete], [Queue.QueueClaim] and
+// [Queue.QueueClaimAvailable] queue the same statements on a pgx.Batch,
+// so that they share a round trip with the caller's own statements.
+//
 // # Tracing
 //
 // When a job is inserted (through the Queue or through River directly), the

@@ -64,7 +64,7 @@ type outcome struct {
 	// nextTask is its task, read by the batch that claimed it.
 	next     *rivertype.JobRow
 	nextTask *loadedTask
-	done chan struct{}
+	done     chan struct{}
 
 	// tp is the W3C traceparent of the turn's span, once traceParent
 	// has read it.

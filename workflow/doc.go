@@ -214,6 +214,15 @@
 // parent that finish together are summed into one decrement of the
 // parent's join, and the parent's row is locked once per batch.
 //
+// A batch pays for round trips, not only for its commit, so it sends
+// together the statements that do not wait on each other's results: its
+// locks with its jobs' completions; its finished tasks with its detached
+// children's runs; and, in its last round trip, its runs' finishes and
+// their notifications, its attempts' errors, its claims (below) and the
+// reads of the claimed turns' tasks. A link of a chain, a turn that starts
+// the next link as a detached child and completes, costs BEGIN, four round
+// trips and COMMIT, and the next link starts without a read of its own.
+//
 // # Continuations without a queue hop
 //
 // When an outcome makes another task runnable (a child it starts, the
@@ -228,7 +237,9 @@
 // so no more turns run at once than River's MaxWorkers allow, through the
 // queue's middleware (spans, metrics, heartbeats, the ownership watch), and
 // then records its outcome as River's executor would, fenced on the
-// attempt ([queue.Queue.WorkClaimed]).
+// attempt ([queue.Queue.WorkClaimed]). The batch that claims the turn
+// also reads its task, steps and children, as they stand once the batch
+// has written them, so the turn starts without a read of its own.
 //
 // This stays within River's model: the turn is a River job from insert to
 // finish, claimed once, by one attempt, like a fetched one. The only
