@@ -20,7 +20,8 @@ import (
 const SchedulerIntervalDefault = 5 * time.Second
 
 // ClaimTx claims jobs for this process in tx, by ID, as River's fetch
-// claims a job: each job of the list that is available moves to running,
+// claims a job: each job of the list that is available (or pending: see
+// QueueClaim) moves to running,
 // its attempt counted, its attempted_at set to the moment of the claim on
 // the database clock (not the transaction's start) and this client added
 // to attempted_by. Jobs that are not available, or whose kind declares no
@@ -49,23 +50,42 @@ func (q *Queue) ClaimTx(ctx context.Context, tx pgx.Tx, ids []int64) ([]*riverty
 // same round trip; once b is sent, claimed gets the claimed jobs. It
 // queues nothing and returns false when there is nothing to claim, or
 // when the Queue does not work jobs.
+//
+// A job inserted pending (river.InsertOpts.Pending) is claimed too: a
+// caller that inserts jobs only to claim them in the same transaction
+// inserts them pending, which River's fetch never takes and which wakes
+// no fetcher. Such a job that the statement does not claim (its kind is
+// not claimable) is made available, so that none stays pending. Insert
+// jobs pending only when [Queue.Claims] their kind.
 func (q *Queue) QueueClaim(b *pgx.Batch, ids []int64, claimed func([]*rivertype.JobRow)) bool {
 	if len(ids) == 0 || !q.working {
 		return false
 	}
 	b.Queue(`
-		UPDATE river_job
-		   SET state = 'running', attempt = attempt + 1, attempted_at = clock_timestamp(),
-		       attempted_by = array_append(attempted_by, $2::text)
-		 WHERE id = ANY($1) AND state = 'available' AND kind = ANY($3)
-		RETURNING id, args, attempt, attempted_at, attempted_by, created_at, kind, max_attempts,
-		          metadata, priority, queue, scheduled_at, tags`,
+		WITH claimed AS (
+		    UPDATE river_job
+		       SET state = 'running', attempt = attempt + 1, attempted_at = clock_timestamp(),
+		           attempted_by = array_append(attempted_by, $2::text)
+		     WHERE id = ANY($1) AND state IN ('available', 'pending') AND kind = ANY($3)
+		    RETURNING id, args, attempt, attempted_at, attempted_by, created_at, kind, max_attempts,
+		              metadata, priority, queue, scheduled_at, tags
+		), released AS (
+		    UPDATE river_job SET state = 'available'
+		     WHERE id = ANY($1) AND state = 'pending' AND id NOT IN (SELECT id FROM claimed)
+		)
+		SELECT * FROM claimed`,
 		ids, q.client.ID(), q.declaredKinds).Query(func(rows pgx.Rows) error {
 		jobs, err := collectClaimed(rows)
 		claimed(jobs)
 		return err
 	})
 	return true
+}
+
+// Claims reports whether ClaimTx claims jobs of kind: the Queue works
+// jobs and kind declares a heartbeat.
+func (q *Queue) Claims(kind string) bool {
+	return q.working && q.intervals[kind] > 0
 }
 
 // ClaimAvailableTx claims for this process, in tx, up to n jobs of queue

@@ -270,3 +270,43 @@ func TestQueuedClaimsShareARoundTrip(t *testing.T) {
 		t.Fatalf("claimed from the queue %+v; want jobs %d and %d, in order", available, ids[0], ids[1])
 	}
 }
+
+// A job inserted pending, which River's fetch never takes, is claimed by
+// ID like an available one; one whose kind is not claimable is made
+// available instead, so that no job the caller meant to claim stays
+// pending.
+func TestClaimTakesPendingJobsAndReleasesTheRest(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q := claimQueue(t)
+	if !q.Claims("claimed") || q.Claims("unclaimed") {
+		t.Fatalf("Claims: claimed %t, unclaimed %t; want true, false", q.Claims("claimed"), q.Claims("unclaimed"))
+	}
+	var claimable, other int64
+	var jobs []*rivertype.JobRow
+	err := pgx.BeginFunc(ctx, q.pool, func(tx pgx.Tx) error {
+		a, err := q.River().InsertTx(ctx, tx, claimedArgs{}, &river.InsertOpts{Pending: true})
+		if err != nil {
+			return err
+		}
+		b, err := q.River().InsertTx(ctx, tx, unclaimedArgs{}, &river.InsertOpts{Pending: true})
+		if err != nil {
+			return err
+		}
+		claimable, other = a.Job.ID, b.Job.ID
+		jobs, err = q.ClaimTx(ctx, tx, []int64{claimable, other})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(jobs) != 1 || jobs[0].ID != claimable || jobs[0].Attempt != 1 {
+		t.Fatalf("claimed %+v; want the pending job %d at attempt 1", jobs, claimable)
+	}
+	for id, want := range map[int64]rivertype.JobState{claimable: rivertype.JobStateRunning, other: rivertype.JobStateAvailable} {
+		got, err := q.River().JobGet(ctx, id)
+		if err != nil || got.State != want {
+			t.Fatalf("job %d is %v (%v); want %s", id, got.State, err, want)
+		}
+	}
+}

@@ -391,14 +391,20 @@ func (e *Engine) flushTx(ctx context.Context, batch []*outcome) (waits []waitSpa
 		// The batch's own jobs completed with its locks (see lock), before
 		// its new turns are inserted: a task woken here must not find its
 		// finished turn still live.
-		inserted, err := e.enqueueTurns(ctx, tx, st.wake, st.fresh)
+		// The turns this batch will claim are inserted pending (see
+		// claimContinuations).
+		stopping := e.stopping.Load()
+		inserted, err := e.enqueueTurns(ctx, tx, st.wake, st.fresh, func(tr turn) bool {
+			_, known := e.registry[tr.workflow]
+			return !stopping && known && tr.by.owned && e.queue.Claims(TaskKind)
+		})
 		if err != nil {
 			return err
 		}
 		if st.delays {
 			late.Queue(`SELECT pg_notify($1, '')`, channelDelay)
 		}
-		return e.claimContinuations(ctx, tx, inserted, st, late)
+		return e.claimContinuations(ctx, tx, inserted, st, late, stopping)
 	})
 	return waits, orphans, err
 }
@@ -835,21 +841,19 @@ func (e *Engine) recordAttemptErrors(b *pgx.Batch, st *batchState) {
 // worker runs the claimed turn as soon as the batch commits, in the worker
 // slot it holds, without a trip through River's fetch loop. The claims go
 // in one round trip with the statements queued on late.
-func (e *Engine) claimContinuations(ctx context.Context, tx pgx.Tx, inserted []insertedTurn, st *batchState, late *pgx.Batch) error {
+func (e *Engine) claimContinuations(ctx context.Context, tx pgx.Tx, inserted []insertedTurn, st *batchState, late *pgx.Batch, stopping bool) error {
 	var ids []int64
 	var tasks []uuid.UUID
 	picked := map[int64]*outcome{}
 	taskOf := map[int64]uuid.UUID{}
 	taken := map[*outcome]bool{}
-	stopping := e.stopping.Load()
 	for _, it := range inserted {
+		// enqueueTurns inserted pending the turn to claim of each
+		// outcome that may claim one.
+		if !it.claim {
+			continue
+		}
 		o := it.by
-		if stopping || o == nil || taken[o] || !o.owned {
-			continue
-		}
-		if _, ok := e.registry[it.workflow]; !ok {
-			continue
-		}
 		taken[o] = true
 		ids, tasks = append(ids, it.jobID), append(tasks, it.taskID)
 		picked[it.jobID], taskOf[it.jobID] = o, it.taskID

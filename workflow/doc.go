@@ -227,12 +227,15 @@
 //
 // When an outcome makes another task runnable (a child it starts, the
 // parent whose join it completes, its own next turn once every awaited
-// child has finished), the batch inserts that turn's River job as usual,
-// then claims it for this process in the same transaction, exactly as
-// River's fetch claims a job: available becomes running, the attempt is
-// counted, attempted_at and attempted_by are set. It does so when this
-// process runs that workflow and is not stopping, for at most one turn
-// per outcome. As soon as the batch commits, the worker that handed in the
+// child has finished), the batch inserts that turn's River job, then
+// claims it for this process in the same transaction, exactly as River's
+// fetch claims a job: the job becomes running, the attempt is counted,
+// attempted_at and attempted_by are set. It does so when this process runs
+// that workflow and is not stopping, for at most one turn per outcome. A
+// turn to be claimed is inserted pending, a River state that River's fetch
+// never takes, so no fetcher is woken for a job that no other process
+// could have; should the claim not take it, the same statement makes it
+// available. As soon as the batch commits, the worker that handed in the
 // outcome runs the claimed turn in the River worker slot it still holds,
 // so no more turns run at once than River's MaxWorkers allow, through the
 // queue's middleware (spans, metrics, heartbeats, the ownership watch), and

@@ -202,18 +202,20 @@ type insertedTurn struct {
 	taskID   uuid.UUID
 	workflow string
 	by       *outcome
+	// claim: the turn was inserted pending, for by's batch to claim.
+	claim bool
 }
 
 // wakeTurns gives existing tasks, which tx holds locked, their next turn;
 // see enqueueTurns.
 func (e *Engine) wakeTurns(ctx context.Context, tx pgx.Tx, turns []turn) error {
-	_, err := e.enqueueTurns(ctx, tx, turns, nil)
+	_, err := e.enqueueTurns(ctx, tx, turns, nil, nil)
 	return err
 }
 
 // insertTurns inserts the first turns of new tasks; see enqueueTurns.
 func (e *Engine) insertTurns(ctx context.Context, tx pgx.Tx, turns []turn) error {
-	_, err := e.enqueueTurns(ctx, tx, nil, turns)
+	_, err := e.enqueueTurns(ctx, tx, nil, turns, nil)
 	return err
 }
 
@@ -226,7 +228,12 @@ func (e *Engine) insertTurns(ctx context.Context, tx pgx.Tx, turns []turn) error
 // would lock the job row after the task row, against the lock order. No
 // live turn can appear meanwhile: giving a task a turn takes its row lock,
 // which tx holds. It returns the jobs it inserted.
-func (e *Engine) enqueueTurns(ctx context.Context, tx pgx.Tx, wake, fresh []turn) ([]insertedTurn, error) {
+//
+// With claim, the first turn of each outcome (its by) for which claim
+// holds is inserted pending, to be claimed by the batch of that outcome
+// (claimContinuations): River's fetch never takes it, and no fetcher is
+// woken for it.
+func (e *Engine) enqueueTurns(ctx context.Context, tx pgx.Tx, wake, fresh []turn, claim func(turn) bool) ([]insertedTurn, error) {
 	if len(wake) > 0 {
 		ids := make([]string, len(wake))
 		for i, tr := range wake {
@@ -259,7 +266,12 @@ func (e *Engine) enqueueTurns(ctx context.Context, tx pgx.Tx, wake, fresh []turn
 		return nil, nil
 	}
 	params := make([]river.InsertManyParams, len(turns))
+	claimed := make([]bool, len(turns))
+	taken := map[*outcome]bool{}
 	for i, tr := range turns {
+		if claim != nil && tr.by != nil && !taken[tr.by] && claim(tr) {
+			taken[tr.by], claimed[i] = true, true
+		}
 		params[i] = river.InsertManyParams{
 			Args: taskArgs{TaskID: tr.taskID.String(), Workflow: tr.workflow},
 			InsertOpts: &river.InsertOpts{
@@ -267,6 +279,7 @@ func (e *Engine) enqueueTurns(ctx context.Context, tx pgx.Tx, wake, fresh []turn
 				Priority:    int(tr.priority),
 				MaxAttempts: tr.maxAttempts,
 				UniqueOpts:  turnUnique,
+				Pending:     claimed[i],
 			},
 		}
 		if tr.link != nil {
@@ -292,7 +305,7 @@ func (e *Engine) enqueueTurns(ctx context.Context, tx pgx.Tx, wake, fresh []turn
 				"task.id", turns[i].taskID, "job.id", r.Job.ID)
 			continue
 		}
-		inserted = append(inserted, insertedTurn{jobID: r.Job.ID, taskID: turns[i].taskID, workflow: turns[i].workflow, by: turns[i].by})
+		inserted = append(inserted, insertedTurn{jobID: r.Job.ID, taskID: turns[i].taskID, workflow: turns[i].workflow, by: turns[i].by, claim: claimed[i]})
 	}
 	return inserted, nil
 }
