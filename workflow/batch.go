@@ -390,9 +390,8 @@ func (e *Engine) flushTx(ctx context.Context, batch []*outcome) (waits []waitSpa
 		e.recordAttemptErrors(late, st)
 		// The batch's own jobs completed with its locks (see lock), before
 		// its new turns are inserted: a task woken here must not find its
-		// finished turn still live.
-		// The turns this batch will claim are inserted pending (see
-		// claimContinuations).
+		// finished turn still live. The turns this batch will claim are
+		// inserted pending (see claimContinuations).
 		stopping := e.stopping.Load()
 		inserted, err := e.enqueueTurns(ctx, tx, st.wake, st.fresh, func(tr turn) bool {
 			_, known := e.registry[tr.workflow]
@@ -423,7 +422,7 @@ func (o *outcome) logf(ctx context.Context, msg string, args ...any) {
 // return as superseded. Then the turns' tasks and the parents that
 // finishing ones settle, newest first: a child is always created after its
 // parent, so that is children first, the order every writer of tasks
-// follows.
+// follows. The same round trip completes the jobs of the turns that ended.
 func (e *Engine) lock(ctx context.Context, tx pgx.Tx, batch []*outcome, st *batchState) error {
 	ids := make([]int64, len(batch))
 	attempts := make([]int32, len(batch))
