@@ -45,7 +45,10 @@ func TestStepRecordFailureFailsOnlyItsStep(t *testing.T) {
 	}
 	waiting := func(n int) func() bool {
 		return func() bool {
-			return count(t, pool, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = 4242 AND NOT granted`) == n
+			return count(t, pool, `
+				SELECT count(*) FROM pg_locks
+				 WHERE locktype = 'advisory' AND objid = 4242 AND NOT granted
+				   AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`) == n
 		}
 	}
 
@@ -64,9 +67,13 @@ func TestStepRecordFailureFailsOnlyItsStep(t *testing.T) {
 		}
 		return r
 	}
-	// Two plugs keep both statements that write step records busy.
-	plugs := []*workflow.Run[string]{start("plug"), start("plug")}
-	waitFor(t, "both plugs' records to wait on the lock", 20*time.Second, waiting(2))
+	// Two plugs keep both statements that write step records busy, one
+	// each: the second starts once the first one's statement waits.
+	var plugs []*workflow.Run[string]
+	for i := range 2 {
+		plugs = append(plugs, start("plug"))
+		waitFor(t, "a plug's record to wait on the lock", 20*time.Second, waiting(i+1))
+	}
 	const n = 8
 	runs := make([]*workflow.Run[string], n)
 	for i := range runs {
@@ -157,7 +164,9 @@ func TestStepOfALockedTaskHoldsUpNoOtherStep(t *testing.T) {
 		}
 		close(gates[i]) // its record now waits for the lock
 		waitFor(t, "the blocked step's record to wait on the task's row", 20*time.Second, func() bool {
-			return count(t, pool, `SELECT count(*) FROM pg_locks WHERE locktype = 'transactionid' AND NOT granted`) == i+1
+			return count(t, pool, `
+				SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+				 WHERE a.datname = current_database() AND l.locktype = 'transactionid' AND NOT l.granted`) == i+1
 		})
 	}
 
