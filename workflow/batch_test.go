@@ -231,6 +231,11 @@ func TestFanInInsertsOneContinuation(t *testing.T) {
 	if got := count(t, pool, `SELECT turns FROM braid_tasks WHERE key = 'root'`); got != 2 {
 		t.Fatalf("the parent counts %d turns, want 2", got)
 	}
+	// Turns that batches claimed were inserted pending: none is left so,
+	// nor left behind in any state but completed.
+	if got := count(t, pool, `SELECT count(*) FROM river_job WHERE state <> 'completed'`); got != 0 {
+		t.Fatalf("%d turn jobs are not completed once the run is", got)
+	}
 }
 
 // StartMany starts many runs in one transaction; a run whose idempotency
