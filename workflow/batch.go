@@ -264,7 +264,7 @@ type batchState struct {
 // statement, then the runs. It returns the waits on children that the
 // batch ended, to record once it has committed.
 func (e *Engine) flushTx(ctx context.Context, batch []*outcome) (waits []waitSpan, orphans []uuid.UUID, err error) {
-	err = e.withTx(ctx, func(tx pgx.Tx) error {
+	err = e.withPipeTx(ctx, func(tx *pipeTx) error {
 		waits = nil
 		for _, o := range batch {
 			o.owned, o.next, o.nextTask, o.finished = false, nil, nil, false
@@ -453,13 +453,13 @@ func (e *Engine) lock(ctx context.Context, tx pgx.Tx, batch []*outcome, st *batc
 	// nodes of their DAGs and their unfinished descendants, so that a
 	// batch with neither pays nothing for them.
 	lockTasks := `SELECT unnest($1::uuid[]) UNION SELECT parent_task_id FROM braid_tasks WHERE id = ANY($2)`
-	lockArgs := []any{tasks, finishing}
+	lockArgs := []any{pgIDs(tasks), pgIDs(finishing)}
 	if len(nodes) > 0 {
-		lockArgs = append(lockArgs, nodes)
+		lockArgs = append(lockArgs, pgIDs(nodes))
 		lockTasks += ` UNION ` + lockNodesSQL(fmt.Sprintf("$%d", len(lockArgs)))
 	}
 	if len(st.mayOrphan) > 0 {
-		lockArgs = append(lockArgs, st.mayOrphan)
+		lockArgs = append(lockArgs, pgIDs(st.mayOrphan))
 		lockTasks += ` UNION ` + unfinishedDescendantsSQL(fmt.Sprintf("$%d::uuid[]", len(lockArgs)))
 	}
 	b := &pgx.Batch{}
@@ -673,7 +673,7 @@ func (e *Engine) queueFinishTasks(b *pgx.Batch, st *batchState) *[]settlement {
 		       AS u(id, status, output, error, attempt, job_id, at)
 		 WHERE t.id = u.id AND t.status IN ('pending', 'running')
 		RETURNING t.id, t.run_id, t.parent_task_id, u.status, u.output, u.error, u.at, t.key, `+nodeDAGSQL,
-		ids, statuses, outputs, errs, attempts, jobIDs, ats).Query(func(rows pgx.Rows) error {
+		pgIDs(ids), statuses, outputs, errs, attempts, jobIDs, ats).Query(func(rows pgx.Rows) error {
 		var err error
 		*settled, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (settlement, error) {
 			var s settlement
@@ -830,7 +830,7 @@ func (e *Engine) recordAttemptErrors(b *pgx.Batch, st *batchState) {
 	b.Queue(`
 		UPDATE braid_tasks t SET error = u.error, updated_at = braid_now()
 		  FROM unnest($1::uuid[], $2::jsonb[]) AS u(id, error)
-		 WHERE t.id = u.id AND t.status IN ('pending', 'running')`, ids, errs)
+		 WHERE t.id = u.id AND t.status IN ('pending', 'running')`, pgIDs(ids), errs)
 }
 
 // claimContinuations claims, for each owned turn of the batch, one of the
@@ -839,8 +839,9 @@ func (e *Engine) recordAttemptErrors(b *pgx.Batch, st *batchState) {
 // not stopping; or else the next turn waiting in its queue. The turn's
 // worker runs the claimed turn as soon as the batch commits, in the worker
 // slot it holds, without a trip through River's fetch loop. The claims go
-// in one round trip with the statements queued on late.
-func (e *Engine) claimContinuations(ctx context.Context, tx pgx.Tx, inserted []insertedTurn, st *batchState, late *pgx.Batch, stopping bool) error {
+// in the batch's last round trip, with the statements queued on late and
+// the commit.
+func (e *Engine) claimContinuations(ctx context.Context, tx *pipeTx, inserted []insertedTurn, st *batchState, late *pgx.Batch, stopping bool) error {
 	var ids []int64
 	var tasks []uuid.UUID
 	picked := map[int64]*outcome{}
@@ -887,11 +888,8 @@ func (e *Engine) claimContinuations(ctx context.Context, tx pgx.Tx, inserted []i
 			}
 		})
 	}
-	if late.Len() == 0 {
-		return nil
-	}
-	if err := tx.SendBatch(ctx, late).Close(); err != nil {
-		return fmt.Errorf("workflow: finishing the batch (runs, attempt errors, claims): %w", err)
+	if err := tx.commitWith(ctx, late); err != nil {
+		return fmt.Errorf("workflow: finishing the batch (runs, attempt errors, claims) and committing: %w", err)
 	}
 	for _, j := range claimed {
 		o := picked[j.ID]

@@ -73,16 +73,31 @@ func (r *logRecorder) has(prefix string) bool {
 // the batch complete on their first attempt, and only the bad turn fails.
 func TestBatchFailureFailsOnlyTheBadTurn(t *testing.T) {
 	t.Parallel()
+	badTurnInBatch(t, "braid_tasks")
+}
+
+// As TestBatchFailureFailsOnlyTheBadTurn, but the statement that fails is
+// a run's finish, which goes in the batch's last round trip with its
+// COMMIT: nothing of the batch commits, and it is recorded again one
+// outcome at a time.
+func TestBatchFailureInItsLastRoundTripFailsOnlyTheBadTurn(t *testing.T) {
+	t.Parallel()
+	badTurnInBatch(t, "braid_runs")
+}
+
+// badTurnInBatch ends eight turns in one batch, one of whose outputs a
+// trigger on table rejects.
+func badTurnInBatch(t *testing.T, table string) {
 	pool := testutil.Pool(t, testutil.URL(t))
 	execSQL(t, pool, `
 		CREATE FUNCTION poison() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN
 		    IF NEW.output::text LIKE '%poison%' THEN
-		        RAISE EXCEPTION 'poisoned output of task %', NEW.id;
+		        RAISE EXCEPTION 'poisoned output of %', NEW.id;
 		    END IF;
 		    RETURN NEW;
 		END $$;
-		CREATE TRIGGER poison BEFORE UPDATE ON braid_tasks FOR EACH ROW EXECUTE FUNCTION poison();`)
+		CREATE TRIGGER poison BEFORE UPDATE ON `+table+` FOR EACH ROW EXECUTE FUNCTION poison();`)
 
 	const n = 8
 	gate := newBarrier(n)

@@ -219,9 +219,11 @@
 // locks with its jobs' completions; its finished tasks with its detached
 // children's runs; and, in its last round trip, its runs' finishes and
 // their notifications, its attempts' errors, its claims (below) and the
-// reads of the claimed turns' tasks. A link of a chain, a turn that starts
-// the next link as a detached child and completes, costs BEGIN, four round
-// trips and COMMIT, and the next link starts without a read of its own.
+// reads of the claimed turns' tasks. Its BEGIN travels with its first
+// round trip and its COMMIT with its last, so a batch sends no round trip
+// for either. A link of a chain, a turn that starts the next link as a
+// detached child and completes, costs four round trips in all, and the
+// next link starts without a read of its own.
 //
 // # Continuations without a queue hop
 //

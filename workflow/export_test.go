@@ -1,6 +1,12 @@
 package workflow
 
-import "github.com/riverqueue/river/rivertype"
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river/rivertype"
+)
 
 // SetHookBeforeContinuation sets a function that runs after a batch that
 // claimed a continuation committed, before the continuation's turn starts.
@@ -13,3 +19,18 @@ const TopicWaitsSQL = topicWaitsSQL
 // StepsQueued is how many step records wait for a statement to carry
 // them.
 func StepsQueued(e *Engine) int { return len(e.recorder.in) }
+
+// PipeTx is the outcome batch's transaction.
+type PipeTx = pipeTx
+
+// WithPipeTx runs fn in a PipeTx on a connection of pool.
+func WithPipeTx(ctx context.Context, pool *pgxpool.Pool, fn func(tx *PipeTx) error) error {
+	return (&Engine{pool: pool}).withPipeTx(ctx, fn)
+}
+
+// CommitWith sends b and COMMIT in one round trip.
+func (t *pipeTx) CommitWith(ctx context.Context, b *pgx.Batch) error { return t.commitWith(ctx, b) }
+
+// TxStatus is the connection's transaction status: 'I' idle, 'T' in a
+// transaction, 'E' in a failed one.
+func (t *pipeTx) TxStatus() byte { return t.conn.PgConn().TxStatus() }

@@ -77,10 +77,11 @@ func (e *Engine) loadTasks(ctx context.Context, batch []*gathered[uuid.UUID, *lo
 // tasks that exist.
 func queueLoad(b *pgx.Batch, ids []uuid.UUID) map[uuid.UUID]*loadedTask {
 	tasks := make(map[uuid.UUID]*loadedTask, len(ids))
+	args := pgIDs(ids)
 	b.Queue(`
 		SELECT t.id, t.run_id, t.parent_task_id, t.key, t.workflow, t.status, t.input, t.suspended_span, r.trace_parent, `+nodeDAGSQL+`
 		  FROM braid_tasks t JOIN braid_runs r ON r.id = t.run_id
-		 WHERE t.id = ANY($1)`, ids).Query(func(rows pgx.Rows) error {
+		 WHERE t.id = ANY($1)`, args).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var id uuid.UUID
 			lt := &loadedTask{steps: map[string]*stepRecord{}, children: map[string]*childRecord{}, history: map[int]call{}}
@@ -91,7 +92,7 @@ func queueLoad(b *pgx.Batch, ids []uuid.UUID) map[uuid.UUID]*loadedTask {
 		}
 		return rows.Err()
 	})
-	b.Queue(`SELECT task_id, name, kind, status, output, error, attempts, position FROM braid_steps WHERE task_id = ANY($1)`, ids).Query(func(rows pgx.Rows) error {
+	b.Queue(`SELECT task_id, name, kind, status, output, error, attempts, position FROM braid_steps WHERE task_id = ANY($1)`, args).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var id uuid.UUID
 			var name string
@@ -113,7 +114,7 @@ func queueLoad(b *pgx.Batch, ids []uuid.UUID) map[uuid.UUID]*loadedTask {
 		}
 		return rows.Err()
 	})
-	b.Queue(`SELECT parent_task_id, id, key, workflow, status, output, error, position, call FROM braid_tasks WHERE parent_task_id = ANY($1)`, ids).Query(func(rows pgx.Rows) error {
+	b.Queue(`SELECT parent_task_id, id, key, workflow, status, output, error, position, call FROM braid_tasks WHERE parent_task_id = ANY($1)`, args).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var parent uuid.UUID
 			var key string

@@ -307,7 +307,7 @@ func (e *Engine) queueRuns(ctx context.Context, b *pgx.Batch, d *definition, sta
 		INSERT INTO braid_tasks (id, run_id, key, workflow, status, input, max_attempts, queue, priority, remaining)
 		SELECT u.task_id, run.id, 'root', $8, $10, u.input::jsonb, $9, u.queue, u.prio, $11 FROM run JOIN u ON u.id = run.id
 		RETURNING run_id`,
-		runIDs, taskIDs, inputs, keys, traces, queues, prios, d.name, d.maxAttempts, rootStatus, rootRemaining, runStatus, timeouts).
+		pgIDs(runIDs), pgIDs(taskIDs), inputs, keys, traces, queues, prios, d.name, d.maxAttempts, rootStatus, rootRemaining, runStatus, timeouts).
 		Query(func(rows pgx.Rows) error {
 			var err error
 			c.created, err = pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])

@@ -125,7 +125,7 @@ func (e *Engine) recordSteps(ctx context.Context, batch []*gathered[stepWrite, *
 		attempts = append(attempts, int32(r.q.attempts))
 		pos = append(pos, int32(r.q.position))
 	}
-	rows, err := e.pool.Query(ctx, recordStepsSQL(true), ids, names, statuses, outputs, errs, attempts, pos)
+	rows, err := e.pool.Query(ctx, recordStepsSQL(true), pgIDs(ids), names, statuses, outputs, errs, attempts, pos)
 	if err == nil {
 		for rows.Next() {
 			var k stepKey
@@ -166,7 +166,7 @@ func (e *Engine) recordStepAlone(ctx context.Context, w stepWrite) (*stepRecord,
 	var name string
 	var errRaw []byte
 	err := e.pool.QueryRow(ctx, recordStepsSQL(false),
-		[]uuid.UUID{w.task}, []string{w.name}, []string{w.status}, [][]byte{nullBytes(w.output)}, [][]byte{w.err},
+		[][16]byte{w.task}, []string{w.name}, []string{w.status}, [][]byte{nullBytes(w.output)}, [][]byte{w.err},
 		[]int32{int32(w.attempts)}, []int32{int32(w.position)}).
 		Scan(&task, &name, &rec.status, &rec.output, &errRaw, &rec.attempts)
 	if errors.Is(err, pgx.ErrNoRows) {

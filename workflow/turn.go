@@ -773,8 +773,8 @@ func (e *Engine) settleTx(ctx context.Context, tx pgx.Tx, settled []settlement, 
 			       started_at = coalesce(r.started_at, u.started, braid_now()), finished_at = braid_now(), updated_at = braid_now()
 			  FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::jsonb[], $5::timestamptz[]) AS u(id, status, output, error, started)
 			 WHERE r.id = u.id AND r.status NOT IN `+finalStatuses,
-			runIDs, runStatus, runOutputs, runErr, runStarted)
-		b.Queue(`SELECT pg_notify($1, id::text) FROM unnest($2::uuid[]) AS id`, channelRunFinished, runIDs)
+			pgIDs(runIDs), runStatus, runOutputs, runErr, runStarted)
+		b.Queue(`SELECT pg_notify($1, id::text) FROM unnest($2::uuid[]) AS id`, channelRunFinished, pgIDs(runIDs))
 		if late == nil {
 			if err := tx.SendBatch(ctx, b).Close(); err != nil {
 				return nil, fmt.Errorf("workflow: finishing %d runs: %w", len(runIDs), err)
@@ -793,7 +793,7 @@ func (e *Engine) settleTx(ctx context.Context, tx pgx.Tx, settled []settlement, 
 	}
 	if !parentsLocked {
 		if _, err := tx.Exec(ctx, `
-			SELECT 1 FROM braid_tasks WHERE id = ANY($1) ORDER BY created_at DESC, id DESC FOR UPDATE`, parents); err != nil {
+			SELECT 1 FROM braid_tasks WHERE id = ANY($1) ORDER BY created_at DESC, id DESC FOR UPDATE`, pgIDs(parents)); err != nil {
 			return nil, fmt.Errorf("workflow: locking %d parent tasks: %w", len(parents), err)
 		}
 	}
@@ -815,7 +815,7 @@ func (e *Engine) settleTx(ctx context.Context, tx pgx.Tx, settled []settlement, 
 		RETURNING t.id, t.status, t.workflow, t.queue, t.priority, t.max_attempts, t.run_id, t.waiting_since, braid_clock(),
 		          CASE WHEN t.status = 'pending' AND t.waiting_since IS NOT NULL AND t.attempt > 0 THEN (SELECT r.trace_parent FROM braid_runs r WHERE r.id = t.run_id) END,
 		          CASE WHEN t.status = 'pending' AND t.waiting_since IS NOT NULL AND t.attempt > 0 THEN (SELECT count(*)::int FROM braid_tasks k WHERE k.parent_task_id = t.id) END`,
-		parents, ns)
+		pgIDs(parents), ns)
 	if err != nil {
 		return nil, fmt.Errorf("workflow: releasing %d parent tasks: %w", len(parents), err)
 	}

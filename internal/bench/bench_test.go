@@ -549,3 +549,24 @@ func TestPercentile(t *testing.T) {
 		t.Errorf("percentile sorted its input: %v", xs)
 	}
 }
+
+func TestNextPollIsFastOnlyNearTheEnd(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		elapsed    time.Duration
+		done, want int
+		poll       time.Duration
+	}{
+		{0, 0, 10000, pollEvery},                        // nothing done yet: no pace to go by
+		{time.Second, 1000, 10000, pollMax},             // 9 s to go
+		{time.Second, 5000, 10000, pollMax},             // 1 s to go: a quarter is over pollMax
+		{time.Second, 9000, 10000, time.Second / 9 / 4}, // 111 ms to go
+		{time.Second, 9990, 10000, pollEvery},           // 1 ms to go
+		{time.Second, 10000, 10000, pollEvery},          // done
+		{time.Second, 12000, 10000, pollEvery},          // more than wanted
+	} {
+		if got := nextPoll(tc.elapsed, tc.done, tc.want); got != tc.poll {
+			t.Errorf("nextPoll(%s, %d, %d) = %s, want %s", tc.elapsed, tc.done, tc.want, got, tc.poll)
+		}
+	}
+}
