@@ -166,7 +166,7 @@ func (e *Engine) recordStepAlone(ctx context.Context, w stepWrite) (*stepRecord,
 	var name string
 	var errRaw []byte
 	err := e.pool.QueryRow(ctx, recordStepsSQL(false),
-		[][16]byte{w.task}, []string{w.name}, []string{w.status}, [][]byte{nullBytes(w.output)}, [][]byte{w.err},
+		pgIDs([]uuid.UUID{w.task}), []string{w.name}, []string{w.status}, [][]byte{nullBytes(w.output)}, [][]byte{w.err},
 		[]int32{int32(w.attempts)}, []int32{int32(w.position)}).
 		Scan(&task, &name, &rec.status, &rec.output, &errRaw, &rec.attempts)
 	if errors.Is(err, pgx.ErrNoRows) {
