@@ -54,7 +54,7 @@ func (e *Engine) Cancel(ctx context.Context, runID string) error {
 		if err := e.cancelSkippedTurns(ctx, id, runID); err != nil {
 			return err
 		}
-		return e.waitForTurnsToEnd(ctx, id)
+		return e.waitForTurnsToEnd(ctx, id, time.Now().Add(TurnEndWaitDefault))
 	}
 }
 
@@ -75,24 +75,51 @@ func (e *Engine) cancelSkippedTurns(ctx context.Context, id uuid.UUID, runID str
 }
 
 // cancelLiveTurns cancels, through River, the turn jobs that query ($1
-// the turn kind, $2 arg) selects by ID: a waiting one is cancelled at
-// once, a running one through River's remote cancel (or, for a turn this
-// process claimed, the queue's ownership watch), which ends its context.
+// the turn kind, $2 arg) selects by ID, each only while its task is still
+// cancelled: a waiting one is cancelled at once, a running one through
+// River's remote cancel (or, for a turn this process claimed, the queue's
+// ownership watch), which ends its context.
+//
+// The query is a plain read, and Retry may reset a task between it and
+// the cancel; the turn that Retry leaves the task to must not be cancelled
+// then. So the cancel runs in one transaction that takes, in the lock
+// order, the jobs and then their tasks with a share lock, and cancels only
+// the jobs whose task is cancelled under that lock. A Retry that holds a
+// task commits first and its reset is seen; one that comes after finds the
+// turn running with its cancel requested, and waits for it to end.
 func (e *Engine) cancelLiveTurns(ctx context.Context, query string, arg any) error {
 	rows, err := e.pool.Query(ctx, query, TaskKind, arg)
 	if err != nil {
 		return err
 	}
 	jobs, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
+	if err != nil || len(jobs) == 0 {
 		return err
 	}
-	for _, jid := range jobs {
-		if _, err := e.queue.River().JobCancel(ctx, jid); err != nil && !errors.Is(err, rivertype.ErrNotFound) {
-			return fmt.Errorf("cancelling turn job %d: %w", jid, err)
+	return e.withTx(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `
+			SELECT 1 FROM river_job WHERE id = ANY($1) AND state IN `+liveJobStates+`
+			 ORDER BY id FOR UPDATE`, jobs); err != nil {
+			return err
 		}
-	}
-	return nil
+		rows, err := tx.Query(ctx, `
+			SELECT j.id FROM river_job j JOIN braid_tasks t ON t.id = (j.args->>'task_id')::uuid
+			 WHERE j.id = ANY($1) AND j.state IN `+liveJobStates+` AND t.status = 'cancelled'
+			 ORDER BY t.created_at DESC, t.id DESC FOR SHARE OF t`, jobs)
+		if err != nil {
+			return err
+		}
+		cancel, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			return err
+		}
+		for _, jid := range cancel {
+			if _, err := e.queue.River().JobCancelTx(ctx, tx, jid); err != nil && !errors.Is(err, rivertype.ErrNotFound) {
+				return fmt.Errorf("cancelling turn job %d: %w", jid, err)
+			}
+		}
+		return nil
+	})
 }
 
 // cancelTries bounds how often Cancel starts over when a task it must
@@ -258,11 +285,23 @@ func (e *Engine) Retry(ctx context.Context, runID string) error {
 	if err != nil {
 		return fmt.Errorf("%w: %q is not a UUID", ErrRunNotFound, runID)
 	}
-	if err := e.waitForTurnsToEnd(ctx, id); err != nil {
-		return err
+	deadline := time.Now().Add(TurnEndWaitDefault)
+	for {
+		if err := e.waitForTurnsToEnd(ctx, id, deadline); err != nil {
+			return err
+		}
+		err := e.withTx(ctx, func(tx pgx.Tx) error { return e.retryTx(ctx, tx, id, runID) })
+		if !errors.Is(err, errTurnRunning) {
+			return err
+		}
+		// A turn of a task to reset started running after the wait; wait
+		// for it too.
 	}
-	return e.withTx(ctx, func(tx pgx.Tx) error { return e.retryTx(ctx, tx, id, runID) })
 }
+
+// errTurnRunning is retryTx's refusal to reset a task while a turn of it
+// runs; Retry waits for the turn to end and tries again.
+var errTurnRunning = errors.New("workflow: a turn of a task to reset is running")
 
 func (e *Engine) retryTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID string) error {
 	if err := runStatusIs(ctx, tx, id, runID, func(status string) error {
@@ -283,6 +322,18 @@ func (e *Engine) retryTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID str
 	reset, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
 	if err != nil {
 		return err
+	}
+	// No task is reset while a turn of it runs. Retry waited for them
+	// before this transaction, but a turn may have started since, or had
+	// its cancel requested by a Cancel that committed just before: the
+	// turn that Retry would leave the task to must not be one that is
+	// ending. The tasks' locks keep any cancel off them from here on.
+	var running bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1`+runningTurnsSQL+`)`, TaskKind, id).Scan(&running); err != nil {
+		return err
+	}
+	if running {
+		return errTurnRunning
 	}
 	nodeTurns, err := e.retryNodesTx(ctx, tx, id)
 	if err != nil {
@@ -351,17 +402,21 @@ func (e *Engine) retryTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID str
 // a run's failed or cancelled tasks to end.
 const TurnEndWaitDefault = 30 * time.Second
 
+// runningTurnsSQL is the FROM clause of the running turns of the run's
+// ($2) failed or cancelled tasks, $1 the turn kind: those that Cancel and
+// Retry wait for.
+const runningTurnsSQL = `
+	  FROM braid_tasks t
+	  JOIN river_job j ON j.kind = $1 AND j.args->>'task_id' = t.id::text
+	 WHERE j.state = 'running'
+	   AND t.run_id = $2 AND t.status IN ('failed', 'cancelled')`
+
 // waitForTurnsToEnd waits until no turn of the run's failed or cancelled
-// tasks runs, for at most TurnEndWaitDefault.
-func (e *Engine) waitForTurnsToEnd(ctx context.Context, runID uuid.UUID) error {
-	deadline := time.Now().Add(TurnEndWaitDefault)
+// tasks runs, until deadline at most.
+func (e *Engine) waitForTurnsToEnd(ctx context.Context, runID uuid.UUID, deadline time.Time) error {
 	for {
 		var running int
-		err := e.pool.QueryRow(ctx, `
-			SELECT count(*) FROM braid_tasks t
-			  JOIN river_job j ON j.kind = $1 AND j.args->>'task_id' = t.id::text
-			 WHERE j.state = 'running'
-			   AND t.run_id = $2 AND t.status IN ('failed', 'cancelled')`, TaskKind, runID).Scan(&running)
+		err := e.pool.QueryRow(ctx, `SELECT count(*)`+runningTurnsSQL, TaskKind, runID).Scan(&running)
 		if err != nil {
 			return err
 		}

@@ -323,7 +323,13 @@
 //  4. the run row.
 //
 // Turns, Cancel, Retry, the reconciler, retention and the delay processor
-// follow it. A step's record holds only a share lock of its task's row,
+// follow it. A turn job is cancelled through River only under a lock of
+// its task that shows the task cancelled: in the transaction that cancels
+// the task, or, for the turns that transaction skipped and those of
+// cancelled children, in one that locks the jobs and then their tasks
+// with a share lock. So a Retry that has reset a task never loses the turn
+// it left the task to, and Retry, holding the tasks it resets, refuses to
+// reset one whose turn is running and waits for that turn to end. A step's record holds only a share lock of its task's row,
 // in one statement; records written together skip the rows others hold. A path that needs a lock earlier in the order than one it
 // holds takes it with SKIP LOCKED or NOWAIT, never waiting: Cancel takes
 // the run's turn jobs last with SKIP LOCKED (a turn it skips finds its task

@@ -488,3 +488,94 @@ func dumpUnsettled(t *testing.T, pool *pgxpool.Pool) {
 		t.Logf("run %s (%s): task %s %s remaining=%d error=%s jobs=[%s]", run, runStatus, key, status, remaining, taskErr, jobs)
 	}
 }
+
+// TestCancelSparesTheTurnThatARetryLeftItsTaskTo pins down one race of
+// Cancel and Retry. Cancel's transaction skips a turn job that another
+// transaction holds, and cancels it through River after its commit. When
+// a Retry resets the task in between, its turn runs the retried task, and
+// that later cancel must leave it alone; a cancelled turn would leave the
+// task without one, and the reconciler would fail it. The test holds the
+// turn job's row so that Cancel skips it, resets the task and its run in
+// that same transaction, as Retry's would, and commits it while Cancel
+// waits to cancel the job. The turn keeps running and completes the run.
+func TestCancelSparesTheTurnThatARetryLeftItsTaskTo(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	started := make(chan struct{}, 1)
+	release := make(chan struct{})
+	wf := workflow.Define("spared_turn", func(t *workflow.Task, _ int) (int, error) {
+		return workflow.Step(t, "wait", func(ctx context.Context) (int, error) {
+			started <- struct{}{}
+			select {
+			case <-release:
+				return 7, nil
+			case <-ctx.Done():
+				return 0, ctx.Err()
+			}
+		})
+	})
+	eng := startEngine(t, pool, testConfig(wf))
+	ctx := ctxTimeout(t, 60*time.Second)
+	run, err := wf.Start(ctx, eng, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	var (
+		jobID  int64
+		taskID string
+	)
+	if err := pool.QueryRow(ctx, `
+		SELECT j.id, k.id::text FROM river_job j JOIN braid_tasks k ON j.args->>'task_id' = k.id::text
+		 WHERE k.run_id = $1 AND j.state = 'running'`, run.ID).Scan(&jobID, &taskID); err != nil {
+		t.Fatal(err)
+	}
+
+	holder, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Rollback(context.Background()) }()
+	if _, err := holder.Exec(ctx, `SELECT 1 FROM river_job WHERE id = $1 FOR UPDATE`, jobID); err != nil {
+		t.Fatal(err)
+	}
+	cancelled := make(chan error, 1)
+	go func() { cancelled <- eng.Cancel(ctx, run.ID) }()
+	waitFor(t, "Cancel to commit and wait for the held turn job", 20*time.Second, func() bool {
+		return count(t, pool, `SELECT count(*) FROM braid_tasks WHERE id = $1 AND status = 'cancelled'`, taskID) == 1 &&
+			count(t, pool, `
+				SELECT count(*) FROM pg_stat_activity
+				 WHERE datname = current_database() AND wait_event_type = 'Lock'
+				   AND query NOT LIKE '%braid_job_progress%'`) > 0
+	})
+	// What Retry's transaction writes for this run: the task is pending
+	// again, the run running, and the live turn job is left to run it.
+	if _, err := holder.Exec(ctx, `
+		UPDATE braid_tasks SET status = 'pending', error = NULL, attempt = 0, finished_at = NULL WHERE id = $1`, taskID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := holder.Exec(ctx, `
+		UPDATE braid_runs SET status = 'running', error = NULL, finished_at = NULL WHERE id = $1`, run.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-cancelled; err != nil {
+		t.Fatalf("Cancel = %v", err)
+	}
+	var state string
+	var cancelRequested bool
+	if err := pool.QueryRow(ctx, `SELECT state::text, metadata ? 'cancel_attempted_at' FROM river_job WHERE id = $1`, jobID).
+		Scan(&state, &cancelRequested); err != nil {
+		t.Fatal(err)
+	}
+	if state != "running" || cancelRequested {
+		t.Fatalf("turn job %d: state %s, cancel requested %v; want it running, not cancelled", jobID, state, cancelRequested)
+	}
+	close(release)
+	got, err := run.Result(ctx)
+	if err != nil || got != 7 {
+		t.Fatalf("Result = %v, %v; want 7 from the turn that Cancel spared", got, err)
+	}
+}
