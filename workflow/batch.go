@@ -843,7 +843,7 @@ func (e *Engine) recordAttemptErrors(b *pgx.Batch, st *batchState) {
 // the commit.
 func (e *Engine) claimContinuations(ctx context.Context, tx *pipeTx, inserted []insertedTurn, st *batchState, late *pgx.Batch, stopping bool) error {
 	var ids []int64
-	var tasks []uuid.UUID
+	var tasks, parents []uuid.UUID
 	picked := map[int64]*outcome{}
 	taskOf := map[int64]uuid.UUID{}
 	taken := map[*outcome]bool{}
@@ -856,6 +856,11 @@ func (e *Engine) claimContinuations(ctx context.Context, tx *pipeTx, inserted []
 		o := it.by
 		taken[o] = true
 		ids, tasks = append(ids, it.jobID), append(tasks, it.taskID)
+		// A claimed turn runs its first attempt; a new task's first turn
+		// has no children to read, unless its task is a DAG's.
+		if d := e.registry[it.workflow]; !it.first || d == nil || d.dag != nil {
+			parents = append(parents, it.taskID)
+		}
 		picked[it.jobID], taskOf[it.jobID] = o, it.taskID
 	}
 	// The claimed turns' tasks are read in the same round trip, as they
@@ -865,7 +870,7 @@ func (e *Engine) claimContinuations(ctx context.Context, tx *pipeTx, inserted []
 	var claimed []*rivertype.JobRow
 	var loaded map[uuid.UUID]*loadedTask
 	if e.queue.QueueClaim(late, ids, func(jobs []*rivertype.JobRow) { claimed = jobs }) {
-		loaded = queueLoad(late, tasks)
+		loaded = queueLoad(late, tasks, parents)
 	}
 	// A worker whose outcome made nothing runnable takes the next turn
 	// waiting in its queue, as River's fetch would give its slot, without

@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
@@ -246,7 +245,7 @@ type Engine struct {
 	// batcher commits turns' outcomes together; loader reads their tasks
 	// together, and recorder writes their steps' records together.
 	batcher  *batcher
-	loader   *gather[uuid.UUID, *loadedTask]
+	loader   *gather[loadRequest, *loadedTask]
 	recorder *gather[stepWrite, *stepRecord]
 	// jobTimeout is the queue's job timeout, which bounds a turn whose
 	// definition sets none.

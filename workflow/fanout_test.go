@@ -285,3 +285,54 @@ func TestRetryResumesAtTheFailedStep(t *testing.T) {
 		t.Fatalf("Retry of a completed run: %v", err)
 	}
 }
+
+// TestOnlyANewTasksFirstTurnIsMarkedFirst checks the marker by which a
+// turn's load skips reading children: the first turn of each new task
+// (the run's root, a child) carries it, and the parent's turn after its
+// children finished does not, so that it reads them and returns their
+// outputs.
+func TestOnlyANewTasksFirstTurnIsMarkedFirst(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	double := workflow.Define("marked_double", func(t *workflow.Task, n int) (int, error) { return 2 * n, nil })
+	parent := workflow.Define("marked_parent", func(t *workflow.Task, n int) (int, error) {
+		a, err := workflow.Go(t, "a", double, n).Get()
+		if err != nil {
+			return 0, err
+		}
+		b, err := workflow.Go(t, "b", double, a).Get()
+		return a + b, err
+	})
+	eng := startEngine(t, pool, testConfig(parent, double))
+	ctx := ctxTimeout(t, 30*time.Second)
+	run, err := parent.Start(ctx, eng, 5, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := run.Result(ctx); err != nil || out != 30 {
+		t.Fatalf("Result = %v, %v; want 30", out, err)
+	}
+	rows, err := pool.Query(ctx, `
+		SELECT k.key, coalesce((j.metadata->>'braid_first')::boolean, false)
+		  FROM river_job j JOIN braid_tasks k ON j.args->>'task_id' = k.id::text
+		 WHERE k.run_id = $1 ORDER BY j.id`, run.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for rows.Next() {
+		var key string
+		var first bool
+		if err := rows.Scan(&key, &first); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, fmt.Sprintf("%s:%v", key, first))
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"root:true", "a:true", "root:false", "b:true", "root:false"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("turn jobs (task key: marked first) = %v, want %v", got, want)
+	}
+}

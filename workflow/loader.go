@@ -16,7 +16,7 @@ const loaderMax = 500
 const loaders = 2
 
 // newLoader returns the gather that loads the tasks of starting turns.
-func newLoader(e *Engine) *gather[uuid.UUID, *loadedTask] {
+func newLoader(e *Engine) *gather[loadRequest, *loadedTask] {
 	return newGather(loaderMax, loaders, e.cfg.OutcomeTimeout, e.loadTasks)
 }
 
@@ -39,43 +39,62 @@ type loadedTask struct {
 	history map[int]call
 }
 
+// loadRequest asks for a task, and for its children when the turn may
+// find some (readsChildren).
+type loadRequest struct {
+	id       uuid.UUID
+	children bool
+}
+
 // load returns the task id, read in one round trip with the tasks of the
 // turns starting at the same time: River fetches turns in batches, and a
 // burst of them costs one read, not one per turn. A turn writes nothing
 // when it starts: River's fetch has recorded its attempt already. The
-// task is nil when it does not exist.
-func (e *Engine) load(ctx context.Context, id uuid.UUID) (*loadedTask, error) {
-	lt, ok, err := e.loader.call(ctx, id)
+// task's children are read only with children set. The task is nil when
+// it does not exist.
+func (e *Engine) load(ctx context.Context, id uuid.UUID, children bool) (*loadedTask, error) {
+	q := loadRequest{id: id, children: children}
+	lt, ok, err := e.loader.call(ctx, q)
 	if !ok {
-		r := &gathered[uuid.UUID, *loadedTask]{q: id}
-		err = e.loadTasks(ctx, []*gathered[uuid.UUID, *loadedTask]{r})
+		r := &gathered[loadRequest, *loadedTask]{q: q}
+		err = e.loadTasks(ctx, []*gathered[loadRequest, *loadedTask]{r})
 		lt = r.a
 	}
 	return lt, err
 }
 
-// loadTasks reads the batch's tasks, their steps and their children in
-// one round trip.
-func (e *Engine) loadTasks(ctx context.Context, batch []*gathered[uuid.UUID, *loadedTask]) error {
+// loadTasks reads the batch's tasks, their steps and, for those that ask,
+// their children, in one round trip.
+func (e *Engine) loadTasks(ctx context.Context, batch []*gathered[loadRequest, *loadedTask]) error {
 	ids := make([]uuid.UUID, len(batch))
+	var parents []uuid.UUID
 	for i, r := range batch {
-		ids[i] = r.q
+		ids[i] = r.q.id
+		if r.q.children {
+			parents = append(parents, r.q.id)
+		}
 	}
 	b := &pgx.Batch{}
-	tasks := queueLoad(b, ids)
+	tasks := queueLoad(b, ids, parents)
 	if err := e.pool.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("workflow: loading %d tasks: %w", len(ids), err)
 	}
 	for _, r := range batch {
-		r.a = tasks[r.q]
+		r.a = tasks[r.q.id]
 	}
 	return nil
 }
 
 // queueLoad queues on b the statements that read the tasks ids, their
-// steps and their children. Once b is sent, the map it returns holds the
-// tasks that exist.
-func queueLoad(b *pgx.Batch, ids []uuid.UUID) map[uuid.UUID]*loadedTask {
+// steps, and the children of those among them in parents. Once b is
+// sent, the map it returns holds the tasks that exist.
+//
+// A task on the first attempt of its first turn has no children, and
+// skipping their read for it matters: a fan-out's children are nearly all
+// such tasks, and while the planner's statistics still count the fan-out's
+// parent, it reads the children of a batch of them with a scan of the
+// whole table.
+func queueLoad(b *pgx.Batch, ids, parents []uuid.UUID) map[uuid.UUID]*loadedTask {
 	tasks := make(map[uuid.UUID]*loadedTask, len(ids))
 	args := pgIDs(ids)
 	b.Queue(`
@@ -114,7 +133,10 @@ func queueLoad(b *pgx.Batch, ids []uuid.UUID) map[uuid.UUID]*loadedTask {
 		}
 		return rows.Err()
 	})
-	b.Queue(`SELECT parent_task_id, id, key, workflow, status, output, error, position, call FROM braid_tasks WHERE parent_task_id = ANY($1)`, args).Query(func(rows pgx.Rows) error {
+	if len(parents) == 0 {
+		return tasks
+	}
+	b.Queue(`SELECT parent_task_id, id, key, workflow, status, output, error, position, call FROM braid_tasks WHERE parent_task_id = ANY($1)`, pgIDs(parents)).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var parent uuid.UUID
 			var key string

@@ -95,6 +95,25 @@ const (
 // metadataLink is the turn job's metadata key that carries its turnLink.
 const metadataLink = "braid_link"
 
+// metadataFirst is the turn job's metadata key that marks the first turn
+// of a new task. Children are created only by an outcome that ends its
+// turn's job (or, for a DAG, with the DAG's task), so the first attempt of
+// a task's first turn has none to read: its load skips them.
+const metadataFirst = "braid_first"
+
+// readsChildren reports whether the turn job, of a task of definition d,
+// may find children of its task: every turn but the first attempt of a
+// function's first turn.
+func readsChildren(job *rivertype.JobRow, d *definition) bool {
+	if job.Attempt != 1 || d.dag != nil || !bytes.Contains(job.Metadata, []byte(`"`+metadataFirst+`"`)) {
+		return true
+	}
+	var md struct {
+		First bool `json:"braid_first"`
+	}
+	return json.Unmarshal(job.Metadata, &md) != nil || !md.First
+}
+
 // turnLink is a span that a turn links to, as kept in its job's metadata.
 type turnLink struct {
 	TraceParent string `json:"traceparent"`
@@ -204,6 +223,8 @@ type insertedTurn struct {
 	by       *outcome
 	// claim: the turn was inserted pending, for by's batch to claim.
 	claim bool
+	// first: the turn is its new task's first (metadataFirst).
+	first bool
 }
 
 // wakeTurns gives existing tasks, which tx holds locked, their next turn;
@@ -282,12 +303,20 @@ func (e *Engine) enqueueTurns(ctx context.Context, tx pgx.Tx, wake, fresh []turn
 				Pending:     claimed[i],
 			},
 		}
-		if tr.link != nil {
-			md, err := json.Marshal(map[string]*turnLink{metadataLink: tr.link})
-			if err != nil {
-				return nil, fmt.Errorf("workflow: encoding the link of task %s's turn: %w", tr.taskID, err)
+		first := i >= len(wake)
+		if tr.link != nil || first {
+			md := map[string]any{}
+			if tr.link != nil {
+				md[metadataLink] = tr.link
 			}
-			params[i].InsertOpts.Metadata = md
+			if first {
+				md[metadataFirst] = true
+			}
+			enc, err := json.Marshal(md)
+			if err != nil {
+				return nil, fmt.Errorf("workflow: encoding the metadata of task %s's turn: %w", tr.taskID, err)
+			}
+			params[i].InsertOpts.Metadata = enc
 		}
 	}
 	res, err := e.queue.River().InsertManyTx(ctx, tx, params)
@@ -305,7 +334,7 @@ func (e *Engine) enqueueTurns(ctx context.Context, tx pgx.Tx, wake, fresh []turn
 				"task.id", turns[i].taskID, "job.id", r.Job.ID)
 			continue
 		}
-		inserted = append(inserted, insertedTurn{jobID: r.Job.ID, taskID: turns[i].taskID, workflow: turns[i].workflow, by: turns[i].by, claim: claimed[i]})
+		inserted = append(inserted, insertedTurn{jobID: r.Job.ID, taskID: turns[i].taskID, workflow: turns[i].workflow, by: turns[i].by, claim: claimed[i], first: i >= len(wake)})
 	}
 	return inserted, nil
 }
@@ -438,7 +467,7 @@ func (e *Engine) runTurn(ctx context.Context, job *river.Job[taskArgs], claimed 
 	}()
 	lt := task
 	if lt == nil {
-		lt, err = e.load(ctx, taskID)
+		lt, err = e.load(ctx, taskID, readsChildren(job.JobRow, d))
 	}
 	if err != nil {
 		return continuation{}, fmt.Errorf("workflow: loading task %s: %w", taskID, err)
