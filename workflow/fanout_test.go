@@ -286,7 +286,7 @@ func TestRetryResumesAtTheFailedStep(t *testing.T) {
 	}
 }
 
-// TestOnlyANewTasksFirstTurnIsMarkedFirst checks the marker by which a
+// TestOnlyANewTasksFirstTurnIsMarkedFirst checks the tag by which a
 // turn's load skips reading children: the first turn of each new task
 // (the run's root, a child) carries it, and the parent's turn after its
 // children finished does not, so that it reads them and returns their
@@ -313,7 +313,7 @@ func TestOnlyANewTasksFirstTurnIsMarkedFirst(t *testing.T) {
 		t.Fatalf("Result = %v, %v; want 30", out, err)
 	}
 	rows, err := pool.Query(ctx, `
-		SELECT k.key, coalesce((j.metadata->>'braid_first')::boolean, false)
+		SELECT k.key, 'first_turn' = ANY(j.tags)
 		  FROM river_job j JOIN braid_tasks k ON j.args->>'task_id' = k.id::text
 		 WHERE k.run_id = $1 ORDER BY j.id`, run.ID)
 	if err != nil {

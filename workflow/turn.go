@@ -95,23 +95,20 @@ const (
 // metadataLink is the turn job's metadata key that carries its turnLink.
 const metadataLink = "braid_link"
 
-// metadataFirst is the turn job's metadata key that marks the first turn
-// of a new task. Children are created only by an outcome that ends its
-// turn's job (or, for a DAG, with the DAG's task), so the first attempt of
-// a task's first turn has none to read: its load skips them.
-const metadataFirst = "braid_first"
+// tagFirstTurn is the River tag of the first turn job of a new task.
+// Children are created only by an outcome that ends its turn's job (or,
+// for a DAG, with the DAG's task), so the first attempt of a task's first
+// turn has none to read, and its load skips them. It is a tag, not
+// metadata, because every write of a job row indexes its metadata again.
+const tagFirstTurn = "first_turn"
+
+var firstTurnTags = []string{tagFirstTurn}
 
 // readsChildren reports whether the turn job, of a task of definition d,
 // may find children of its task: every turn but the first attempt of a
 // function's first turn.
 func readsChildren(job *rivertype.JobRow, d *definition) bool {
-	if job.Attempt != 1 || d.dag != nil || !bytes.Contains(job.Metadata, []byte(`"`+metadataFirst+`"`)) {
-		return true
-	}
-	var md struct {
-		First bool `json:"braid_first"`
-	}
-	return json.Unmarshal(job.Metadata, &md) != nil || !md.First
+	return job.Attempt != 1 || d.dag != nil || !slices.Contains(job.Tags, tagFirstTurn)
 }
 
 // turnLink is a span that a turn links to, as kept in its job's metadata.
@@ -223,7 +220,7 @@ type insertedTurn struct {
 	by       *outcome
 	// claim: the turn was inserted pending, for by's batch to claim.
 	claim bool
-	// first: the turn is its new task's first (metadataFirst).
+	// first: the turn is its new task's first (tagFirstTurn).
 	first bool
 }
 
@@ -303,20 +300,15 @@ func (e *Engine) enqueueTurns(ctx context.Context, tx pgx.Tx, wake, fresh []turn
 				Pending:     claimed[i],
 			},
 		}
-		first := i >= len(wake)
-		if tr.link != nil || first {
-			md := map[string]any{}
-			if tr.link != nil {
-				md[metadataLink] = tr.link
-			}
-			if first {
-				md[metadataFirst] = true
-			}
-			enc, err := json.Marshal(md)
+		if i >= len(wake) {
+			params[i].InsertOpts.Tags = firstTurnTags
+		}
+		if tr.link != nil {
+			md, err := json.Marshal(map[string]*turnLink{metadataLink: tr.link})
 			if err != nil {
-				return nil, fmt.Errorf("workflow: encoding the metadata of task %s's turn: %w", tr.taskID, err)
+				return nil, fmt.Errorf("workflow: encoding the link of task %s's turn: %w", tr.taskID, err)
 			}
-			params[i].InsertOpts.Metadata = enc
+			params[i].InsertOpts.Metadata = md
 		}
 	}
 	res, err := e.queue.River().InsertManyTx(ctx, tx, params)
