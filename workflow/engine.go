@@ -29,8 +29,10 @@ const (
 	// MaxMapItemsDefault caps the number of children one Map call spawns.
 	MaxMapItemsDefault = 100_000
 	// DelayBatchSizeDefault is how many due delays the delay processor
-	// wakes per transaction.
-	DelayBatchSizeDefault = 1000
+	// wakes per transaction. A burst of due delays is woken in several
+	// transactions, one after the other, so that the turns of the first
+	// ones start while the later ones are still being woken.
+	DelayBatchSizeDefault = 100
 	// DelayPollIntervalDefault is the longest the delay processor sleeps
 	// between looks at the earliest pending delay. A NOTIFY wakes it
 	// earlier when a nearer delay is written.
