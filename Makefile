@@ -28,13 +28,16 @@ test: setup setup-browser verify ## go vet, then every test under the race detec
 # FUZZTIME is a count of inputs (Nx), not a duration: Go 1.26's fuzz
 # coordinator can report its own -fuzztime deadline as a failure
 # ("context deadline exceeded" with no failing input), which a count
-# never arms.
+# never arms. FUZZMINIMIZE bounds, as a count too, the shrinking of each
+# new input: shrinking an expensive condition at the default 60 s would
+# stall the run for that long.
 FUZZTIME ?= 20000x
+FUZZMINIMIZE ?= 100x
 
 .PHONY: fuzz
 fuzz: ## Fuzz DAG When conditions and event filters in expr's sandbox, FUZZTIME inputs each (default 20000x; make test runs it)
-	$(GO) test -run '^$$' -fuzz '^FuzzCondition$$' -fuzztime $(FUZZTIME) ./workflow
-	$(GO) test -run '^$$' -fuzz '^FuzzFilter$$' -fuzztime $(FUZZTIME) ./workflow
+	$(GO) test -run '^$$' -fuzz '^FuzzCondition$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE) ./workflow
+	$(GO) test -run '^$$' -fuzz '^FuzzFilter$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE) ./workflow
 
 .PHONY: verify
 verify: ## Fail if go.mod is not tidy or the rendered River migrations drift from the pinned River version

@@ -110,6 +110,12 @@
 // ErrSuspended the engine still suspends, and every durable call after a
 // suspension in the same turn returns ErrSuspended without running.
 //
+// A turn starts by reading its task, the task's recorded steps and its
+// children. The first turn of a new task carries the River tag first_turn:
+// children are created only by an outcome that ends its turn's job (or,
+// for a DAG, with the DAG's task), so on its first attempt the task has
+// none, and the read of children is skipped.
+//
 // # What must be deterministic
 //
 // Because every turn replays the function from the top, the sequence of
@@ -401,10 +407,11 @@
 // [Task.Delay] records a delay step whose resume time is computed by the
 // database clock. One process at a time, the holder of the lease
 // braid:delays, runs the delay processor: it wakes due delays in batches
-// with SKIP LOCKED, inserting their turns in the same transaction, sleeps
-// until the earliest pending delay, and wakes early on a NOTIFY when a
-// nearer delay is written. When its holder dies, another process takes the
-// lease.
+// (Config.DelayBatchSize, 100 by default, so that a burst's first turns
+// start while the rest are woken) with SKIP LOCKED, inserting their turns
+// in the same transaction, sleeps until the earliest pending delay, and
+// wakes early on a NOTIFY when a nearer delay is written. When its holder
+// dies, another process takes the lease.
 //
 // # Signals, events and one winner among wake sources
 //
