@@ -82,45 +82,63 @@ func (e *Engine) cancelSkippedTurns(ctx context.Context, id uuid.UUID, runID str
 //
 // The query is a plain read, and Retry may reset a task between it and
 // the cancel; the turn that Retry leaves the task to must not be cancelled
-// then. So the cancel runs in one transaction that takes, in the lock
-// order, the jobs and then their tasks with a share lock, and cancels only
-// the jobs whose task is cancelled under that lock. A Retry that holds a
-// task commits first and its reset is seen; one that comes after finds the
-// turn running with its cancel requested, and waits for it to end.
+// then. So each job is cancelled in a transaction of its own that takes,
+// in the lock order, the job and then its task with a share lock, and
+// cancels the job only if the task is cancelled under that lock: a Retry
+// that holds the task commits first and its reset is seen, and one that
+// comes after finds the turn running with its cancel requested, and waits
+// for it to end. One job per transaction, because River's completer locks
+// many job rows in no set order. A job whose rows stay held beyond
+// cancelLockTimeout is left alone: its turn finds its task cancelled all
+// the same, and does nothing or records nothing.
 func (e *Engine) cancelLiveTurns(ctx context.Context, query string, arg any) error {
 	rows, err := e.pool.Query(ctx, query, TaskKind, arg)
 	if err != nil {
 		return err
 	}
 	jobs, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil || len(jobs) == 0 {
+	if err != nil {
 		return err
 	}
-	return e.withTx(ctx, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `
-			SELECT 1 FROM river_job WHERE id = ANY($1) AND state IN `+liveJobStates+`
-			 ORDER BY id FOR UPDATE`, jobs); err != nil {
-			return err
-		}
-		rows, err := tx.Query(ctx, `
-			SELECT j.id FROM river_job j JOIN braid_tasks t ON t.id = (j.args->>'task_id')::uuid
-			 WHERE j.id = ANY($1) AND j.state IN `+liveJobStates+` AND t.status = 'cancelled'
-			 ORDER BY t.created_at DESC, t.id DESC FOR SHARE OF t`, jobs)
-		if err != nil {
-			return err
-		}
-		cancel, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-		if err != nil {
-			return err
-		}
-		for _, jid := range cancel {
-			if _, err := e.queue.River().JobCancelTx(ctx, tx, jid); err != nil && !errors.Is(err, rivertype.ErrNotFound) {
-				return fmt.Errorf("cancelling turn job %d: %w", jid, err)
+	for _, jid := range jobs {
+		err := e.withTx(ctx, func(tx pgx.Tx) error {
+			var cancel bool
+			b := &pgx.Batch{}
+			b.Queue(fmt.Sprintf(`SET LOCAL lock_timeout = '%dms'`, cancelLockTimeout.Milliseconds()))
+			b.Queue(`SELECT 1 FROM river_job WHERE id = $1 AND state IN `+liveJobStates+` FOR UPDATE`, jid)
+			b.Queue(`
+				SELECT 1 FROM braid_tasks t JOIN river_job j ON t.id = (j.args->>'task_id')::uuid
+				 WHERE j.id = $1 AND j.state IN `+liveJobStates+` AND t.status = 'cancelled'
+				   FOR SHARE OF t`, jid).QueryRow(func(row pgx.Row) error {
+				var one int
+				err := row.Scan(&one)
+				if errors.Is(err, pgx.ErrNoRows) {
+					return nil
+				}
+				cancel = err == nil
+				return err
+			})
+			if err := tx.SendBatch(ctx, b).Close(); err != nil || !cancel {
+				return err
 			}
+			_, err := e.queue.River().JobCancelTx(ctx, tx, jid)
+			return err
+		})
+		var pgErr *pgconn.PgError
+		switch {
+		case err == nil, errors.Is(err, rivertype.ErrNotFound):
+		case errors.As(err, &pgErr) && pgErr.Code == "55P03": // lock_not_available
+			e.logger.DebugContext(ctx, "workflow: turn job held too long to cancel; its turn finds its task cancelled", "job.id", jid)
+		default:
+			return fmt.Errorf("cancelling turn job %d: %w", jid, err)
 		}
-		return nil
-	})
+	}
+	return nil
 }
+
+// cancelLockTimeout bounds how long cancelling a turn job waits for its
+// row and its task's.
+const cancelLockTimeout = time.Second
 
 // cancelTries bounds how often Cancel starts over when a task it must
 // lock is held by a turn that waits for a lock Cancel holds.

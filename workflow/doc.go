@@ -329,26 +329,27 @@
 //  4. the run row.
 //
 // Turns, Cancel, Retry, the reconciler, retention and the delay processor
-// follow it. A turn job is cancelled through River only under a lock of
-// its task that shows the task cancelled: in the transaction that cancels
-// the task, or, for the turns that transaction skipped and those of
-// cancelled children, in one that locks the jobs and then their tasks
-// with a share lock. So a Retry that has reset a task never loses the turn
-// it left the task to, and Retry, holding the tasks it resets, refuses to
-// reset one whose turn is running and waits for that turn to end. A step's record holds only a share lock of its task's row,
-// in one statement; records written together skip the rows others hold. A path that needs a lock earlier in the order than one it
-// holds takes it with SKIP LOCKED or NOWAIT, never waiting: Cancel takes
-// the run's turn jobs last with SKIP LOCKED (a turn it skips finds its task
-// cancelled and does nothing), and locks children created while it waited
-// for their parent with NOWAIT, starting over when one is held; the delay
-// processor claims delays and their tasks with SKIP LOCKED, and cancels a
-// run whose deadline passed as Cancel does, under a short lock timeout,
-// leaving a run whose rows are held for its next tick; the reconciler,
-// holding the task it fails, locks that task's DAG nodes and parent with
-// NOWAIT and looks again later when one is held; retention skips
-// a batch whose tasks are locked; waking an existing task first checks, with
-// a plain read, that it has no live turn, so River's unique insert never
-// waits on a job row.
+// follow it. A turn job is cancelled through River only under a lock of its
+// task that shows the task cancelled: in the transaction that cancels the
+// task, or, for the turns that transaction skipped and those of cancelled
+// children, one job at a time, in a transaction that locks the job and then
+// its task with a share lock. So a Retry that has reset a task never loses
+// the turn it left the task to, and Retry, holding the tasks it resets,
+// refuses to reset one whose turn is running and waits for that turn to
+// end. A step's record holds only a share lock of its task's row, in one
+// statement; records written together skip the rows others hold. A path
+// that needs a lock earlier in the order than one it holds takes it with
+// SKIP LOCKED or NOWAIT, never waiting: Cancel takes the run's turn jobs
+// last with SKIP LOCKED (a turn it skips finds its task cancelled and does
+// nothing), and locks children created while it waited for their parent
+// with NOWAIT, starting over when one is held; the delay processor claims
+// delays and their tasks with SKIP LOCKED, and cancels a run whose deadline
+// passed as Cancel does, under a short lock timeout, leaving a run whose
+// rows are held for its next tick; the reconciler, holding the task it
+// fails, locks that task's DAG nodes and parent with NOWAIT and looks again
+// later when one is held; retention skips a batch whose tasks are locked;
+// waking an existing task first checks, with a plain read, that it has no
+// live turn, so River's unique insert never waits on a job row.
 // The run row is only ever updated, never locked FOR UPDATE, so the key
 // share locks that inserting children takes on it block nothing; and no
 // child's turn touches its run: only the root task settles the run.

@@ -579,3 +579,94 @@ func TestCancelSparesTheTurnThatARetryLeftItsTaskTo(t *testing.T) {
 		t.Fatalf("Result = %v, %v; want 7 from the turn that Cancel spared", got, err)
 	}
 }
+
+// TestRetryWaitsForATurnThatStartedAfterItsWait pins down the other half:
+// Retry waits for the running turns of the tasks it resets before its
+// transaction, but a turn may start between that wait and the
+// transaction's locks. Retry must not leave the task to such a turn,
+// which may be one whose cancel a Cancel requested; it waits for it to
+// end, then gives the task a turn of its own. The test stands in for
+// that turn with a job on a queue no worker takes, and starts it while
+// Retry waits for the task's lock.
+func TestRetryWaitsForATurnThatStartedAfterItsWait(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	var first atomic.Bool
+	first.Store(true)
+	started := make(chan struct{}, 1)
+	wf := workflow.Define("late_turn", func(t *workflow.Task, _ int) (int, error) {
+		return workflow.Step(t, "wait", func(ctx context.Context) (int, error) {
+			if first.CompareAndSwap(true, false) {
+				started <- struct{}{}
+				<-ctx.Done()
+				return 0, ctx.Err()
+			}
+			return 9, nil
+		})
+	})
+	eng := startEngine(t, pool, testConfig(wf))
+	ctx := ctxTimeout(t, 60*time.Second)
+	run, err := wf.Start(ctx, eng, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	if err := eng.Cancel(ctx, run.ID); err != nil {
+		t.Fatalf("Cancel = %v", err)
+	}
+	var taskID string
+	if err := pool.QueryRow(ctx, `SELECT id::text FROM braid_tasks WHERE run_id = $1`, run.ID).Scan(&taskID); err != nil {
+		t.Fatal(err)
+	}
+	var late int64
+	if err := pool.QueryRow(ctx, `
+		INSERT INTO river_job (args, kind, max_attempts, queue, priority, state, scheduled_at)
+		VALUES (jsonb_build_object('task_id', $1::text, 'workflow', 'late_turn'), $2, 25, 'unworked', 2, 'available', now())
+		RETURNING id`, taskID, workflow.TaskKind).Scan(&late); err != nil {
+		t.Fatal(err)
+	}
+
+	holder, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Rollback(context.Background()) }()
+	if _, err := holder.Exec(ctx, `SELECT 1 FROM braid_tasks WHERE id = $1 FOR UPDATE`, taskID); err != nil {
+		t.Fatal(err)
+	}
+	retried := make(chan error, 1)
+	go func() { retried <- eng.Retry(ctx, run.ID) }()
+	waitFor(t, "Retry to wait for the task's lock", 20*time.Second, func() bool {
+		return count(t, pool, `
+			SELECT count(*) FROM pg_stat_activity
+			 WHERE datname = current_database() AND wait_event_type = 'Lock'
+			   AND query NOT LIKE '%braid_job_progress%'`) > 0
+	})
+	// The turn starts now, after Retry's wait.
+	if _, err := pool.Exec(ctx, `
+		UPDATE river_job SET state = 'running', attempt = 1, attempted_at = now(), attempted_by = ARRAY['elsewhere']
+		 WHERE id = $1`, late); err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-retried:
+		t.Fatalf("Retry returned %v while a turn of the task it resets was running", err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	if n := count(t, pool, `SELECT count(*) FROM braid_tasks WHERE id = $1 AND status = 'cancelled'`, taskID); n != 1 {
+		t.Fatalf("the task was reset while its turn ran")
+	}
+	// The turn ends.
+	if _, err := pool.Exec(ctx, `UPDATE river_job SET state = 'cancelled', finalized_at = now() WHERE id = $1`, late); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-retried; err != nil {
+		t.Fatalf("Retry = %v", err)
+	}
+	if got, err := run.Result(ctx); err != nil || got != 9 {
+		t.Fatalf("Result = %v, %v; want 9 from the turn Retry gave the task", got, err)
+	}
+}
