@@ -96,6 +96,9 @@ type batcher struct {
 	// active counts the turns of this process that have loaded their task
 	// and not yet handed in their outcome.
 	active atomic.Int64
+	// cleanup tracks the cancels of cancelled children's turns that run
+	// after their batch (cancelTurnsOf).
+	cleanup sync.WaitGroup
 
 	mu   sync.Mutex
 	stop context.CancelFunc
@@ -122,6 +125,7 @@ func (b *batcher) halt() {
 	if b.stop != nil {
 		b.stop()
 		<-b.done
+		b.cleanup.Wait()
 		b.stop, b.done = nil, nil
 	}
 }
@@ -214,7 +218,16 @@ func (e *Engine) flush(batch []*outcome) {
 	waits, orphans, err := e.flushTx(ctx, batch)
 	if err == nil {
 		e.recordWaits(waits)
-		e.cancelTurnsOf(ctx, orphans)
+		if len(orphans) > 0 {
+			// Beside the next batches, not in their way: a parent that
+			// leaves many children may take a while to cancel their
+			// turns, and a turn not cancelled yet does nothing anyway.
+			e.batcher.cleanup.Go(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), e.cfg.OutcomeTimeout)
+				defer cancel()
+				e.cancelTurnsOf(ctx, orphans)
+			})
+		}
 	}
 	if err != nil && len(batch) > 1 {
 		e.logger.WarnContext(ctx, "workflow: a batch of turn outcomes failed; recording them one at a time", "outcomes", len(batch), "error", err)

@@ -82,58 +82,99 @@ func (e *Engine) cancelSkippedTurns(ctx context.Context, id uuid.UUID, runID str
 //
 // The query is a plain read, and Retry may reset a task between it and
 // the cancel; the turn that Retry leaves the task to must not be cancelled
-// then. So each job is cancelled in a transaction of its own that takes,
-// in the lock order, the job and then its task with a share lock, and
-// cancels the job only if the task is cancelled under that lock: a Retry
-// that holds the task commits first and its reset is seen, and one that
-// comes after finds the turn running with its cancel requested, and waits
-// for it to end. One job per transaction, because River's completer locks
-// many job rows in no set order. A job whose rows stay held beyond
-// cancelLockTimeout is left alone: its turn finds its task cancelled all
-// the same, and does nothing or records nothing.
+// then. So a job is cancelled only in a transaction that holds, in the
+// lock order, the job and then its task with a share lock, and only if the
+// task is cancelled under that lock: a Retry that holds the task commits
+// first and its reset is seen, and one that comes after finds the turn
+// running with its cancel requested, and waits for it to end.
+//
+// One transaction takes the jobs that no one holds (SKIP LOCKED: River's
+// completer locks many job rows in no set order, so this one waits for
+// none of them); the jobs it skipped are then cancelled one per
+// transaction, each waiting for its rows. A job whose rows stay held
+// beyond cancelLockTimeout is left alone: its turn finds its task
+// cancelled all the same, and does nothing or records nothing.
 func (e *Engine) cancelLiveTurns(ctx context.Context, query string, arg any) error {
 	rows, err := e.pool.Query(ctx, query, TaskKind, arg)
 	if err != nil {
 		return err
 	}
 	jobs, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
+	if err != nil || len(jobs) == 0 {
 		return err
 	}
+	taken := map[int64]bool{}
+	err = e.withTx(ctx, func(tx pgx.Tx) error {
+		locked, err := e.cancelTurnJobsTx(ctx, tx, jobs, " SKIP LOCKED")
+		for _, jid := range locked {
+			taken[jid] = true
+		}
+		return err
+	})
+	if err != nil && !isLockTimeout(err) {
+		return fmt.Errorf("cancelling %d turn jobs: %w", len(jobs), err)
+	}
+	if err != nil {
+		clear(taken) // rolled back: each job again, alone
+	}
 	for _, jid := range jobs {
+		if taken[jid] {
+			continue
+		}
 		err := e.withTx(ctx, func(tx pgx.Tx) error {
-			var cancel bool
-			b := &pgx.Batch{}
-			b.Queue(fmt.Sprintf(`SET LOCAL lock_timeout = '%dms'`, cancelLockTimeout.Milliseconds()))
-			b.Queue(`SELECT 1 FROM river_job WHERE id = $1 AND state IN `+liveJobStates+` FOR UPDATE`, jid)
-			b.Queue(`
-				SELECT 1 FROM braid_tasks t JOIN river_job j ON t.id = (j.args->>'task_id')::uuid
-				 WHERE j.id = $1 AND j.state IN `+liveJobStates+` AND t.status = 'cancelled'
-				   FOR SHARE OF t`, jid).QueryRow(func(row pgx.Row) error {
-				var one int
-				err := row.Scan(&one)
-				if errors.Is(err, pgx.ErrNoRows) {
-					return nil
-				}
-				cancel = err == nil
-				return err
-			})
-			if err := tx.SendBatch(ctx, b).Close(); err != nil || !cancel {
-				return err
-			}
-			_, err := e.queue.River().JobCancelTx(ctx, tx, jid)
+			_, err := e.cancelTurnJobsTx(ctx, tx, []int64{jid}, "")
 			return err
 		})
-		var pgErr *pgconn.PgError
 		switch {
-		case err == nil, errors.Is(err, rivertype.ErrNotFound):
-		case errors.As(err, &pgErr) && pgErr.Code == "55P03": // lock_not_available
+		case err == nil:
+		case isLockTimeout(err):
 			e.logger.DebugContext(ctx, "workflow: turn job held too long to cancel; its turn finds its task cancelled", "job.id", jid)
 		default:
 			return fmt.Errorf("cancelling turn job %d: %w", jid, err)
 		}
 	}
 	return nil
+}
+
+// cancelTurnJobsTx locks the live jobs among jobs (by ID, with skip
+// appended to the lock clause), then their tasks with a share lock, and
+// cancels through River those whose task is cancelled. It returns the
+// jobs it locked, under a lock timeout of cancelLockTimeout.
+func (e *Engine) cancelTurnJobsTx(ctx context.Context, tx pgx.Tx, jobs []int64, skip string) ([]int64, error) {
+	var locked, cancel []int64
+	b := &pgx.Batch{}
+	b.Queue(fmt.Sprintf(`SET LOCAL lock_timeout = '%dms'`, cancelLockTimeout.Milliseconds()))
+	b.Queue(`SELECT id FROM river_job WHERE id = ANY($1) AND state IN `+liveJobStates+` ORDER BY id FOR UPDATE`+skip, jobs).
+		Query(func(rows pgx.Rows) error {
+			var err error
+			locked, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+			return err
+		})
+	if err := tx.SendBatch(ctx, b).Close(); err != nil || len(locked) == 0 {
+		return locked, err
+	}
+	rows, err := tx.Query(ctx, `
+		SELECT j.id FROM braid_tasks t JOIN river_job j ON t.id = (j.args->>'task_id')::uuid
+		 WHERE j.id = ANY($1) AND t.status = 'cancelled'
+		 ORDER BY t.created_at DESC, t.id DESC FOR SHARE OF t`, locked)
+	if err != nil {
+		return nil, err
+	}
+	if cancel, err = pgx.CollectRows(rows, pgx.RowTo[int64]); err != nil {
+		return nil, err
+	}
+	for _, jid := range cancel {
+		if _, err := e.queue.River().JobCancelTx(ctx, tx, jid); err != nil && !errors.Is(err, rivertype.ErrNotFound) {
+			return nil, err
+		}
+	}
+	return locked, nil
+}
+
+// isLockTimeout reports whether err is PostgreSQL's lock_not_available.
+func isLockTimeout(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "55P03"
 }
 
 // cancelLockTimeout bounds how long cancelling a turn job waits for its

@@ -670,3 +670,90 @@ func TestRetryWaitsForATurnThatStartedAfterItsWait(t *testing.T) {
 		t.Fatalf("Result = %v, %v; want 9 from the turn Retry gave the task", got, err)
 	}
 }
+
+// TestCancelCancelsTheTurnsItSkippedOnceTheirRowsAreFree runs three
+// children whose steps wait on their contexts, and holds one child's turn
+// job row while the run is cancelled. Cancel's transaction skips that
+// job; the others' turns end at once. Cancel then waits for the held row,
+// cancels that turn too once it is free, and returns after every turn has
+// ended.
+func TestCancelCancelsTheTurnsItSkippedOnceTheirRowsAreFree(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	started := make(chan string, 3)
+	var mu sync.Mutex
+	ended := map[string]bool{}
+	stuck := workflow.Define("skipped_stuck", func(t *workflow.Task, _ int) (int, error) {
+		key := t.Key()
+		return workflow.Step(t, "wait", func(ctx context.Context) (int, error) {
+			started <- key
+			<-ctx.Done()
+			mu.Lock()
+			ended[key] = true
+			mu.Unlock()
+			return 0, ctx.Err()
+		})
+	})
+	parent := workflow.Define("skipped_parent", func(t *workflow.Task, _ int) ([]int, error) {
+		return workflow.Map(t, "c", stuck, []int{1, 2, 3})
+	})
+	eng := startEngine(t, pool, testConfig(parent, stuck))
+	ctx := ctxTimeout(t, 60*time.Second)
+	run, err := parent.Start(ctx, eng, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		<-started
+	}
+	var heldJob int64
+	var heldKey string
+	if err := pool.QueryRow(ctx, `
+		SELECT j.id, k.key FROM river_job j JOIN braid_tasks k ON j.args->>'task_id' = k.id::text
+		 WHERE k.run_id = $1 AND k.parent_task_id IS NOT NULL AND j.state = 'running'
+		 ORDER BY j.id LIMIT 1`, run.ID).Scan(&heldJob, &heldKey); err != nil {
+		t.Fatal(err)
+	}
+	holder, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Rollback(context.Background()) }()
+	if _, err := holder.Exec(ctx, `SELECT 1 FROM river_job WHERE id = $1 FOR UPDATE`, heldJob); err != nil {
+		t.Fatal(err)
+	}
+	cancelled := make(chan error, 1)
+	go func() { cancelled <- eng.Cancel(ctx, run.ID) }()
+	endedCount := func() (n int, held bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(ended), ended[heldKey]
+	}
+	waitFor(t, "the turns Cancel did not skip to end", 20*time.Second, func() bool {
+		n, held := endedCount()
+		return n == 2 && !held
+	})
+	waitFor(t, "Cancel to wait for the held turn job", 20*time.Second, func() bool {
+		return count(t, pool, `
+			SELECT count(*) FROM pg_stat_activity
+			 WHERE datname = current_database() AND wait_event_type = 'Lock'
+			   AND query NOT LIKE '%braid_job_progress%'`) > 0
+	})
+	select {
+	case err := <-cancelled:
+		t.Fatalf("Cancel returned %v while a turn of the run ran", err)
+	default:
+	}
+	if err := holder.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-cancelled; err != nil {
+		t.Fatalf("Cancel = %v", err)
+	}
+	if n, held := endedCount(); n != 3 || !held {
+		t.Fatalf("Cancel returned with %d of 3 turns ended (the held one: %v)", n, held)
+	}
+	if _, err := run.Result(ctx); !errors.Is(err, workflow.ErrCancelled) {
+		t.Fatalf("Result = %v, want cancelled", err)
+	}
+}
