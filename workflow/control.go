@@ -34,8 +34,7 @@ import (
 func (e *Engine) Cancel(ctx context.Context, runID string) error {
 	for try := 1; ; try++ {
 		err := e.withTx(ctx, func(tx pgx.Tx) error { return e.CancelTx(ctx, tx, runID) })
-		var pgErr *pgconn.PgError
-		if try < cancelTries && errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available
+		if try < cancelTries && isLockNotAvailable(err) {
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
@@ -111,7 +110,7 @@ func (e *Engine) cancelLiveTurns(ctx context.Context, query string, arg any) err
 		}
 		return err
 	})
-	if err != nil && !isLockTimeout(err) {
+	if err != nil && !isLockNotAvailable(err) {
 		return fmt.Errorf("cancelling %d turn jobs: %w", len(jobs), err)
 	}
 	if err != nil {
@@ -127,7 +126,7 @@ func (e *Engine) cancelLiveTurns(ctx context.Context, query string, arg any) err
 		})
 		switch {
 		case err == nil:
-		case isLockTimeout(err):
+		case isLockNotAvailable(err):
 			e.logger.DebugContext(ctx, "workflow: turn job held too long to cancel; its turn finds its task cancelled", "job.id", jid)
 		default:
 			return fmt.Errorf("cancelling turn job %d: %w", jid, err)
@@ -171,8 +170,10 @@ func (e *Engine) cancelTurnJobsTx(ctx context.Context, tx pgx.Tx, jobs []int64, 
 	return locked, nil
 }
 
-// isLockTimeout reports whether err is PostgreSQL's lock_not_available.
-func isLockTimeout(err error) bool {
+// isLockNotAvailable reports whether err is PostgreSQL's
+// lock_not_available (55P03): a NOWAIT lock that was held, or a lock
+// timeout that passed.
+func isLockNotAvailable(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "55P03"
 }

@@ -8,7 +8,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // TimeoutError says that a run's deadline passed before it finished: the
@@ -135,7 +134,6 @@ func (e *Engine) cancelOverdueRuns(ctx context.Context) (cancelled int, full, fa
 			}
 			return e.cancelTx(ctx, tx, r.id, r.id.String(), cause)
 		})
-		var pgErr *pgconn.PgError
 		switch {
 		case err == nil:
 			cancelled++
@@ -149,7 +147,7 @@ func (e *Engine) cancelOverdueRuns(ctx context.Context) (cancelled int, full, fa
 		case errors.Is(err, ErrRunFinished), errors.Is(err, ErrRunNotFound):
 			// It finished (or was deleted), or Retry moved its deadline,
 			// meanwhile.
-		case errors.As(err, &pgErr) && pgErr.Code == "55P03": // lock_not_available
+		case isLockNotAvailable(err):
 			e.logger.DebugContext(ctx, "workflow: a run whose deadline passed is locked; cancelling it next tick", "run.id", r.id)
 		default:
 			failed = true

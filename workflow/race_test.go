@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/braidflow/braid/testutil"
@@ -130,6 +131,31 @@ func deadlocks(t *testing.T, pool *pgxpool.Pool) int64 {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// holdRow locks, in a transaction the test commits or that is rolled back
+// when it ends, the row of table whose id is id.
+func holdRow(t *testing.T, pool *pgxpool.Pool, table string, id any) pgx.Tx {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM `+table+` WHERE id = $1 FOR UPDATE`, id); err != nil {
+		t.Fatal(err)
+	}
+	return tx
+}
+
+// waitsForALock reports whether a session of the test's database, other
+// than a turn's heartbeat, waits for a row lock.
+func waitsForALock(t *testing.T, pool *pgxpool.Pool) bool {
+	return count(t, pool, `
+		SELECT count(*) FROM pg_stat_activity
+		 WHERE datname = current_database() AND wait_event_type = 'Lock'
+		   AND query NOT LIKE '%braid_job_progress%'`) > 0
 }
 
 // TestCancelRetryStormNoDeadlockNothingRunsAfterCancel races 200 calls of
@@ -531,22 +557,12 @@ func TestCancelSparesTheTurnThatARetryLeftItsTaskTo(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	holder, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = holder.Rollback(context.Background()) }()
-	if _, err := holder.Exec(ctx, `SELECT 1 FROM river_job WHERE id = $1 FOR UPDATE`, jobID); err != nil {
-		t.Fatal(err)
-	}
+	holder := holdRow(t, pool, "river_job", jobID)
 	cancelled := make(chan error, 1)
 	go func() { cancelled <- eng.Cancel(ctx, run.ID) }()
 	waitFor(t, "Cancel to commit and wait for the held turn job", 20*time.Second, func() bool {
 		return count(t, pool, `SELECT count(*) FROM braid_tasks WHERE id = $1 AND status = 'cancelled'`, taskID) == 1 &&
-			count(t, pool, `
-				SELECT count(*) FROM pg_stat_activity
-				 WHERE datname = current_database() AND wait_event_type = 'Lock'
-				   AND query NOT LIKE '%braid_job_progress%'`) > 0
+			waitsForALock(t, pool)
 	})
 	// What Retry's transaction writes for this run: the task is pending
 	// again, the run running, and the live turn job is left to run it.
@@ -626,22 +642,10 @@ func TestRetryWaitsForATurnThatStartedAfterItsWait(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	holder, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = holder.Rollback(context.Background()) }()
-	if _, err := holder.Exec(ctx, `SELECT 1 FROM braid_tasks WHERE id = $1 FOR UPDATE`, taskID); err != nil {
-		t.Fatal(err)
-	}
+	holder := holdRow(t, pool, "braid_tasks", taskID)
 	retried := make(chan error, 1)
 	go func() { retried <- eng.Retry(ctx, run.ID) }()
-	waitFor(t, "Retry to wait for the task's lock", 20*time.Second, func() bool {
-		return count(t, pool, `
-			SELECT count(*) FROM pg_stat_activity
-			 WHERE datname = current_database() AND wait_event_type = 'Lock'
-			   AND query NOT LIKE '%braid_job_progress%'`) > 0
-	})
+	waitFor(t, "Retry to wait for the task's lock", 20*time.Second, func() bool { return waitsForALock(t, pool) })
 	// The turn starts now, after Retry's wait.
 	if _, err := pool.Exec(ctx, `
 		UPDATE river_job SET state = 'running', attempt = 1, attempted_at = now(), attempted_by = ARRAY['elsewhere']
@@ -714,14 +718,7 @@ func TestCancelCancelsTheTurnsItSkippedOnceTheirRowsAreFree(t *testing.T) {
 		 ORDER BY j.id LIMIT 1`, run.ID).Scan(&heldJob, &heldKey); err != nil {
 		t.Fatal(err)
 	}
-	holder, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = holder.Rollback(context.Background()) }()
-	if _, err := holder.Exec(ctx, `SELECT 1 FROM river_job WHERE id = $1 FOR UPDATE`, heldJob); err != nil {
-		t.Fatal(err)
-	}
+	holder := holdRow(t, pool, "river_job", heldJob)
 	cancelled := make(chan error, 1)
 	go func() { cancelled <- eng.Cancel(ctx, run.ID) }()
 	endedCount := func() (n int, held bool) {
@@ -733,12 +730,7 @@ func TestCancelCancelsTheTurnsItSkippedOnceTheirRowsAreFree(t *testing.T) {
 		n, held := endedCount()
 		return n == 2 && !held
 	})
-	waitFor(t, "Cancel to wait for the held turn job", 20*time.Second, func() bool {
-		return count(t, pool, `
-			SELECT count(*) FROM pg_stat_activity
-			 WHERE datname = current_database() AND wait_event_type = 'Lock'
-			   AND query NOT LIKE '%braid_job_progress%'`) > 0
-	})
+	waitFor(t, "Cancel to wait for the held turn job", 20*time.Second, func() bool { return waitsForALock(t, pool) })
 	select {
 	case err := <-cancelled:
 		t.Fatalf("Cancel returned %v while a turn of the run ran", err)
