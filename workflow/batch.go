@@ -869,9 +869,8 @@ func (e *Engine) claimContinuations(ctx context.Context, tx *pipeTx, inserted []
 		o := it.by
 		taken[o] = true
 		ids, tasks = append(ids, it.jobID), append(tasks, it.taskID)
-		// A claimed turn runs its first attempt; a new task's first turn
-		// has no children to read, unless its task is a DAG's.
-		if d := e.registry[it.workflow]; !it.first || d == nil || d.dag != nil {
+		// A claimed turn runs its first attempt.
+		if mayHaveChildren(it.first, e.registry[it.workflow]) {
 			parents = append(parents, it.taskID)
 		}
 		picked[it.jobID], taskOf[it.jobID] = o, it.taskID

@@ -108,7 +108,14 @@ var firstTurnTags = []string{tagFirstTurn}
 // may find children of its task: every turn but the first attempt of a
 // function's first turn.
 func readsChildren(job *rivertype.JobRow, d *definition) bool {
-	return job.Attempt != 1 || d.dag != nil || !slices.Contains(job.Tags, tagFirstTurn)
+	return job.Attempt != 1 || mayHaveChildren(slices.Contains(job.Tags, tagFirstTurn), d)
+}
+
+// mayHaveChildren reports whether, on the first attempt of a turn, a task
+// of definition d (nil when this process does not know it) may have
+// children: unless the turn is the task's first and d a function.
+func mayHaveChildren(firstTurn bool, d *definition) bool {
+	return !firstTurn || d == nil || d.dag != nil
 }
 
 // turnLink is a span that a turn links to, as kept in its job's metadata.

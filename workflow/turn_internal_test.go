@@ -31,3 +31,24 @@ func TestReadsChildrenOnlySkipsTheFirstAttemptOfAFunctionsFirstTurn(t *testing.T
 		}
 	}
 }
+
+func TestMayHaveChildrenUnlessAKnownFunctionsFirstTurn(t *testing.T) {
+	t.Parallel()
+	fn := &definition{name: "fn"}
+	dag := &definition{name: "graph", dag: &dagSpec{}}
+	for _, tc := range []struct {
+		name  string
+		first bool
+		def   *definition
+		want  bool
+	}{
+		{"first turn of a function", true, fn, false},
+		{"later turn of a function", false, fn, true},
+		{"first turn of a DAG", true, dag, true},
+		{"first turn of a workflow this process does not know", true, nil, true},
+	} {
+		if got := mayHaveChildren(tc.first, tc.def); got != tc.want {
+			t.Errorf("%s: mayHaveChildren = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
