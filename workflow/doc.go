@@ -372,6 +372,21 @@
 // is never deleted. An idempotency key holds for as long as its run is
 // kept: after that, the same key starts a new run.
 //
+// # Statistics of young tables
+//
+// braid reads its rows by key, and PostgreSQL keeps a generic plan for
+// each of its prepared statements, made with the table sizes of that
+// moment, until the table is analyzed again. A plan made while a table was
+// nearly empty scans the whole table, and goes on scanning it as the table
+// grows, until autovacuum's next analysis, up to a minute later by
+// default. So the maintenance loop, every Config.ReconcileInterval,
+// analyzes braid_runs, braid_tasks, braid_steps or river_job once it has
+// grown to eight times the size its last statistics recorded (and past
+// 1 MB), which makes every connection plan its statements on it again.
+// Autovacuum nearly always comes first; this covers a young table's first
+// growth, as when a new database meets its first load. A table the
+// engine's role does not own is left to autovacuum.
+//
 // # Joins
 //
 // A task that waits on children resumes when every child it has started

@@ -397,11 +397,15 @@ func NewEngine(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 	if qc.MaxErrorBytes == 0 {
 		qc.MaxErrorBytes = c.MaxErrorBytes
 	}
-	// The reconciler and retention run in the queue's one maintenance
-	// loop, under its lease.
+	// The reconciler, the statistics of grown tables and retention run in
+	// the queue's one maintenance loop, under its lease.
 	qc.Maintenance = append(append([]queue.MaintenanceTask(nil), qc.Maintenance...),
 		queue.MaintenanceTask{Name: "workflow reconciler", Interval: c.ReconcileInterval, Run: e.reconcile},
-		queue.MaintenanceTask{Name: "workflow reconciler sweep", Interval: c.ReconcileSweepInterval, Run: e.reconcileSweep})
+		queue.MaintenanceTask{Name: "workflow reconciler sweep", Interval: c.ReconcileSweepInterval, Run: e.reconcileSweep},
+		queue.MaintenanceTask{Name: "workflow statistics", Interval: c.ReconcileInterval, Run: func(ctx context.Context) error {
+			_, err := e.analyzeGrownTables(ctx)
+			return err
+		}})
 	if c.Retention > 0 {
 		qc.Maintenance = append(qc.Maintenance,
 			queue.MaintenanceTask{Name: "workflow retention", Interval: c.RetentionInterval, Run: e.deleteOldRuns})

@@ -34,3 +34,9 @@ func (t *pipeTx) CommitWith(ctx context.Context, b *pgx.Batch) error { return t.
 // TxStatus is the connection's transaction status: 'I' idle, 'T' in a
 // transaction, 'E' in a failed one.
 func (t *pipeTx) TxStatus() byte { return t.conn.PgConn().TxStatus() }
+
+// AnalyzeGrownTables runs the maintenance loop's analysis of grown tables
+// once, and returns the tables it analyzed.
+func AnalyzeGrownTables(ctx context.Context, e *Engine) ([]string, error) {
+	return e.analyzeGrownTables(ctx)
+}

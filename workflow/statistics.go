@@ -1,0 +1,72 @@
+package workflow
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Planner statistics of young tables.
+//
+// braid reads and writes its rows by key, batch by batch: a task by its
+// ID, a task's steps, a batch's turn jobs. pgx prepares each statement
+// once per connection, and after a few executions PostgreSQL keeps a
+// generic plan for it, made with the table sizes of that moment, until the
+// table's statistics change. On tables that were nearly empty when the
+// plan was made, that plan scans the whole table, and it keeps doing so as
+// the table grows, until autovacuum analyzes the table: by default within
+// a minute, which is long enough for a new database under load to spend
+// its first minute scanning tens of thousands of rows per statement.
+//
+// So the maintenance loop analyzes a table of braid's whose size has grown
+// grownFactor times past what its last statistics recorded (and past
+// grownFloorPages). The analysis makes every backend plan its statements
+// on the table again. Autovacuum, which analyzes a table once a tenth of
+// it has changed, nearly always comes first; this only covers the fast
+// growth of a young table. A table the engine's role does not own is left
+// to autovacuum.
+const (
+	// grownFactor is how many times its recorded size a table must reach.
+	grownFactor = 8
+	// grownFloorPages is the recorded size a table counts as at least,
+	// so that a table that was empty or nearly so is analyzed once it
+	// holds grownFactor × grownFloorPages pages (1 MB), not sooner.
+	grownFloorPages = 16
+)
+
+// grownTables are the tables whose statistics the maintenance loop keeps
+// from lagging behind their growth: the ones the batches read and write.
+var grownTables = []string{"braid_runs", "braid_tasks", "braid_steps", "river_job"}
+
+// grownTablesSQL lists the tables of $1 that have grown $2 times past the
+// size (relpages) their last analysis or vacuum recorded, that size taken
+// as at least $3 pages, and that the engine's role may analyze.
+const grownTablesSQL = `
+	SELECT c.oid::regclass::text FROM pg_class c
+	 WHERE c.oid = ANY(ARRAY(SELECT to_regclass(t) FROM unnest($1::text[]) AS t))
+	   AND pg_relation_size(c.oid) / current_setting('block_size')::bigint >= $2::bigint * greatest(c.relpages, $3)
+	   AND pg_has_role(c.relowner, 'USAGE')
+	 ORDER BY 1`
+
+// analyzeGrownTables analyzes the tables of grownTables that have grown
+// grownFactor times past their last statistics, and returns their names.
+// It runs in the queue's maintenance loop, every ReconcileInterval.
+func (e *Engine) analyzeGrownTables(ctx context.Context) ([]string, error) {
+	rows, err := e.pool.Query(ctx, grownTablesSQL, grownTables, grownFactor, grownFloorPages)
+	if err != nil {
+		return nil, fmt.Errorf("workflow: finding grown tables: %w", err)
+	}
+	grown, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("workflow: finding grown tables: %w", err)
+	}
+	for _, table := range grown {
+		// The name is regclass's output, quoted as it needs.
+		if _, err := e.pool.Exec(ctx, "ANALYZE "+table); err != nil {
+			return nil, fmt.Errorf("workflow: analyzing %s: %w", table, err)
+		}
+		e.logger.InfoContext(ctx, "workflow: analyzed a table that grew past its statistics", "table", table)
+	}
+	return grown, nil
+}

@@ -1,0 +1,147 @@
+package workflow_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/braidflow/braid/testutil"
+	"github.com/braidflow/braid/workflow"
+)
+
+// TestAnalyzeGrownTablesReplansAStatementMadeWhileTheTableWasEmpty shows
+// the harm and the cure: a statement whose generic plan was made on an
+// empty braid_runs keeps scanning the whole table after it has grown, until
+// the maintenance loop analyzes the table, once, and not again until it
+// grows again.
+func TestAnalyzeGrownTablesReplansAStatementMadeWhileTheTableWasEmpty(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testutil.DB(t)
+	eng, err := workflow.NewEngine(pool, testConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	analyze := func(want ...string) {
+		t.Helper()
+		got, err := workflow.AnalyzeGrownTables(ctx, eng)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(want, got, cmpopts.EquateEmpty()); diff != "" {
+			t.Fatalf("analyzed tables (-want +got):\n%s", diff)
+		}
+	}
+	analyze() // every table is empty
+
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, `SET plan_cache_mode = force_generic_plan`); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = conn.Exec(ctx, `RESET plan_cache_mode`) }()
+	if _, err := conn.Exec(ctx, `PREPARE by_id(uuid[]) AS SELECT status FROM braid_runs WHERE id = ANY($1)`); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = conn.Exec(ctx, `DEALLOCATE by_id`) }()
+	plan := func() string {
+		t.Helper()
+		rows, err := conn.Query(ctx, `EXPLAIN EXECUTE by_id('{00000000-0000-0000-0000-000000000001}')`, pgx.QueryExecModeSimpleProtocol)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Join(lines, "\n")
+	}
+	if p := plan(); !strings.Contains(p, "Seq Scan on braid_runs") {
+		t.Fatalf("on the empty table, the plan is not the scan this test expects:\n%s", p)
+	}
+
+	// About 2 MB of runs: past 8 times the 16-page floor.
+	if _, err := pool.Exec(ctx, `
+		INSERT INTO braid_runs (id, workflow, status, input, finished_at)
+		SELECT gen_random_uuid(), 'grown', 'completed', jsonb_build_object('pad', repeat('x', 200)), now()
+		  FROM generate_series(1, 8000)`); err != nil {
+		t.Fatal(err)
+	}
+	if p := plan(); !strings.Contains(p, "Seq Scan on braid_runs") {
+		t.Fatalf("the cached plan changed before any analysis:\n%s", p)
+	}
+
+	analyze("braid_runs")
+	if p := plan(); !strings.Contains(p, "Index") || strings.Contains(p, "Seq Scan") {
+		t.Fatalf("after the analysis, the statement still scans the table:\n%s", p)
+	}
+	analyze() // it has not grown since
+}
+
+// TestAnalyzeGrownTablesLeavesTablesItDoesNotOwn: an engine whose role does
+// not own braid's tables leaves them to autovacuum, rather than fail or
+// fill the server's log with warnings every second.
+func TestAnalyzeGrownTablesLeavesTablesItDoesNotOwn(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := testutil.URL(t)
+	owner := testutil.Pool(t, url)
+	if _, err := owner.Exec(ctx, `
+		INSERT INTO braid_runs (id, workflow, status, input, finished_at)
+		SELECT gen_random_uuid(), 'grown', 'completed', jsonb_build_object('pad', repeat('x', 200)), now()
+		  FROM generate_series(1, 8000)`); err != nil {
+		t.Fatal(err)
+	}
+	var db string
+	if err := owner.QueryRow(ctx, `SELECT current_database()`).Scan(&db); err != nil {
+		t.Fatal(err)
+	}
+	role := "braid_reader_" + strings.TrimPrefix(db, "braid_")
+	role = pgx.Identifier{role}.Sanitize()
+	if _, err := owner.Exec(ctx, fmt.Sprintf(`CREATE ROLE %s NOLOGIN`, role)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = owner.Exec(context.Background(), fmt.Sprintf(`DROP OWNED BY %s; DROP ROLE %s`, role, role))
+	})
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		_, err := c.Exec(ctx, `SET ROLE `+role)
+		return err
+	}
+	reader, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close()
+	eng, err := workflow.NewEngine(reader, testConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := workflow.AnalyzeGrownTables(ctx, eng)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 0 {
+		t.Fatalf("analyzed %v, which its role does not own", got)
+	}
+	engOwner, err := workflow.NewEngine(owner, testConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := workflow.AnalyzeGrownTables(ctx, engOwner); err != nil || len(got) != 1 || got[0] != "braid_runs" {
+		t.Fatalf("the owner analyzed %v (error %v); want braid_runs", got, err)
+	}
+}
