@@ -385,7 +385,10 @@
 // 1 MB), which makes every connection plan its statements on it again.
 // Autovacuum nearly always comes first; this covers a young table's first
 // growth, as when a new database meets its first load. A table the
-// engine's role does not own is left to autovacuum.
+// engine's role does not own, or that a vacuum holds, is left to
+// autovacuum: the analysis waits at most 100 ms for the table's lock, less
+// than PostgreSQL lets a session wait before it cancels the autovacuum in
+// its way.
 //
 // # Joins
 //

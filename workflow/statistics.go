@@ -3,6 +3,7 @@ package workflow
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -49,9 +50,17 @@ const grownTablesSQL = `
 	   AND pg_has_role(c.relowner, 'USAGE')
 	 ORDER BY 1`
 
+// analyzeLockTimeout bounds how long an analysis waits for its table's
+// lock. VACUUM holds the same lock, and PostgreSQL cancels an autovacuum
+// that another session has waited on for deadlock_timeout (1 s by
+// default): an analysis waits less than that, and leaves the table to the
+// vacuum, which records statistics too.
+const analyzeLockTimeout = 100 * time.Millisecond
+
 // analyzeGrownTables analyzes the tables of grownTables that have grown
-// grownFactor times past their last statistics, and returns their names.
-// It runs in the queue's maintenance loop, every ReconcileInterval.
+// grownFactor times past their last statistics, and returns those it
+// analyzed. It runs in the queue's maintenance loop, every
+// ReconcileInterval.
 func (e *Engine) analyzeGrownTables(ctx context.Context) ([]string, error) {
 	rows, err := e.pool.Query(ctx, grownTablesSQL, grownTables, grownFactor, grownFloorPages)
 	if err != nil {
@@ -61,12 +70,25 @@ func (e *Engine) analyzeGrownTables(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("workflow: finding grown tables: %w", err)
 	}
+	var analyzed []string
 	for _, table := range grown {
-		// The name is regclass's output, quoted as it needs.
-		if _, err := e.pool.Exec(ctx, "ANALYZE "+table); err != nil {
-			return nil, fmt.Errorf("workflow: analyzing %s: %w", table, err)
+		err := e.withTx(ctx, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", analyzeLockTimeout.Milliseconds())); err != nil {
+				return err
+			}
+			// The name is regclass's output, quoted as it needs.
+			_, err := tx.Exec(ctx, "ANALYZE "+table)
+			return err
+		})
+		if isLockNotAvailable(err) {
+			e.logger.DebugContext(ctx, "workflow: a grown table is being vacuumed; leaving its statistics to the vacuum", "table", table)
+			continue
 		}
+		if err != nil {
+			return analyzed, fmt.Errorf("workflow: analyzing %s: %w", table, err)
+		}
+		analyzed = append(analyzed, table)
 		e.logger.InfoContext(ctx, "workflow: analyzed a table that grew past its statistics", "table", table)
 	}
-	return grown, nil
+	return analyzed, nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -78,6 +79,27 @@ func TestAnalyzeGrownTablesReplansAStatementMadeWhileTheTableWasEmpty(t *testing
 	}
 	if p := plan(); !strings.Contains(p, "Seq Scan on braid_runs") {
 		t.Fatalf("the cached plan changed before any analysis:\n%s", p)
+	}
+
+	// A vacuum of the table holds the lock an analysis takes. The analysis
+	// gives up rather than wait (PostgreSQL would cancel an autovacuum
+	// waited on for a second) and leaves the table to the vacuum.
+	vacuum, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = vacuum.Rollback(ctx) }()
+	if _, err := vacuum.Exec(ctx, `LOCK TABLE braid_runs IN SHARE UPDATE EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	bounded, cancel := context.WithTimeout(ctx, 30*time.Second)
+	got, err := workflow.AnalyzeGrownTables(bounded, eng)
+	cancel()
+	if err != nil || len(got) != 0 {
+		t.Fatalf("with the table's lock held, analyzed %v (error %v); want none, without an error", got, err)
+	}
+	if err := vacuum.Rollback(ctx); err != nil {
+		t.Fatal(err)
 	}
 
 	analyze("braid_runs")
