@@ -16,6 +16,18 @@ import (
 	"github.com/braidflow/braid/workflow"
 )
 
+// growRuns inserts about 2 MB of finished runs: past eight times the
+// 16-page floor of the statistics of young tables.
+func growRuns(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	if _, err := pool.Exec(context.Background(), `
+		INSERT INTO braid_runs (id, workflow, status, input, finished_at)
+		SELECT gen_random_uuid(), 'grown', 'completed', jsonb_build_object('pad', repeat('x', 200)), now()
+		  FROM generate_series(1, 8000)`); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestAnalyzeGrownTablesReplansAStatementMadeWhileTheTableWasEmpty shows
 // the harm and the cure: a statement whose generic plan was made on an
 // empty braid_runs keeps scanning the whole table after it has grown, until
@@ -70,13 +82,7 @@ func TestAnalyzeGrownTablesReplansAStatementMadeWhileTheTableWasEmpty(t *testing
 		t.Fatalf("on the empty table, the plan is not the scan this test expects:\n%s", p)
 	}
 
-	// About 2 MB of runs: past 8 times the 16-page floor.
-	if _, err := pool.Exec(ctx, `
-		INSERT INTO braid_runs (id, workflow, status, input, finished_at)
-		SELECT gen_random_uuid(), 'grown', 'completed', jsonb_build_object('pad', repeat('x', 200)), now()
-		  FROM generate_series(1, 8000)`); err != nil {
-		t.Fatal(err)
-	}
+	growRuns(t, pool)
 	if p := plan(); !strings.Contains(p, "Seq Scan on braid_runs") {
 		t.Fatalf("the cached plan changed before any analysis:\n%s", p)
 	}
@@ -117,12 +123,7 @@ func TestAnalyzeGrownTablesLeavesTablesItDoesNotOwn(t *testing.T) {
 	ctx := context.Background()
 	url := testutil.URL(t)
 	owner := testutil.Pool(t, url)
-	if _, err := owner.Exec(ctx, `
-		INSERT INTO braid_runs (id, workflow, status, input, finished_at)
-		SELECT gen_random_uuid(), 'grown', 'completed', jsonb_build_object('pad', repeat('x', 200)), now()
-		  FROM generate_series(1, 8000)`); err != nil {
-		t.Fatal(err)
-	}
+	growRuns(t, owner)
 	var db string
 	if err := owner.QueryRow(ctx, `SELECT current_database()`).Scan(&db); err != nil {
 		t.Fatal(err)
