@@ -25,8 +25,8 @@ import (
 // grownFloorPages). The analysis makes every backend plan its statements
 // on the table again. Autovacuum, which analyzes a table once a tenth of
 // it has changed, nearly always comes first; this only covers the fast
-// growth of a young table. A table the engine's role does not own is left
-// to autovacuum.
+// growth of a young table. A table the engine's role does not own, or
+// that a vacuum holds, is left to autovacuum.
 const (
 	// grownFactor is how many times its recorded size a table must reach.
 	grownFactor = 8
@@ -54,7 +54,8 @@ const grownTablesSQL = `
 // lock. VACUUM holds the same lock, and PostgreSQL cancels an autovacuum
 // that another session has waited on for deadlock_timeout (1 s by
 // default): an analysis waits less than that, and leaves the table to the
-// vacuum, which records statistics too.
+// vacuum, which records the table's size too and so has its statements
+// planned again.
 const analyzeLockTimeout = 100 * time.Millisecond
 
 // analyzeGrownTables analyzes the tables of grownTables that have grown
