@@ -180,6 +180,9 @@ type Config struct {
 	// was discarded or cancelled, and fails them, so that no run is ever
 	// stranded. It runs in the queue's maintenance loop and reads only the
 	// turn jobs that ended lately. Default ReconcileIntervalDefault (1 s).
+	// The maintenance loop looks for tables of braid's that have outgrown
+	// their planner statistics at the same interval (see "Statistics of
+	// young tables" in the package documentation).
 	ReconcileInterval time.Duration
 
 	// ReconcileSweepInterval is how often the reconciler looks at every
