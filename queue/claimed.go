@@ -68,7 +68,7 @@ func (q *Queue) QueueClaim(b *pgx.Batch, ids []int64, claimed func([]*rivertype.
 		           attempted_by = array_append(attempted_by, $2::text)
 		     WHERE id = ANY($1) AND state IN ('available', 'pending') AND kind = ANY($3)
 		    RETURNING id, args, attempt, attempted_at, attempted_by, created_at, kind, max_attempts,
-		              metadata, priority, queue, scheduled_at, tags
+		              metadata, priority, queue, scheduled_at, tags, unique_key
 		), released AS (
 		    UPDATE river_job SET state = 'available'
 		     WHERE id = ANY($1) AND state = 'pending' AND id NOT IN (SELECT id FROM claimed)
@@ -138,7 +138,7 @@ func (q *Queue) QueueClaimAvailable(b *pgx.Batch, name string, n int, kinds []st
 		  FROM next
 		 WHERE j.id = next.id AND j.kind = ANY($4)
 		RETURNING j.id, j.args, j.attempt, j.attempted_at, j.attempted_by, j.created_at, j.kind, j.max_attempts,
-		          j.metadata, j.priority, j.queue, j.scheduled_at, j.tags`,
+		          j.metadata, j.priority, j.queue, j.scheduled_at, j.tags, j.unique_key`,
 		name, n, q.client.ID(), claimable).Query(func(rows pgx.Rows) error {
 		jobs, err := collectClaimed(rows)
 		claimed(jobs)
@@ -153,7 +153,7 @@ func collectClaimed(rows pgx.Rows) ([]*rivertype.JobRow, error) {
 		j := &rivertype.JobRow{State: rivertype.JobStateRunning}
 		var priority int16
 		err := row.Scan(&j.ID, &j.EncodedArgs, &j.Attempt, &j.AttemptedAt, &j.AttemptedBy, &j.CreatedAt, &j.Kind,
-			&j.MaxAttempts, &j.Metadata, &priority, &j.Queue, &j.ScheduledAt, &j.Tags)
+			&j.MaxAttempts, &j.Metadata, &priority, &j.Queue, &j.ScheduledAt, &j.Tags, &j.UniqueKey)
 		j.Priority = int(priority)
 		return j, err
 	})

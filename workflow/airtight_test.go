@@ -410,8 +410,8 @@ func TestReconcilerSweepSettlesTasksWhoseTurnIsGoneOrCompleted(t *testing.T) {
 	}
 	// One task's turn job is deleted; the other's is completed without
 	// the task having run, as a turn that found it in another state would.
-	execSQL(t, pool, `DELETE FROM river_job WHERE args->>'task_id' = (SELECT id::text FROM braid_tasks WHERE run_id = $1)`, gone.ID)
-	execSQL(t, pool, `UPDATE river_job SET state = 'completed', finalized_at = now() WHERE args->>'task_id' = (SELECT id::text FROM braid_tasks WHERE run_id = $1)`, owed.ID)
+	execSQL(t, pool, `DELETE FROM river_job WHERE braid_turn_task(unique_key, args) = (SELECT id FROM braid_tasks WHERE run_id = $1)`, gone.ID)
+	execSQL(t, pool, `UPDATE river_job SET state = 'completed', finalized_at = now() WHERE braid_turn_task(unique_key, args) = (SELECT id FROM braid_tasks WHERE run_id = $1)`, owed.ID)
 	execSQL(t, pool, `UPDATE braid_tasks SET updated_at = now() - interval '1 minute'`)
 
 	cfg.ReconcileSweepInterval = 200 * time.Millisecond

@@ -144,7 +144,7 @@ func badTurnInBatch(t *testing.T, table string) {
 		t.Fatal("the eight outcomes were not committed as one batch that failed")
 	}
 	if got := count(t, pool, `
-		SELECT count(*) FROM braid_tasks t JOIN river_job j ON j.args->>'task_id' = t.id::text
+		SELECT count(*) FROM braid_tasks t JOIN river_job j ON braid_turn_task(j.unique_key, j.args) = t.id
 		 WHERE t.status = 'completed' AND t.attempt = 1 AND j.state = 'completed' AND j.attempt = 1`); got != n-1 {
 		t.Fatalf("%d good turns completed on their first attempt, want %d", got, n-1)
 	}
@@ -239,7 +239,7 @@ func TestFanInInsertsOneContinuation(t *testing.T) {
 		t.Fatalf("sum: %d, %v", out, err)
 	}
 	if got := count(t, pool, `
-		SELECT count(*) FROM river_job j JOIN braid_tasks t ON j.args->>'task_id' = t.id::text
+		SELECT count(*) FROM river_job j JOIN braid_tasks t ON braid_turn_task(j.unique_key, j.args) = t.id
 		 WHERE t.key = 'root'`); got != 2 {
 		t.Fatalf("the parent had %d turns, want 2 (its first and one continuation)", got)
 	}

@@ -305,13 +305,9 @@ func (e *Engine) cancelTurnsOf(ctx context.Context, tasks []uuid.UUID) {
 	if len(tasks) == 0 {
 		return
 	}
-	ids := make([]string, len(tasks))
-	for i, id := range tasks {
-		ids[i] = id.String()
-	}
 	if err := e.cancelLiveTurns(ctx, `
 		SELECT id FROM river_job
-		 WHERE kind = $1 AND args->>'task_id' = ANY($2) AND state IN `+liveJobStates, ids); err != nil {
+		 WHERE kind = $1 AND braid_turn_task(unique_key, args) = ANY($2) AND state IN `+liveJobStates, pgIDs(tasks)); err != nil {
 		e.logger.WarnContext(ctx, "workflow: cancelling the turns of cancelled children", "children", len(tasks), "error", err)
 	}
 }

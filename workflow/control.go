@@ -64,7 +64,7 @@ func (e *Engine) Cancel(ctx context.Context, runID string) error {
 func (e *Engine) cancelSkippedTurns(ctx context.Context, id uuid.UUID, runID string) error {
 	err := e.cancelLiveTurns(ctx, `
 		SELECT j.id FROM braid_tasks t
-		  JOIN river_job j ON j.kind = $1 AND j.args->>'task_id' = t.id::text
+		  JOIN river_job j ON j.kind = $1 AND braid_turn_task(j.unique_key, j.args) = t.id
 		 WHERE t.run_id = $2 AND t.status = 'cancelled'
 		   AND j.state IN `+liveJobStates+` AND NOT j.metadata ? 'cancel_attempted_at'`, id)
 	if err != nil {
@@ -153,7 +153,7 @@ func (e *Engine) cancelTurnJobsTx(ctx context.Context, tx pgx.Tx, jobs []int64, 
 		return locked, err
 	}
 	rows, err := tx.Query(ctx, `
-		SELECT j.id FROM braid_tasks t JOIN river_job j ON t.id = (j.args->>'task_id')::uuid
+		SELECT j.id FROM braid_tasks t JOIN river_job j ON t.id = braid_turn_task(j.unique_key, j.args)
 		 WHERE j.id = ANY($1) AND t.status = 'cancelled'
 		 ORDER BY t.created_at DESC, t.id DESC FOR SHARE OF t`, locked)
 	if err != nil {
@@ -288,7 +288,7 @@ func (e *Engine) cancelTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID st
 	// turn that starts finds nothing to do, and a running one stops at its
 	// next step; Cancel cancels the skipped jobs after the commit.
 	rows, err = tx.Query(ctx, `
-		SELECT j.id FROM river_job j JOIN braid_tasks t ON j.args->>'task_id' = t.id::text
+		SELECT j.id FROM river_job j JOIN braid_tasks t ON braid_turn_task(j.unique_key, j.args) = t.id
 		 WHERE j.kind = $1 AND t.run_id = $2 AND j.state IN `+liveJobStates+`
 		 ORDER BY j.id FOR UPDATE OF j SKIP LOCKED`, TaskKind, id)
 	if err != nil {
@@ -467,7 +467,7 @@ const TurnEndWaitDefault = 30 * time.Second
 // Retry wait for.
 const runningTurnsSQL = `
 	  FROM braid_tasks t
-	  JOIN river_job j ON j.kind = $1 AND j.args->>'task_id' = t.id::text
+	  JOIN river_job j ON j.kind = $1 AND braid_turn_task(j.unique_key, j.args) = t.id
 	 WHERE j.state = 'running'
 	   AND t.run_id = $2 AND t.status IN ('failed', 'cancelled')`
 

@@ -470,7 +470,7 @@ func TestCrashBeforeClaimedContinuationRunsOnAnotherProcess(t *testing.T) {
 	)
 	err = pool.QueryRow(ctx, `
 		SELECT j.state::text, j.attempt, j.attempted_by FROM river_job j
-		  JOIN braid_tasks c ON j.args->>'task_id' = c.id::text AND c.key = 'child'
+		  JOIN braid_tasks c ON braid_turn_task(j.unique_key, j.args) = c.id AND c.key = 'child'
 		 WHERE j.kind = $1`, workflow.TaskKind).Scan(&state, &attempt, &attemptedBy)
 	if err != nil {
 		t.Fatal(err)

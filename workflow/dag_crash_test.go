@@ -321,7 +321,7 @@ func (c *dagCrashCheck) ledger(node string) int {
 func (c *dagCrashCheck) turn(node string) (state string, attempt int) {
 	c.t.Helper()
 	if err := c.pool.QueryRow(context.Background(), `
-		SELECT j.state::text, j.attempt FROM river_job j JOIN braid_tasks k ON j.args->>'task_id' = k.id::text
+		SELECT j.state::text, j.attempt FROM river_job j JOIN braid_tasks k ON braid_turn_task(j.unique_key, j.args) = k.id
 		 WHERE k.run_id = $1 AND k.key = $2 AND k.dependents IS NOT NULL`, c.runID, node).Scan(&state, &attempt); err != nil {
 		c.t.Fatalf("reading node %s's turn: %v", node, err)
 	}

@@ -55,7 +55,7 @@ func nodeStatuses(t *testing.T, pool *pgxpool.Pool, runID string) (map[string]st
 func nodeTurns(t *testing.T, pool *pgxpool.Pool, runID, node string) int {
 	t.Helper()
 	return count(t, pool, `
-		SELECT count(*) FROM river_job j JOIN braid_tasks k ON j.args->>'task_id' = k.id::text
+		SELECT count(*) FROM river_job j JOIN braid_tasks k ON braid_turn_task(j.unique_key, j.args) = k.id
 		 WHERE k.run_id = $1 AND k.key = $2 AND k.dependents IS NOT NULL`, runID, node)
 }
 

@@ -122,7 +122,7 @@ func TestRunDeadlineCancelsADelayAndAChild(t *testing.T) {
 	}
 	for {
 		n := count(t, pool, `
-			SELECT count(*) FROM river_job j JOIN braid_tasks k ON j.args->>'task_id' = k.id::text
+			SELECT count(*) FROM river_job j JOIN braid_tasks k ON braid_turn_task(j.unique_key, j.args) = k.id
 			 WHERE k.run_id = $1 AND k.key = 'child' AND j.state = 'cancelled'`, run.ID)
 		if n == 1 {
 			break
@@ -134,7 +134,7 @@ func TestRunDeadlineCancelsADelayAndAChild(t *testing.T) {
 		}
 	}
 	if n := count(t, pool, `
-		SELECT count(*) FROM river_job j JOIN braid_tasks k ON j.args->>'task_id' = k.id::text
+		SELECT count(*) FROM river_job j JOIN braid_tasks k ON braid_turn_task(j.unique_key, j.args) = k.id
 		 WHERE k.run_id = $1 AND j.state IN ('available', 'pending', 'retryable', 'scheduled')`, run.ID); n != 0 {
 		t.Errorf("%d turn jobs of the run are still to run", n)
 	}

@@ -212,7 +212,7 @@ func TestCancelEndsAClaimedTurn(t *testing.T) {
 	}
 	<-started
 	if n := count(t, pool, `
-		SELECT count(*) FROM river_job j JOIN braid_tasks k ON j.args->>'task_id' = k.id::text
+		SELECT count(*) FROM river_job j JOIN braid_tasks k ON braid_turn_task(j.unique_key, j.args) = k.id
 		 WHERE k.run_id = $1 AND k.key = 'child' AND j.state = 'running' AND j.attempted_by IS NOT NULL`, run.ID); n != 1 {
 		t.Fatalf("the child's turn is not running")
 	}

@@ -71,8 +71,8 @@ func TestStartByName(t *testing.T) {
 		prio        int
 		maxAttempts int
 	)
-	if err := pool.QueryRow(ctx, `SELECT queue, priority, max_attempts FROM river_job WHERE kind = 'braid_task' AND args->>'task_id' =
-		(SELECT id::text FROM braid_tasks WHERE run_id = $1 AND parent_task_id IS NULL)`, started.ID).Scan(&q, &prio, &maxAttempts); err != nil {
+	if err := pool.QueryRow(ctx, `SELECT queue, priority, max_attempts FROM river_job WHERE kind = 'braid_task' AND braid_turn_task(unique_key, args) =
+		(SELECT id FROM braid_tasks WHERE run_id = $1 AND parent_task_id IS NULL)`, started.ID).Scan(&q, &prio, &maxAttempts); err != nil {
 		t.Fatal(err)
 	}
 	if diff := cmp.Diff([]any{"greetings", int(queue.PriorityHigh), 7}, []any{q, prio, maxAttempts}); diff != "" {

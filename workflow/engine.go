@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
@@ -448,6 +449,7 @@ func NewEngine(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 	if qc.Leases == nil {
 		qc.Leases = e.leases
 	}
+	qc.Middleware = append([]rivertype.Middleware{&turnKeys{}}, qc.Middleware...)
 	if e.queue, err = queue.New(pool, &qc); err != nil {
 		return nil, err
 	}

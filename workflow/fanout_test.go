@@ -158,7 +158,7 @@ func TestJoinRace(t *testing.T) {
 		if n := count(t, pool, `SELECT turns FROM braid_tasks WHERE run_id = $1 AND parent_task_id IS NULL`, run.ID); n != 2 {
 			t.Fatalf("round %d: parent had %d turns, want exactly 2", round, n)
 		}
-		if n := count(t, pool, `SELECT count(*) FROM river_job WHERE args->>'task_id' = (SELECT id::text FROM braid_tasks WHERE run_id = $1 AND parent_task_id IS NULL)`, run.ID); n != 2 {
+		if n := count(t, pool, `SELECT count(*) FROM river_job WHERE braid_turn_task(unique_key, args) = (SELECT id FROM braid_tasks WHERE run_id = $1 AND parent_task_id IS NULL)`, run.ID); n != 2 {
 			t.Fatalf("round %d: parent had %d turn jobs, want exactly 2", round, n)
 		}
 	}
@@ -314,7 +314,7 @@ func TestOnlyANewTasksFirstTurnIsMarkedFirst(t *testing.T) {
 	}
 	rows, err := pool.Query(ctx, `
 		SELECT k.key, 'first_turn' = ANY(j.tags)
-		  FROM river_job j JOIN braid_tasks k ON j.args->>'task_id' = k.id::text
+		  FROM river_job j JOIN braid_tasks k ON braid_turn_task(j.unique_key, j.args) = k.id
 		 WHERE k.run_id = $1 ORDER BY j.id`, run.ID)
 	if err != nil {
 		t.Fatal(err)

@@ -279,14 +279,14 @@ func traceID(traceParent *string) string {
 // runStatusSQL is a run's status as shown: running while its root task's
 // turn runs.
 const runStatusSQL = `CASE WHEN r.status IN ('pending', 'waiting') AND EXISTS (
-	    SELECT 1 FROM braid_tasks rt JOIN river_job j ON j.kind = '` + TaskKind + `' AND j.args->>'task_id' = rt.id::text
+	    SELECT 1 FROM braid_tasks rt JOIN river_job j ON j.kind = '` + TaskKind + `' AND braid_turn_task(j.unique_key, j.args) = rt.id
 	     WHERE rt.run_id = r.id AND rt.parent_task_id IS NULL AND rt.status IN ('pending', 'running') AND j.state = 'running')
 	THEN 'running' ELSE r.status END`
 
 // taskTurnSQL joins a task (t) to its running turn job (j), if any.
 const taskTurnSQL = `LEFT JOIN LATERAL (
 	    SELECT attempt, attempted_at FROM river_job
-	     WHERE kind = '` + TaskKind + `' AND args->>'task_id' = t.id::text AND state = 'running' AND t.status IN ('pending', 'running')
+	     WHERE kind = '` + TaskKind + `' AND braid_turn_task(unique_key, args) = t.id AND state = 'running' AND t.status IN ('pending', 'running')
 	     ORDER BY id DESC LIMIT 1) j ON true`
 
 const runColumns = `r.id, r.workflow, ` + runStatusSQL + `, r.input, r.output, r.error, r.idempotency_key, r.trace_parent, r.created_at, r.started_at, r.finished_at, ` + timeoutMicrosSQL + `, r.deadline_at`
@@ -455,10 +455,10 @@ func inspectTurns(ctx context.Context, db Querier, taskIDs []string, run *RunInf
 		return nil
 	}
 	rows, err := db.Query(ctx, `
-		SELECT j.args->>'task_id', j.id, j.state, j.attempt, j.max_attempts, j.created_at, j.attempted_at, j.finalized_at,
+		SELECT braid_turn_task(j.unique_key, j.args)::text, j.id, j.state, j.attempt, j.max_attempts, j.created_at, j.attempted_at, j.finalized_at,
 		       coalesce(array_to_json(j.errors), '[]')
 		  FROM river_job j
-		 WHERE j.kind = $1 AND j.args->>'task_id' = ANY($2::text[])
+		 WHERE j.kind = $1 AND braid_turn_task(j.unique_key, j.args) = ANY($2::text[]::uuid[])
 		 ORDER BY j.id`, TaskKind, taskIDs)
 	if err != nil {
 		return err

@@ -420,7 +420,7 @@ func TestCancelRetryStormNoDeadlockNothingRunsAfterCancel(t *testing.T) {
 	if n := count(t, admin, `
 		SELECT count(*) FROM braid_tasks t
 		 WHERE t.status IN ('pending', 'running')
-		   AND NOT EXISTS (SELECT 1 FROM river_job j WHERE j.kind = 'braid_task' AND j.args->>'task_id' = t.id::text
+		   AND NOT EXISTS (SELECT 1 FROM river_job j WHERE j.kind = 'braid_task' AND braid_turn_task(j.unique_key, j.args) = t.id
 		                      AND j.state IN ('available', 'pending', 'running', 'retryable', 'scheduled'))`); n != 0 {
 		t.Fatalf("%d tasks are pending or running without a live turn", n)
 	}
@@ -494,7 +494,7 @@ func dumpUnsettled(t *testing.T, pool *pgxpool.Pool) {
 	rows, err := pool.Query(context.Background(), `
 		SELECT r.id, r.status, t.key, t.status, t.remaining, coalesce(t.error::text, ''),
 		       coalesce((SELECT string_agg(j.id || ':' || j.state || '@' || j.attempt || coalesce(' ' || (j.errors[array_length(j.errors, 1)]->>'error'), ''), ', ' ORDER BY j.id)
-		                   FROM river_job j WHERE j.kind = 'braid_task' AND j.args->>'task_id' = t.id::text), '')
+		                   FROM river_job j WHERE j.kind = 'braid_task' AND braid_turn_task(j.unique_key, j.args) = t.id), '')
 		  FROM braid_runs r JOIN braid_tasks t ON t.run_id = r.id
 		 WHERE (r.status NOT IN ('completed', 'cancelled') AND t.status <> 'completed')
 		    OR (r.status = 'cancelled' AND t.status NOT IN ('completed', 'cancelled'))
@@ -552,7 +552,7 @@ func TestCancelSparesTheTurnThatARetryLeftItsTaskTo(t *testing.T) {
 		taskID string
 	)
 	if err := pool.QueryRow(ctx, `
-		SELECT j.id, k.id::text FROM river_job j JOIN braid_tasks k ON j.args->>'task_id' = k.id::text
+		SELECT j.id, k.id::text FROM river_job j JOIN braid_tasks k ON braid_turn_task(j.unique_key, j.args) = k.id
 		 WHERE k.run_id = $1 AND j.state = 'running'`, run.ID).Scan(&jobID, &taskID); err != nil {
 		t.Fatal(err)
 	}
@@ -713,7 +713,7 @@ func TestCancelCancelsTheTurnsItSkippedOnceTheirRowsAreFree(t *testing.T) {
 	var heldJob int64
 	var heldKey string
 	if err := pool.QueryRow(ctx, `
-		SELECT j.id, k.key FROM river_job j JOIN braid_tasks k ON j.args->>'task_id' = k.id::text
+		SELECT j.id, k.key FROM river_job j JOIN braid_tasks k ON braid_turn_task(j.unique_key, j.args) = k.id
 		 WHERE k.run_id = $1 AND k.parent_task_id IS NOT NULL AND j.state = 'running'
 		 ORDER BY j.id LIMIT 1`, run.ID).Scan(&heldJob, &heldKey); err != nil {
 		t.Fatal(err)

@@ -47,7 +47,7 @@ func (e *Engine) reconcile(ctx context.Context) error {
 	}
 	return e.reconcileFrom(ctx, `
 		SELECT DISTINCT t.id FROM river_job j
-		  JOIN braid_tasks t ON t.id = CASE WHEN j.args->>'task_id' ~ '^[0-9a-fA-F-]{36}$' THEN (j.args->>'task_id')::uuid END
+		  JOIN braid_tasks t ON t.id = braid_turn_task(j.unique_key, j.args)
 		 WHERE j.state IN ('discarded', 'cancelled') AND j.finalized_at > braid_now() - $2::bigint * interval '1 microsecond'
 		   AND j.kind = $1 AND t.status IN ('pending', 'running')
 		 LIMIT $3`, reconcileLookback.Microseconds())
@@ -63,7 +63,7 @@ func (e *Engine) reconcileSweep(ctx context.Context) error {
 		SELECT t.id FROM braid_tasks t
 		 WHERE t.status IN ('pending', 'running') AND t.updated_at < braid_now() - $2::bigint * interval '1 microsecond'
 		   AND NOT EXISTS (SELECT 1 FROM river_job j
-		                    WHERE j.kind = $1 AND j.args->>'task_id' = t.id::text AND j.state IN `+liveJobStates+`)
+		                    WHERE j.kind = $1 AND braid_turn_task(j.unique_key, j.args) = t.id AND j.state IN `+liveJobStates+`)
 		 ORDER BY t.updated_at
 		 LIMIT $3`, time.Second.Microseconds())
 }
@@ -134,8 +134,8 @@ func (e *Engine) reconcileTask(ctx context.Context, taskID uuid.UUID) (bool, err
 		)
 		err = tx.QueryRow(ctx, `
 			SELECT id, state::text, attempt, max_attempts, errors[array_length(errors, 1)]->>'error'
-			  FROM river_job WHERE kind = $1 AND args->>'task_id' = $2
-			 ORDER BY id DESC LIMIT 1`, TaskKind, taskID.String()).Scan(&jobID, &state, &attempt, &maxAttempt, &lastErr)
+			  FROM river_job WHERE kind = $1 AND braid_turn_task(unique_key, args) = $2
+			 ORDER BY id DESC LIMIT 1`, TaskKind, taskID).Scan(&jobID, &state, &attempt, &maxAttempt, &lastErr)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return err
 		}

@@ -189,7 +189,7 @@ func TestSignalRacesItsTimeout(t *testing.T) {
 		default:
 			t.Errorf("run %s: output %q", ids[i], out)
 		}
-		if n := count(t, pool, `SELECT count(*) FROM river_job j JOIN braid_tasks k ON k.id::text = j.args->>'task_id' WHERE k.run_id = $1`, ids[i]); n != 2 {
+		if n := count(t, pool, `SELECT count(*) FROM river_job j JOIN braid_tasks k ON k.id = braid_turn_task(j.unique_key, j.args) WHERE k.run_id = $1`, ids[i]); n != 2 {
 			t.Errorf("run %s had %d turns, want 2: it woke more than once", ids[i], n)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivershared/uniquestates"
 	"github.com/riverqueue/river/rivertype"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -23,20 +24,72 @@ import (
 )
 
 // taskArgs are the args of a turn: one River job of kind braid_task.
+//
+// A turn job names its task in its unique key (turnKey), not in its args:
+// River indexes every value of a job's args in a GIN index, from which
+// PostgreSQL never deletes an entry, so a value unique to a task would
+// stay in the index after its job is deleted and the index would grow
+// with every task ever run. The args hold only the workflow, whose name
+// many jobs share.
 type taskArgs struct {
-	TaskID   string `json:"task_id"`
+	// TaskID is the task of a turn job written before the task moved to
+	// the unique key; such jobs keep it, and turnTask reads it from them.
+	// New turn jobs leave it empty.
+	TaskID   string `json:"task_id,omitempty"`
 	Workflow string `json:"workflow"`
+
+	// task is the task of a turn job being inserted. It is not encoded:
+	// turnKeys moves it into the job's unique key.
+	task uuid.UUID
 }
 
 func (taskArgs) Kind() string { return TaskKind }
 
-// turnUnique allows at most one live turn per task.
-var turnUnique = river.UniqueOpts{
-	ByArgs: true,
-	ByState: []rivertype.JobState{
-		rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRunning,
-		rivertype.JobStateRetryable, rivertype.JobStateScheduled,
-	},
+// turnLiveStates are the states of a live turn job: River's unique index
+// allows one job per task among them (design invariant 1).
+var turnLiveStates = uniquestates.UniqueStatesToBitmask([]rivertype.JobState{
+	rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRunning,
+	rivertype.JobStateRetryable, rivertype.JobStateScheduled,
+})
+
+// turnKeys is the engine's insert middleware: it gives every turn job it
+// inserts its unique key (turnKey), unique among live turn jobs. It is
+// middleware of the engine's queue, not a hook of taskArgs, because River
+// looks a kind's hooks up once, from the first args of that kind it
+// inserts, and a job of kind braid_task inserted with other args (as by
+// an operator's tool) must neither lose nor borrow them.
+type turnKeys struct{ river.MiddlewareDefaults }
+
+func (*turnKeys) InsertMany(ctx context.Context, params []*rivertype.JobInsertParams,
+	doInner func(context.Context) ([]*rivertype.JobInsertResult, error)) ([]*rivertype.JobInsertResult, error) {
+	for _, p := range params {
+		if args, ok := p.Args.(taskArgs); ok {
+			if args.task == uuid.Nil {
+				return nil, fmt.Errorf("workflow: a turn job of workflow %q was inserted without its task", args.Workflow)
+			}
+			p.UniqueKey, p.UniqueStates = turnKey(args.task), turnLiveStates
+		}
+	}
+	return doInner(ctx)
+}
+
+// turnKey is the unique key of a turn of task: the 16 bytes of its ID.
+// River's own keys are 32-byte hashes, so no other job's key equals it.
+// SQL reads it back with braid_turn_task (migration 00111).
+func turnKey(task uuid.UUID) []byte { return task[:] }
+
+// turnTask returns the task of a turn job: the ID in its unique key, or,
+// for a job written before the task moved there, the ID in its args.
+func turnTask(job *rivertype.JobRow, args taskArgs) (uuid.UUID, error) {
+	if len(job.UniqueKey) == len(uuid.UUID{}) {
+		return uuid.UUID(job.UniqueKey), nil
+	}
+	id, err := uuid.Parse(args.TaskID)
+	if err != nil {
+		return uuid.Nil, fmt.Errorf("workflow: turn job %d names no task: its unique key has %d bytes and its args no valid task_id (%q)",
+			job.ID, len(job.UniqueKey), args.TaskID)
+	}
+	return id, nil
 }
 
 // turn is a turn to insert.
@@ -260,24 +313,24 @@ func (e *Engine) insertTurns(ctx context.Context, tx pgx.Tx, turns []turn) error
 // woken for it.
 func (e *Engine) enqueueTurns(ctx context.Context, tx pgx.Tx, wake, fresh []turn, claim func(turn) bool) ([]insertedTurn, error) {
 	if len(wake) > 0 {
-		ids := make([]string, len(wake))
+		ids := make([]uuid.UUID, len(wake))
 		for i, tr := range wake {
-			ids[i] = tr.taskID.String()
+			ids[i] = tr.taskID
 		}
 		rows, err := tx.Query(ctx, `
-			SELECT args->>'task_id' FROM river_job
-			 WHERE kind = $1 AND args->>'task_id' = ANY($2) AND state IN `+liveJobStates, TaskKind, ids)
+			SELECT braid_turn_task(unique_key, args) FROM river_job
+			 WHERE kind = $1 AND braid_turn_task(unique_key, args) = ANY($2) AND state IN `+liveJobStates, TaskKind, pgIDs(ids))
 		if err != nil {
 			return nil, fmt.Errorf("workflow: looking for live turns: %w", err)
 		}
-		live, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		live, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
 		if err != nil {
 			return nil, fmt.Errorf("workflow: looking for live turns: %w", err)
 		}
 		if len(live) > 0 {
 			kept := wake[:0:0]
 			for _, tr := range wake {
-				if slices.Contains(live, tr.taskID.String()) {
+				if slices.Contains(live, tr.taskID) {
 					e.logger.DebugContext(ctx, "workflow: task has a live turn already; it runs the task", "task.id", tr.taskID)
 					continue
 				}
@@ -298,12 +351,11 @@ func (e *Engine) enqueueTurns(ctx context.Context, tx pgx.Tx, wake, fresh []turn
 			taken[tr.by], claimed[i] = true, true
 		}
 		params[i] = river.InsertManyParams{
-			Args: taskArgs{TaskID: tr.taskID.String(), Workflow: tr.workflow},
+			Args: taskArgs{Workflow: tr.workflow, task: tr.taskID},
 			InsertOpts: &river.InsertOpts{
 				Queue:       tr.queue,
 				Priority:    int(tr.priority),
 				MaxAttempts: tr.maxAttempts,
-				UniqueOpts:  turnUnique,
 				Pending:     claimed[i],
 			},
 		}
@@ -438,9 +490,9 @@ const finalStatuses = `('completed', 'failed', 'cancelled', 'skipped')`
 // read. It returns the turn that its outcome claimed for this process to
 // run next, if any.
 func (e *Engine) runTurn(ctx context.Context, job *river.Job[taskArgs], claimed bool, task *loadedTask) (continuation, error) {
-	taskID, err := uuid.Parse(job.Args.TaskID)
+	taskID, err := turnTask(job.JobRow, job.Args)
 	if err != nil {
-		return continuation{}, river.JobCancel(fmt.Errorf("workflow: turn has an invalid task ID %q", job.Args.TaskID))
+		return continuation{}, river.JobCancel(err)
 	}
 	d, known := e.registry[job.Args.Workflow]
 	if !known {

@@ -30,10 +30,10 @@ func TurnRuns(ctx context.Context, db Querier, jobs []*rivertype.JobRow) (map[in
 			continue
 		}
 		var args taskArgs
-		if err := json.Unmarshal(j.EncodedArgs, &args); err != nil {
+		if len(j.UniqueKey) != len(uuid.UUID{}) && json.Unmarshal(j.EncodedArgs, &args) != nil {
 			continue
 		}
-		id, err := uuid.Parse(args.TaskID)
+		id, err := turnTask(j, args)
 		if err != nil {
 			continue
 		}

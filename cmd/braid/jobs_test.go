@@ -149,7 +149,7 @@ func TestJobsRetryTurnJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	var turns int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = $1 AND args->>'task_id' = $2 AND state = 'available'`, workflow.TaskKind, task).Scan(&turns); err != nil {
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = $1 AND braid_turn_task(unique_key, args) = $2::text::uuid AND state = 'available'`, workflow.TaskKind, task).Scan(&turns); err != nil {
 		t.Fatal(err)
 	}
 	if state != "discarded" || turns != 1 {

@@ -154,7 +154,7 @@ func TestRunsRetrySeededFailedRun(t *testing.T) {
 		t.Errorf("root steps after the retry (-want +got):\n%s", diff)
 	}
 	var turns int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = $1 AND args->>'task_id' = '0195a1b2-1000-7000-8000-000000000001' AND state = 'available'`, workflow.TaskKind).Scan(&turns); err != nil {
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = $1 AND braid_turn_task(unique_key, args) = '0195a1b2-1000-7000-8000-000000000001' AND state = 'available'`, workflow.TaskKind).Scan(&turns); err != nil {
 		t.Fatal(err)
 	}
 	if turns != 1 {

@@ -521,7 +521,7 @@ func TestScheduledWorkflowRunNow(t *testing.T) {
 	var wf, input, key, jobQueue string
 	err = f.pool.QueryRow(ctx, `SELECT r.workflow, r.input::text, r.idempotency_key, j.queue
 FROM braid_runs r JOIN braid_tasks t ON t.run_id = r.id AND t.parent_task_id IS NULL
-JOIN river_job j ON j.kind = 'braid_task' AND (j.args->>'task_id') = t.id::text
+JOIN river_job j ON j.kind = 'braid_task' AND braid_turn_task(j.unique_key, j.args) = t.id
 WHERE r.id = $1`, fire.RunID).Scan(&wf, &input, &key, &jobQueue)
 	if err != nil {
 		t.Fatalf("the run of run now: %v", err)

@@ -167,12 +167,12 @@ const (
 // its resume_at.
 const wakeLateness = `
 	WITH wake AS (
-	    SELECT DISTINCT ON (args->>'task_id') args->>'task_id' AS task_id, attempted_at
+	    SELECT DISTINCT ON (braid_turn_task(unique_key, args)) braid_turn_task(unique_key, args) AS task_id, attempted_at
 	      FROM river_job WHERE kind = '` + workflow.TaskKind + `'
-	     ORDER BY args->>'task_id', id DESC
+	     ORDER BY braid_turn_task(unique_key, args), id DESC
 	)
 	SELECT extract(epoch FROM wake.attempted_at - s.resume_at)::float8 * 1000
-	  FROM braid_steps s JOIN wake ON wake.task_id = s.task_id::text
+	  FROM braid_steps s JOIN wake ON wake.task_id = s.task_id
 	 WHERE s.kind = 'delay'`
 
 // scheduledLateness is the query that reads, on the River side, the

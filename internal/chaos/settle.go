@@ -19,7 +19,7 @@ func (e *env) unsettled(ctx context.Context, ids []string) (int, error) {
 	var n int
 	err := e.pool.QueryRow(ctx, `
 		SELECT (SELECT count(*) FROM braid_runs WHERE id = ANY($1::uuid[]) AND status NOT IN `+finalRun+`)
-		     + (SELECT count(*) FROM river_job j JOIN braid_tasks t ON j.args->>'task_id' = t.id::text
+		     + (SELECT count(*) FROM river_job j JOIN braid_tasks t ON braid_turn_task(j.unique_key, j.args) = t.id
 		         WHERE j.kind = 'braid_task' AND t.run_id = ANY($1::uuid[]) AND j.state IN `+liveTurn+`)`, ids).Scan(&n)
 	return n, err
 }
@@ -191,7 +191,7 @@ func (s *scene) describe(ctx context.Context, r *tracked, st runState) LostRun {
 	}
 	rows, err = s.pool.Query(ctx, `
 		SELECT t.key || ' job ' || j.id || ' ' || j.state || ' attempt ' || j.attempt || '/' || j.max_attempts
-		  FROM river_job j JOIN braid_tasks t ON j.args->>'task_id' = t.id::text
+		  FROM river_job j JOIN braid_tasks t ON braid_turn_task(j.unique_key, j.args) = t.id
 		 WHERE j.kind = 'braid_task' AND t.run_id = $1 AND j.state <> 'completed' ORDER BY j.id`, r.id)
 	if err == nil {
 		for rows.Next() {

@@ -1,0 +1,59 @@
+-- A turn job names its task in its unique key, not in its args.
+--
+-- River indexes every key and every value of a job's args (and metadata)
+-- in a GIN index, and PostgreSQL never deletes an entry from a GIN index's
+-- key tree: vacuum empties an entry's list of rows but keeps the entry. A
+-- value that no other row shares, such as a task's ID, therefore stays in
+-- river_job_args_index after its job is deleted, and the index grows with
+-- every task ever run, whatever the retention. So a turn job's args hold
+-- only its workflow's name, and its unique key (which River uses to allow
+-- at most one live turn per task, design invariant 1) is the 16 bytes of
+-- its task's ID. River's unique index on that key is a B-tree, whose empty
+-- pages vacuum recycles.
+--
+-- braid_turn_task reads a turn job's task. Turn jobs written before this
+-- migration have a key River derived from their args, and keep their task
+-- in args.task_id; the function reads either, and gives NULL for a job
+-- that names no valid task. It is a single-SELECT SQL function, so
+-- PostgreSQL inlines it, and the index below serves the statements that
+-- call it.
+
+-- +goose Up
+-- +goose StatementBegin
+CREATE FUNCTION braid_turn_task(unique_key bytea, args jsonb) RETURNS uuid
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE
+        WHEN length(unique_key) = 16 THEN encode(unique_key, 'hex')::uuid
+        WHEN args->>'task_id' ~ '^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$'
+            THEN (args->>'task_id')::uuid
+    END $$;
+
+-- Live turn jobs move to the new form now, so that the one-live-turn key
+-- covers them and a turn inserted from now on. Finished ones keep their
+-- form until River's job cleaner deletes them.
+UPDATE river_job
+   SET unique_key = uuid_send((args->>'task_id')::uuid), args = args - 'task_id'
+ WHERE kind = 'braid_task'
+   AND state IN ('available', 'pending', 'running', 'retryable', 'scheduled')
+   AND args->>'task_id' ~ '^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$';
+
+-- A task's turn jobs, by task: Cancel and Retry find a run's live turns,
+-- and the reconciler asks whether a task still has one (was on
+-- args->>'task_id', 00104).
+DROP INDEX braid_river_job_task;
+CREATE INDEX braid_river_job_task ON river_job (braid_turn_task(unique_key, args)) WHERE kind = 'braid_task';
+-- +goose StatementEnd
+
+-- +goose Down
+-- +goose StatementBegin
+DROP INDEX braid_river_job_task;
+UPDATE river_job
+   SET args = args || jsonb_build_object('task_id', encode(unique_key, 'hex')::uuid::text),
+       -- the key River derives from such args (UniqueOpts.ByArgs): the
+       -- kind and the args as compact JSON with sorted keys
+       unique_key = sha256(convert_to('&kind=braid_task&args={"task_id":"' || encode(unique_key, 'hex')::uuid::text
+                                      || '","workflow":' || to_json(args->>'workflow')::text || '}', 'UTF8'))
+ WHERE kind = 'braid_task' AND length(unique_key) = 16;
+CREATE INDEX braid_river_job_task ON river_job ((args->>'task_id')) WHERE kind = 'braid_task';
+DROP FUNCTION braid_turn_task(bytea, jsonb);
+-- +goose StatementEnd
