@@ -550,7 +550,8 @@
 //
 //   - "suspended turn": the task's previous turn, which suspended it;
 //   - "spawning turn": for a child's first turn, the parent's turn that
-//     started it with Go or Map (kept in the turn job's metadata);
+//     started it with Go or Map (kept on the task, for that turn's job,
+//     and not in the job's metadata, which River indexes for good);
 //   - "releasing child": for a parent's turn after a wait on children, the
 //     turn of the child whose finish released it (kept likewise);
 //   - "releasing node": for a DAG node's first turn, the turn of the node

@@ -31,6 +31,8 @@ type loadedTask struct {
 	input       []byte
 	suspended   *string
 	traceParent *string
+	// link is the span link kept for the task's turn (turnLink).
+	link *turnLink
 	// dag is, for a DAG node, the name of its DAG.
 	dag      *string
 	steps    map[string]*stepRecord
@@ -98,13 +100,13 @@ func queueLoad(b *pgx.Batch, ids, parents []uuid.UUID) map[uuid.UUID]*loadedTask
 	tasks := make(map[uuid.UUID]*loadedTask, len(ids))
 	args := pgIDs(ids)
 	b.Queue(`
-		SELECT t.id, t.run_id, t.parent_task_id, t.key, t.workflow, t.status, t.input, t.suspended_span, r.trace_parent, `+nodeDAGSQL+`
+		SELECT t.id, t.run_id, t.parent_task_id, t.key, t.workflow, t.status, t.input, t.suspended_span, r.trace_parent, t.turn_link, `+nodeDAGSQL+`
 		  FROM braid_tasks t JOIN braid_runs r ON r.id = t.run_id
 		 WHERE t.id = ANY($1)`, args).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var id uuid.UUID
 			lt := &loadedTask{steps: map[string]*stepRecord{}, children: map[string]*childRecord{}, history: map[int]call{}}
-			if err := rows.Scan(&id, &lt.runID, &lt.parentID, &lt.key, &lt.workflow, &lt.status, &lt.input, &lt.suspended, &lt.traceParent, &lt.dag); err != nil {
+			if err := rows.Scan(&id, &lt.runID, &lt.parentID, &lt.key, &lt.workflow, &lt.status, &lt.input, &lt.suspended, &lt.traceParent, &lt.link, &lt.dag); err != nil {
 				return err
 			}
 			tasks[id] = lt

@@ -40,7 +40,10 @@ func TestOneTracePerRun(t *testing.T) {
 	cfg.TracerProvider = tp
 	eng := startEngine(t, pool, cfg)
 	ctx := ctxTimeout(t, 30*time.Second)
-	run, err := parent.Start(ctx, eng, struct{}{}, nil)
+	// Started inside a caller's span, as a traced service starts runs.
+	callerCtx, caller := tp.Tracer("caller").Start(ctx, "caller")
+	run, err := parent.Start(callerCtx, eng, struct{}{}, nil)
+	caller.End()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,5 +117,11 @@ func TestOneTracePerRun(t *testing.T) {
 	// released it.
 	if diff := cmp.Diff(map[string]int{"suspended turn": 2, "spawning turn": 2, "releasing child": 1}, linked); diff != "" {
 		t.Errorf("links of the turn spans by %s (-want +got):\n%s", workflow.LinkAttribute, diff)
+	}
+	// The links live on the tasks and the trace on the run: no turn job's
+	// metadata, which River indexes for good, holds a value of its own,
+	// not even the first turn's, inserted inside the caller's span.
+	if n := count(t, pool, `SELECT count(*) FROM river_job WHERE kind = $1 AND metadata <> '{}'::jsonb`, workflow.TaskKind); n != 0 {
+		t.Errorf("%d turn jobs have metadata, want none", n)
 	}
 }

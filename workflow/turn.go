@@ -68,6 +68,22 @@ func (*turnKeys) InsertMany(ctx context.Context, params []*rivertype.JobInsertPa
 				return nil, fmt.Errorf("workflow: a turn job of workflow %q was inserted without its task", args.Workflow)
 			}
 			p.UniqueKey, p.UniqueStates = turnKey(args.task), turnLiveStates
+			// A turn's span descends from its run's trace
+			// (braid_runs.trace_parent), so the insert's trace context,
+			// which the queue's middleware adds, is dropped, for the same
+			// reason as the task in args.
+			if bytes.Contains(p.Metadata, []byte(`"`+queue.MetadataTrace+`"`)) {
+				var md map[string]json.RawMessage
+				if err := json.Unmarshal(p.Metadata, &md); err != nil {
+					return nil, fmt.Errorf("workflow: metadata of a turn job: %w", err)
+				}
+				delete(md, queue.MetadataTrace)
+				b, err := json.Marshal(md)
+				if err != nil {
+					return nil, err
+				}
+				p.Metadata = b
+			}
 		}
 	}
 	return doInner(ctx)
@@ -145,9 +161,6 @@ const (
 	linkEvent     = "publishing event"
 )
 
-// metadataLink is the turn job's metadata key that carries its turnLink.
-const metadataLink = "braid_link"
-
 // tagFirstTurn is the River tag of the first turn job of a new task.
 // Children are created only by an outcome that ends its turn's job (or,
 // for a DAG, with the DAG's task), so the first attempt of a task's first
@@ -171,8 +184,13 @@ func mayHaveChildren(firstTurn bool, d *definition) bool {
 	return !firstTurn || d == nil || d.dag != nil
 }
 
-// turnLink is a span that a turn links to, as kept in its job's metadata.
+// turnLink is a span that a turn links to. It is kept on the turn's task
+// (braid_tasks.turn_link, with the turn job's ID), not in the job's
+// metadata: River indexes every metadata value in a GIN index, whose
+// entries PostgreSQL never deletes, so a value unique to a job would stay
+// there for good.
 type turnLink struct {
+	Job         int64  `json:"job"`
 	TraceParent string `json:"traceparent"`
 	Kind        string `json:"kind"`
 }
@@ -186,17 +204,44 @@ func newTurnLink(tp, kind string) *turnLink {
 	return &turnLink{TraceParent: tp, Kind: kind}
 }
 
-// linkOf reads the link a turn job carries, if any.
-func linkOf(job *rivertype.JobRow) (trace.Link, bool) {
-	if !bytes.Contains(job.Metadata, []byte(`"`+metadataLink+`"`)) {
+// recordLinks keeps the links of the inserted turns that have one on their
+// tasks, which tx holds locked (enqueueTurns). Without tracing, no turn
+// has a link, and this writes nothing.
+func recordLinks(ctx context.Context, tx pgx.Tx, inserted []insertedTurn) error {
+	var (
+		ids   []uuid.UUID
+		links [][]byte
+	)
+	for _, in := range inserted {
+		if in.link == nil {
+			continue
+		}
+		l := *in.link
+		l.Job = in.jobID
+		b, err := json.Marshal(l)
+		if err != nil {
+			return fmt.Errorf("workflow: encoding the link of task %s's turn: %w", in.taskID, err)
+		}
+		ids, links = append(ids, in.taskID), append(links, b)
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, `
+		UPDATE braid_tasks t SET turn_link = u.link
+		  FROM unnest($1::uuid[], $2::jsonb[]) AS u(id, link)
+		 WHERE t.id = u.id`, pgIDs(ids), links); err != nil {
+		return fmt.Errorf("workflow: recording the links of %d turns: %w", len(ids), err)
+	}
+	return nil
+}
+
+// linkOf is the link of the turn of job, kept on its task, if any.
+func linkOf(lt *loadedTask, job *rivertype.JobRow) (trace.Link, bool) {
+	if lt.link == nil || lt.link.Job != job.ID {
 		return trace.Link{}, false
 	}
-	var md map[string]json.RawMessage
-	var l turnLink
-	if json.Unmarshal(job.Metadata, &md) != nil || json.Unmarshal(md[metadataLink], &l) != nil {
-		return trace.Link{}, false
-	}
-	return spanLink(l.TraceParent, l.Kind)
+	return spanLink(lt.link.TraceParent, lt.link.Kind)
 }
 
 // spanLink is a link of kind to the span whose W3C traceparent is tp.
@@ -282,6 +327,8 @@ type insertedTurn struct {
 	claim bool
 	// first: the turn is its new task's first (tagFirstTurn).
 	first bool
+	// link is the turn's link, if any (recordLinks).
+	link *turnLink
 }
 
 // wakeTurns gives existing tasks, which tx holds locked, their next turn;
@@ -362,13 +409,6 @@ func (e *Engine) enqueueTurns(ctx context.Context, tx pgx.Tx, wake, fresh []turn
 		if i >= len(wake) {
 			params[i].InsertOpts.Tags = firstTurnTags
 		}
-		if tr.link != nil {
-			md, err := json.Marshal(map[string]*turnLink{metadataLink: tr.link})
-			if err != nil {
-				return nil, fmt.Errorf("workflow: encoding the link of task %s's turn: %w", tr.taskID, err)
-			}
-			params[i].InsertOpts.Metadata = md
-		}
 	}
 	res, err := e.queue.River().InsertManyTx(ctx, tx, params)
 	if err != nil {
@@ -385,7 +425,10 @@ func (e *Engine) enqueueTurns(ctx context.Context, tx pgx.Tx, wake, fresh []turn
 				"task.id", turns[i].taskID, "job.id", r.Job.ID)
 			continue
 		}
-		inserted = append(inserted, insertedTurn{jobID: r.Job.ID, taskID: turns[i].taskID, workflow: turns[i].workflow, by: turns[i].by, claim: claimed[i], first: i >= len(wake)})
+		inserted = append(inserted, insertedTurn{jobID: r.Job.ID, taskID: turns[i].taskID, workflow: turns[i].workflow, by: turns[i].by, claim: claimed[i], first: i >= len(wake), link: turns[i].link})
+	}
+	if err := recordLinks(ctx, tx, inserted); err != nil {
+		return nil, err
 	}
 	return inserted, nil
 }
@@ -552,7 +595,7 @@ func (e *Engine) runTurn(ctx context.Context, job *river.Job[taskArgs], claimed 
 			links = append(links, l)
 		}
 	}
-	if l, ok := linkOf(job.JobRow); ok {
+	if l, ok := linkOf(lt, job.JobRow); ok {
 		links = append(links, l)
 	}
 	attrs := []attribute.KeyValue{

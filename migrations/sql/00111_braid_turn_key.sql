@@ -11,6 +11,13 @@
 -- its task's ID. River's unique index on that key is a B-tree, whose empty
 -- pages vacuum recycles.
 --
+-- For the same reason, a turn's span link (the span that explains why the
+-- turn runs, such as the parent's turn that started a child) is kept on
+-- its task, in turn_link, and no longer in the turn job's metadata, which
+-- River indexes the same way: {"job": the turn job's ID, "traceparent",
+-- "kind"}. It holds for that job only; a later turn of the task without a
+-- link ignores it.
+--
 -- braid_turn_task reads a turn job's task. Turn jobs written before this
 -- migration have a key River derived from their args, and keep their task
 -- in args.task_id; the function reads either, and gives NULL for a job
@@ -20,6 +27,8 @@
 
 -- +goose Up
 -- +goose StatementBegin
+ALTER TABLE braid_tasks ADD COLUMN turn_link jsonb;
+
 CREATE FUNCTION braid_turn_task(unique_key bytea, args jsonb) RETURNS uuid
     LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT CASE
@@ -56,4 +65,5 @@ UPDATE river_job
  WHERE kind = 'braid_task' AND length(unique_key) = 16;
 CREATE INDEX braid_river_job_task ON river_job ((args->>'task_id')) WHERE kind = 'braid_task';
 DROP FUNCTION braid_turn_task(bytea, jsonb);
+ALTER TABLE braid_tasks DROP COLUMN turn_link;
 -- +goose StatementEnd
