@@ -96,7 +96,8 @@
 // # Turns and replay
 //
 // A task executes in turns. A turn is exactly one River job of kind
-// braid_task; a unique option guarantees at most one live turn per task. A
+// braid_task, whose unique key is its task's ID: River's unique index
+// allows at most one live turn per task. A
 // turn calls the workflow function from the top. Durable calls ([Step],
 // [Task.Delay], [Go], [Map], [Future.Get]) consult what earlier turns
 // recorded: a recorded step returns its result without running, a fired
@@ -371,6 +372,14 @@
 // ago (7 days by default; negative keeps them forever). An unfinished run
 // is never deleted. An idempotency key holds for as long as its run is
 // kept: after that, the same key starts a new run.
+//
+// A turn job's args hold only its workflow's name, and its metadata
+// nothing of its own: its task is its unique key, and its span link is
+// kept on the task. River indexes every value of a job's args and
+// metadata in GIN indexes, and PostgreSQL never deletes an entry from a
+// GIN index, so a value unique to a task or a job would stay in the index
+// after River's job cleaner deleted the job, and the index would grow
+// with every task ever run, whatever the retention.
 //
 // # Statistics of young tables
 //
