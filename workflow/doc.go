@@ -97,11 +97,11 @@
 //
 // A task executes in turns. A turn is exactly one River job of kind
 // braid_task, whose unique key is its task's ID: River's unique index
-// allows at most one live turn per task. A
-// turn calls the workflow function from the top. Durable calls ([Step],
-// [Task.Delay], [Go], [Map], [Future.Get]) consult what earlier turns
-// recorded: a recorded step returns its result without running, a fired
-// delay returns nil, a finished child returns its output.
+// allows at most one live turn per task. A turn calls the workflow
+// function from the top. Durable calls ([Step], [Task.Delay], [Go], [Map],
+// [Future.Get]) consult what earlier turns recorded: a recorded step
+// returns its result without running, a fired delay returns nil, a
+// finished child returns its output.
 //
 // When a durable call must wait (a delay that has not passed, a child that
 // has not finished) it returns [ErrSuspended]. Return it like any error. The
