@@ -70,6 +70,29 @@ func TestTurnJobNamesItsTaskInItsUniqueKey(t *testing.T) {
 	if n := count(t, pool, `SELECT count(*) FROM river_job WHERE kind = $1`, workflow.TaskKind); n != len(want) {
 		t.Fatalf("%d turn jobs, want %d: every turn job has its task's key", n, len(want))
 	}
+	// The key is unique among live turn jobs only: River's unique index
+	// holds a job while its state is in the job's unique_states.
+	rows, err = pool.Query(ctx, `
+		SELECT DISTINCT s::text FROM river_job j, unnest(enum_range(NULL::river_job_state)) s
+		 WHERE j.kind = $1 AND river_job_state_in_bitmask(j.unique_states, s)
+		 ORDER BY 1`, workflow.TaskKind)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var states []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		states = append(states, s)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"available", "pending", "retryable", "running", "scheduled"}, states); diff != "" {
+		t.Errorf("states in which a turn job's key is unique (-want +got):\n%s", diff)
+	}
 }
 
 // A turn job written before the task moved to the unique key keeps its
