@@ -328,7 +328,11 @@ func TestGetEventErrors(t *testing.T) {
 	if !errors.Is(err, workflow.ErrEventNotSet) || !strings.Contains(err.Error(), "completed without setting") {
 		t.Errorf("GetEvent on a finished run = %v, want ErrEventNotSet at once", err)
 	}
-	// A run that ends while GetEvent waits ends the wait.
+	// A run that ends while GetEvent waits ends the wait. The listener of
+	// the waits above closes once they end; it must be gone first, or the
+	// LISTEN seen below could be its, and the run's end could come before
+	// this wait's listener listens.
+	waitFor(t, "the listener of the earlier waits to close", 20*time.Second, func() bool { return !listening(t, pool) })
 	waited := make(chan error, 1)
 	go func() {
 		_, err := workflow.GetEvent[int](ctx, eng, sleeping.ID, "missing", time.Hour)
