@@ -77,16 +77,20 @@ func TestTurnKeyMigrationMovesALiveTurnsTaskToItsKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	live, done := uuid.Must(uuid.NewV7()), uuid.Must(uuid.NewV7())
-	insert := func(task uuid.UUID) (int64, []byte) {
+	insert := func(task uuid.UUID, unique river.UniqueOpts) (int64, []byte) {
 		t.Helper()
-		res, err := client.Insert(ctx, oldTurnArgs{TaskID: task.String(), Workflow: "import"}, &river.InsertOpts{UniqueOpts: oldTurnUnique})
+		res, err := client.Insert(ctx, oldTurnArgs{TaskID: task.String(), Workflow: "import"}, &river.InsertOpts{UniqueOpts: unique})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return res.Job.ID, res.Job.UniqueKey
 	}
-	liveID, riverKey := insert(live)
-	doneID, doneKey := insert(done)
+	liveID, riverKey := insert(live, oldTurnUnique)
+	doneID, doneKey := insert(done, oldTurnUnique)
+	// A live job inserted without a key, as by hand: nothing to move, and
+	// its task would not be unique among the keys.
+	keyless := uuid.Must(uuid.NewV7())
+	keylessID, _ := insert(keyless, river.UniqueOpts{})
 	if _, err := pool.Exec(ctx, `UPDATE river_job SET state = 'completed', finalized_at = now() WHERE id = $1`, doneID); err != nil {
 		t.Fatal(err)
 	}
@@ -97,8 +101,9 @@ func TestTurnKeyMigrationMovesALiveTurnsTaskToItsKey(t *testing.T) {
 	want := []turnJob{
 		{`{"workflow": "import"}`, live[:], &live, "available"},
 		{`{"task_id": "` + done.String() + `", "workflow": "import"}`, doneKey, &done, "completed"},
+		{`{"task_id": "` + keyless.String() + `", "workflow": "import"}`, nil, &keyless, "available"},
 	}
-	if diff := cmp.Diff(want, []turnJob{readTurnJob(t, pool, liveID), readTurnJob(t, pool, doneID)}); diff != "" {
+	if diff := cmp.Diff(want, []turnJob{readTurnJob(t, pool, liveID), readTurnJob(t, pool, doneID), readTurnJob(t, pool, keylessID)}); diff != "" {
 		t.Errorf("turn jobs after 00111 (-want +got):\n%s", diff)
 	}
 	// The task index serves the lookups by task.

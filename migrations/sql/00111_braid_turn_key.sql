@@ -38,11 +38,13 @@ CREATE FUNCTION braid_turn_task(unique_key bytea, args jsonb) RETURNS uuid
     END $$;
 
 -- Live turn jobs move to the new form now, so that the one-live-turn key
--- covers them and a turn inserted from now on. Finished ones keep their
--- form until River's job cleaner deletes them.
+-- covers them and a turn inserted from now on. Their old keys, derived
+-- from args that named the task, were unique per task already, so the new
+-- ones are too. Finished ones, and a job inserted without a key, keep
+-- their form until River's job cleaner deletes them.
 UPDATE river_job
    SET unique_key = uuid_send((args->>'task_id')::uuid), args = args - 'task_id'
- WHERE kind = 'braid_task'
+ WHERE kind = 'braid_task' AND unique_key IS NOT NULL AND unique_states IS NOT NULL
    AND state IN ('available', 'pending', 'running', 'retryable', 'scheduled')
    AND args->>'task_id' ~ '^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$';
 
