@@ -2,6 +2,7 @@ package migrations_test
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -141,6 +142,71 @@ func TestTurnKeyMigrationMovesALiveTurnsTaskToItsKey(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, []turnJob{readTurnJob(t, pool, liveID), readTurnJob(t, pool, doneID)}); diff != "" {
 		t.Errorf("turn jobs after reverting 00111 (-want +got):\n%s", diff)
+	}
+	if _, err := m.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// 00111 moves a live turn job's span link from its metadata to its task,
+// and reverting it moves the link back. Reverting rebuilds River's key as
+// Go's encoding/json writes the args, for a workflow whose name has the
+// characters it escapes.
+func TestTurnKeyMigrationMovesALiveTurnsLinkToItsTask(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testutil.DB(t)
+	m, err := migrations.New(pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if _, err := m.DownTo(ctx, 110); err != nil {
+		t.Fatal(err)
+	}
+	run, task := uuid.Must(uuid.NewV7()), uuid.Must(uuid.NewV7())
+	const name = "a<b>&c\u2028d\u2029"
+	if _, err := pool.Exec(ctx, `INSERT INTO braid_runs (id, workflow, status, input) VALUES ($1, $2, 'running', '{}')`, run, name); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO braid_tasks (id, run_id, key, workflow, status, input) VALUES ($1, $2, 'root', $3, 'pending', '{}')`,
+		task, run, name); err != nil {
+		t.Fatal(err)
+	}
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const link = `{"braid_link": {"kind": "spawning turn", "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}}`
+	res, err := client.Insert(ctx, oldTurnArgs{TaskID: task.String(), Workflow: name},
+		&river.InsertOpts{UniqueOpts: oldTurnUnique, Metadata: []byte(link)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	job, riverKey := res.Job.ID, res.Job.UniqueKey
+
+	if _, err := m.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var turnLink, metadata string
+	if err := pool.QueryRow(ctx, `SELECT t.turn_link::text, j.metadata::text FROM braid_tasks t, river_job j WHERE t.id = $1 AND j.id = $2`,
+		task, job).Scan(&turnLink, &metadata); err != nil {
+		t.Fatal(err)
+	}
+	wantLink := `{"job": ` + strconv.FormatInt(job, 10) + `, "kind": "spawning turn", "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}`
+	if diff := cmp.Diff([]string{wantLink, "{}"}, []string{turnLink, metadata}); diff != "" {
+		t.Errorf("the task's link and the job's metadata after 00111 (-want +got):\n%s", diff)
+	}
+
+	if _, err := m.DownTo(ctx, 110); err != nil {
+		t.Fatal(err)
+	}
+	var key []byte
+	if err := pool.QueryRow(ctx, `SELECT unique_key, metadata::text FROM river_job WHERE id = $1`, job).Scan(&key, &metadata); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]any{riverKey, link}, []any{key, metadata}); diff != "" {
+		t.Errorf("the job's key and metadata after reverting 00111 (-want +got):\n%s", diff)
 	}
 	if _, err := m.Up(ctx); err != nil {
 		t.Fatal(err)

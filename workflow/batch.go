@@ -409,7 +409,7 @@ func (e *Engine) flushTx(ctx context.Context, batch []*outcome) (waits []waitSpa
 		inserted, err := e.enqueueTurns(ctx, tx, st.wake, st.fresh, func(tr turn) bool {
 			_, known := e.registry[tr.workflow]
 			return !stopping && known && tr.by.owned && e.queue.Claims(TaskKind)
-		})
+		}, late)
 		if err != nil {
 			return err
 		}

@@ -373,13 +373,15 @@
 // is never deleted. An idempotency key holds for as long as its run is
 // kept: after that, the same key starts a new run.
 //
-// A turn job's args hold only its workflow's name, and its metadata
-// nothing of its own: its task is its unique key, and its span link is
-// kept on the task. River indexes every value of a job's args and
-// metadata in GIN indexes, and PostgreSQL never deletes an entry from a
-// GIN index, so a value unique to a task or a job would stay in the index
-// after River's job cleaner deleted the job, and the index would grow
-// with every task ever run, whatever the retention.
+// A turn job's args hold only its workflow's name, and its metadata is
+// inserted empty: its task is its unique key, and its span link is kept
+// on the task. River indexes every value of a job's args and metadata in
+// GIN indexes, and PostgreSQL never deletes an entry from a GIN index, so
+// a value unique to a task or a job would stay in the index after River's
+// job cleaner deleted the job, and the index would grow with every task
+// ever run, whatever the retention. (A cancel or a priority aging still
+// records its time in a job's metadata, as River does: one value per such
+// event, not per task.)
 //
 // # Statistics of young tables
 //

@@ -120,8 +120,8 @@ type turn struct {
 	by *outcome
 	// link is a turn span that the turn's span links to: the turn that
 	// spawned a child, for a child's first turn; the child that released
-	// a parent, for the parent's next turn. It travels in the turn job's
-	// metadata.
+	// a parent, for the parent's next turn. It is kept on the task, for
+	// the turn's job (recordLinks).
 	link *turnLink
 	// wait is the wait on children that giving this turn ends, for its
 	// span (recordWaits).
@@ -205,9 +205,10 @@ func newTurnLink(tp, kind string) *turnLink {
 }
 
 // recordLinks keeps the links of the inserted turns that have one on their
-// tasks, which tx holds locked (enqueueTurns). Without tracing, no turn
-// has a link, and this writes nothing.
-func recordLinks(ctx context.Context, tx pgx.Tx, inserted []insertedTurn) error {
+// tasks, which tx holds locked (enqueueTurns): queued on late when it is
+// given (an outcome batch's last round trip, whose claims read them), else
+// at once. Without tracing, no turn has a link, and this writes nothing.
+func recordLinks(ctx context.Context, tx pgx.Tx, late *pgx.Batch, inserted []insertedTurn) error {
 	var (
 		ids   []uuid.UUID
 		links [][]byte
@@ -227,10 +228,15 @@ func recordLinks(ctx context.Context, tx pgx.Tx, inserted []insertedTurn) error 
 	if len(ids) == 0 {
 		return nil
 	}
-	if _, err := tx.Exec(ctx, `
+	const record = `
 		UPDATE braid_tasks t SET turn_link = u.link
 		  FROM unnest($1::uuid[], $2::jsonb[]) AS u(id, link)
-		 WHERE t.id = u.id`, pgIDs(ids), links); err != nil {
+		 WHERE t.id = u.id`
+	if late != nil {
+		late.Queue(record, pgIDs(ids), links)
+		return nil
+	}
+	if _, err := tx.Exec(ctx, record, pgIDs(ids), links); err != nil {
 		return fmt.Errorf("workflow: recording the links of %d turns: %w", len(ids), err)
 	}
 	return nil
@@ -334,13 +340,13 @@ type insertedTurn struct {
 // wakeTurns gives existing tasks, which tx holds locked, their next turn;
 // see enqueueTurns.
 func (e *Engine) wakeTurns(ctx context.Context, tx pgx.Tx, turns []turn) error {
-	_, err := e.enqueueTurns(ctx, tx, turns, nil, nil)
+	_, err := e.enqueueTurns(ctx, tx, turns, nil, nil, nil)
 	return err
 }
 
 // insertTurns inserts the first turns of new tasks; see enqueueTurns.
 func (e *Engine) insertTurns(ctx context.Context, tx pgx.Tx, turns []turn) error {
-	_, err := e.enqueueTurns(ctx, tx, nil, turns, nil)
+	_, err := e.enqueueTurns(ctx, tx, nil, turns, nil, nil)
 	return err
 }
 
@@ -357,8 +363,9 @@ func (e *Engine) insertTurns(ctx context.Context, tx pgx.Tx, turns []turn) error
 // With claim, the first turn of each outcome (its by) for which claim
 // holds is inserted pending, to be claimed by the batch of that outcome
 // (claimContinuations): River's fetch never takes it, and no fetcher is
-// woken for it.
-func (e *Engine) enqueueTurns(ctx context.Context, tx pgx.Tx, wake, fresh []turn, claim func(turn) bool) ([]insertedTurn, error) {
+// woken for it. With late, the turns' links are written in that batch's
+// last round trip (recordLinks).
+func (e *Engine) enqueueTurns(ctx context.Context, tx pgx.Tx, wake, fresh []turn, claim func(turn) bool, late *pgx.Batch) ([]insertedTurn, error) {
 	if len(wake) > 0 {
 		ids := make([]uuid.UUID, len(wake))
 		for i, tr := range wake {
@@ -427,7 +434,7 @@ func (e *Engine) enqueueTurns(ctx context.Context, tx pgx.Tx, wake, fresh []turn
 		}
 		inserted = append(inserted, insertedTurn{jobID: r.Job.ID, taskID: turns[i].taskID, workflow: turns[i].workflow, by: turns[i].by, claim: claimed[i], first: i >= len(wake), link: turns[i].link})
 	}
-	if err := recordLinks(ctx, tx, inserted); err != nil {
+	if err := recordLinks(ctx, tx, late, inserted); err != nil {
 		return nil, err
 	}
 	return inserted, nil
@@ -584,7 +591,7 @@ func (e *Engine) runTurn(ctx context.Context, job *river.Job[taskArgs], claimed 
 
 	// One trace per run: the turn's span is a child of braid.run.start,
 	// linked to the turn that suspended, and to the turn that spawned the
-	// task or the child that released it, as its job records.
+	// task or the child that released it, as its task records for its job.
 	parent := ctx
 	if lt.traceParent != nil {
 		parent = propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier{"traceparent": *lt.traceParent})
