@@ -30,10 +30,9 @@
 // Migrators take a PostgreSQL session lock, so several processes migrating
 // the same database at once apply each version exactly once.
 //
-// # Upgrades that are not rolling
+// # Version 111 is not a rolling upgrade
 //
-// Most versions add to the schema, and processes of the earlier braid run
-// on beside the new ones. Version 111 changes the form of turn jobs: a
+// Version 111 changes the form of turn jobs: a
 // turn job names its task in its unique key, no longer in its args, so
 // that River's GIN index on args does not keep an entry for every task
 // ever run. An earlier engine cannot read the new form. Stop every process
