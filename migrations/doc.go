@@ -32,10 +32,9 @@
 //
 // # Version 111 is not a rolling upgrade
 //
-// Version 111 changes the form of turn jobs: a
-// turn job names its task in its unique key, no longer in its args, so
-// that River's GIN index on args does not keep an entry for every task
-// ever run. An earlier engine cannot read the new form. Stop every process
-// of the earlier braid, run the migration, then start the new processes,
-// which read both forms.
+// Version 111 changes the form of turn jobs: a turn job names its task in
+// its unique key, no longer in its args, so that River's GIN index on args
+// does not keep an entry for every task ever run. An earlier engine cannot
+// read the new form. Stop every process of the earlier braid, run the
+// migration, then start the new processes, which read both forms.
 package migrations
