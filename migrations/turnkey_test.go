@@ -56,6 +56,22 @@ func readTurnJob(t *testing.T, pool *pgxpool.Pool, id int64) turnJob {
 	return j
 }
 
+// before111 gives a database whose schema stands just before 00111, and
+// its migrator, closed when the test ends.
+func before111(t *testing.T) (*pgxpool.Pool, *migrations.Migrator) {
+	t.Helper()
+	pool := testutil.DB(t)
+	m, err := migrations.New(pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Close() })
+	if _, err := m.DownTo(context.Background(), 110); err != nil {
+		t.Fatal(err)
+	}
+	return pool, m
+}
+
 // 00111 moves a live turn job's task from its args to its unique key, and
 // leaves finished ones as they were, readable all the same; reverting it
 // gives the live job back the args and the very key River derives from
@@ -63,15 +79,7 @@ func readTurnJob(t *testing.T, pool *pgxpool.Pool, id int64) turnJob {
 func TestTurnKeyMigrationMovesALiveTurnsTaskToItsKey(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := testutil.DB(t)
-	m, err := migrations.New(pool, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	if _, err := m.DownTo(ctx, 110); err != nil {
-		t.Fatal(err)
-	}
+	pool, m := before111(t)
 
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
 	if err != nil {
@@ -155,15 +163,7 @@ func TestTurnKeyMigrationMovesALiveTurnsTaskToItsKey(t *testing.T) {
 func TestTurnKeyMigrationMovesALiveTurnsLinkToItsTask(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := testutil.DB(t)
-	m, err := migrations.New(pool, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	if _, err := m.DownTo(ctx, 110); err != nil {
-		t.Fatal(err)
-	}
+	pool, m := before111(t)
 	run, task := uuid.Must(uuid.NewV7()), uuid.Must(uuid.NewV7())
 	const name = "a<b>&c\u2028d\u2029"
 	if _, err := pool.Exec(ctx, `INSERT INTO braid_runs (id, workflow, status, input) VALUES ($1, $2, 'running', '{}')`, run, name); err != nil {
