@@ -1,8 +1,12 @@
 package workflow
 
 import (
+	"context"
+	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/uuid"
 	"github.com/riverqueue/river/rivertype"
 )
 
@@ -52,3 +56,43 @@ func TestMayHaveChildrenUnlessAKnownFunctionsFirstTurn(t *testing.T) {
 		}
 	}
 }
+
+// turnKeys keys a turn job by its task and drops the insert's trace
+// context; a turn job without its task is refused before anything is
+// inserted, and jobs of other args pass untouched.
+func TestTurnKeysKeysTurnsByTheirTask(t *testing.T) {
+	t.Parallel()
+	task := uuid.Must(uuid.NewV7())
+	turnJob := &rivertype.JobInsertParams{
+		Args:     taskArgs{Workflow: "w", task: task},
+		Kind:     TaskKind,
+		Metadata: []byte(`{"braid_trace": {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}, "other": 1}`),
+	}
+	other := &rivertype.JobInsertParams{Args: fakeArgs{}, Kind: "other", Metadata: []byte(`{"braid_trace": {}}`)}
+	inserted := false
+	doInner := func(context.Context) ([]*rivertype.JobInsertResult, error) { inserted = true; return nil, nil }
+	if _, err := (&turnKeys{}).InsertMany(context.Background(), []*rivertype.JobInsertParams{turnJob, other}, doInner); err != nil || !inserted {
+		t.Fatalf("InsertMany = %v, inserted %t; want nil, true", err, inserted)
+	}
+	if diff := cmp.Diff([]any{task[:], turnLiveStates, `{"other":1}`, []byte(nil), `{"braid_trace": {}}`},
+		[]any{turnJob.UniqueKey, turnJob.UniqueStates, string(turnJob.Metadata), other.UniqueKey, string(other.Metadata)}); diff != "" {
+		t.Errorf("keys and metadata (-want +got):\n%s", diff)
+	}
+	id, err := turnTask(&rivertype.JobRow{UniqueKey: turnJob.UniqueKey}, taskArgs{})
+	if err != nil || id != task {
+		t.Errorf("turnTask of the keyed job = %s, %v; want %s", id, err, task)
+	}
+
+	inserted = false
+	_, err = (&turnKeys{}).InsertMany(context.Background(), []*rivertype.JobInsertParams{{Args: taskArgs{Workflow: "w"}, Kind: TaskKind}}, doInner)
+	if err == nil || inserted || !strings.Contains(err.Error(), `workflow "w"`) {
+		t.Errorf("InsertMany of a turn without its task = %v, inserted %t; want an error naming the workflow and nothing inserted", err, inserted)
+	}
+	if _, err := turnTask(&rivertype.JobRow{ID: 7}, taskArgs{TaskID: "not-a-uuid"}); err == nil || !strings.Contains(err.Error(), "turn job 7 names no task") {
+		t.Errorf("turnTask of a job with neither key nor task = %v, want an error naming the job", err)
+	}
+}
+
+type fakeArgs struct{}
+
+func (fakeArgs) Kind() string { return "other" }
