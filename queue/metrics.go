@@ -37,6 +37,12 @@ const (
 // jobs are not depth, and counting them would scan the whole table.
 var depthStates = []string{"available", "pending", "retryable", "running", "scheduled"}
 
+// durationBuckets are the bucket boundaries of MetricDuration, from a
+// millisecond to ten minutes: the SDK's default boundaries are made for
+// milliseconds, and would put every attempt shorter than five seconds in
+// one bucket.
+var durationBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 600}
+
 // depthTimeout bounds the gauge's query, so a slow database never stalls a
 // metric collection.
 const depthTimeout = 5 * time.Second
@@ -70,7 +76,8 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 	}
 	if m.duration, err = meter.Float64Histogram(MetricDuration,
 		metric.WithDescription("Duration of job attempts."),
-		metric.WithUnit("s")); err != nil {
+		metric.WithUnit("s"),
+		metric.WithExplicitBucketBoundaries(durationBuckets...)); err != nil {
 		return nil, wrap(MetricDuration, err)
 	}
 	if m.rescues, err = meter.Int64Counter(MetricRescues,

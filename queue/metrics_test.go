@@ -93,4 +93,23 @@ func TestMetrics(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("metrics (-want +got):\n%s", diff)
 	}
+
+	// The duration's buckets are made for seconds, not the SDK's default
+	// milliseconds.
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(ctx, &rm); err != nil {
+		t.Fatal(err)
+	}
+	var bounds []float64
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if h, ok := m.Data.(metricdata.Histogram[float64]); ok && m.Name == MetricDuration && len(h.DataPoints) > 0 {
+				bounds = h.DataPoints[0].Bounds
+			}
+		}
+	}
+	wantBounds := []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 600}
+	if diff := cmp.Diff(wantBounds, bounds); diff != "" {
+		t.Errorf("job duration buckets (-want +got):\n%s", diff)
+	}
 }

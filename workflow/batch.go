@@ -215,7 +215,9 @@ func (b *batcher) run(ctx context.Context, done chan struct{}) {
 func (e *Engine) flush(batch []*outcome) {
 	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.OutcomeTimeout)
 	defer cancel()
+	start := time.Now()
 	waits, orphans, err := e.flushTx(ctx, batch)
+	e.metrics.recordBatch(ctx, len(batch), time.Since(start), err)
 	if err == nil {
 		e.recordWaits(waits)
 		if len(orphans) > 0 {

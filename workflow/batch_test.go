@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+
 	"github.com/braidflow/braid/testutil"
 	"github.com/braidflow/braid/workflow"
 )
@@ -109,8 +111,12 @@ func badTurnInBatch(t *testing.T, table string) {
 	}, workflow.WithMaxAttempts(2))
 
 	rec := &logRecorder{Handler: slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})}
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
 	cfg := testConfig(echo)
 	cfg.Logger = slog.New(rec)
+	cfg.MeterProvider = mp
 	cfg.OutcomeLinger = 10 * time.Second // the batch waits for every turn
 	eng := startEngine(t, pool, cfg)
 	ctx := ctxTimeout(t, 60*time.Second)
@@ -147,6 +153,19 @@ func badTurnInBatch(t *testing.T, table string) {
 		SELECT count(*) FROM braid_tasks t JOIN river_job j ON braid_turn_task(j.unique_key, j.args) = t.id
 		 WHERE t.status = 'completed' AND t.attempt = 1 AND j.state = 'completed' AND j.attempt = 1`); got != n-1 {
 		t.Fatalf("%d good turns completed on their first attempt, want %d", got, n-1)
+	}
+	// The metrics show the failed batch of eight, and the good outcomes
+	// committed again one at a time.
+	if err := eng.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	m := collectEngineMetrics(t, reader)
+	failed := m.sizes[workflow.MetricBatchSize+"{failed}"]
+	if largest, ok := failed.Max.Value(); !ok || largest != n {
+		t.Errorf("the largest failed batch held %d outcomes (recorded: %v), want %d", largest, ok, n)
+	}
+	if committed := m.sizes[workflow.MetricBatchSize+"{committed}"]; committed.Sum < n-1 {
+		t.Errorf("committed batches held %d outcomes, want at least %d", committed.Sum, n-1)
 	}
 }
 

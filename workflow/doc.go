@@ -232,6 +232,12 @@
 // detached child and completes, costs four round trips in all, and the
 // next link starts without a read of its own.
 //
+// The histograms [MetricBatchSize] and [MetricBatchDuration] record every
+// batch transaction, committed or failed: how many outcomes it carried and
+// how long it took. Batches much smaller than the turns that end together
+// point to a linger too short for them; long batches, to a database that
+// the batches wait on.
+//
 // # Continuations without a queue hop
 //
 // When an outcome makes another task runnable (a child it starts, the
