@@ -89,7 +89,9 @@ func (o *outcome) traceParent() string {
 // their runs' finishes and their parents' joins. A batch is flushed when
 // it holds OutcomeBatchSize outcomes, when OutcomeLinger has passed since
 // its first outcome, or as soon as no other turn of this process is
-// running (no outcome could join it). One batch is in flight at a time.
+// running (no outcome could join it). Up to OutcomeFlushes batches are in
+// flight at a time: the next batch collects, and commits, while the last
+// one waits on the database.
 type batcher struct {
 	e  *Engine
 	in chan *outcome
@@ -158,6 +160,9 @@ func (b *batcher) submit(ctx context.Context, o *outcome) error {
 func (b *batcher) run(ctx context.Context, done chan struct{}) {
 	defer close(done)
 	size, linger := b.e.cfg.OutcomeBatchSize, b.e.cfg.OutcomeLinger
+	flushes := make(chan struct{}, b.e.cfg.OutcomeFlushes)
+	var inFlight sync.WaitGroup
+	defer inFlight.Wait()
 	var pending []*outcome
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
@@ -204,8 +209,15 @@ func (b *batcher) run(ctx context.Context, done chan struct{}) {
 		}
 		timer.Stop()
 		n := min(len(pending), size)
-		b.e.flush(pending[:n])
+		batch := slices.Clone(pending[:n])
 		pending = append(pending[:0], pending[n:]...)
+		// A batch waits for a free flush. While it waits, the outcomes
+		// handed in meanwhile wait in the channel for the next one.
+		flushes <- struct{}{}
+		inFlight.Go(func() {
+			defer func() { <-flushes }()
+			b.e.flush(batch)
+		})
 	}
 }
 
@@ -266,6 +278,9 @@ type batchState struct {
 	byTask   map[uuid.UUID]*outcome
 	complete []*rivertype.JobRow // jobs this batch finished (see lock)
 	delays   bool
+	// parentsLocked: the batch's lock took the parents its finishing
+	// tasks settle too (see lock).
+	parentsLocked bool
 	// mayOrphan are the tasks this batch finishes that may leave
 	// unfinished children; orphans are those children (and their
 	// descendants), which it cancelled.
@@ -274,10 +289,10 @@ type batchState struct {
 }
 
 // flushTx is the transaction of one batch. Its locks follow the lock order
-// (invariant 9): the turns' job rows by ID, then the tasks it changes (the
-// turns' tasks and the parents they settle) children first, in one
-// statement, then the runs. It returns the waits on children that the
-// batch ended, to record once it has committed.
+// (invariant 9): the turns' job rows by ID, then the tasks it changes
+// children first (the turns' tasks, and later the parents they settle),
+// then the runs. It returns the waits on children that the batch ended, to
+// record once it has committed.
 func (e *Engine) flushTx(ctx context.Context, batch []*outcome) (waits []waitSpan, orphans []uuid.UUID, err error) {
 	err = e.withPipeTx(ctx, func(tx *pipeTx) error {
 		waits = nil
@@ -368,7 +383,7 @@ func (e *Engine) flushTx(ctx context.Context, batch []*outcome) (waits []waitSpa
 		// reads (the runs' finishes, the attempts' errors, the
 		// notifications) go in its last round trip, with the claims.
 		late := &pgx.Batch{}
-		wake, err := e.settleTx(ctx, tx, settled, true, late)
+		wake, err := e.settleTx(ctx, tx, settled, st.parentsLocked, late)
 		if err != nil {
 			return err
 		}
@@ -430,14 +445,21 @@ func (o *outcome) logf(ctx context.Context, msg string, args ...any) {
 	}
 }
 
-// lock takes the batch's locks in one round trip, in the lock order
+// lock takes the batch's first locks in one round trip, in the lock order
 // (invariant 9). First the turn jobs, by ID, that still run the attempt
 // that handed in the outcome: the others lost their job (rescued,
 // cancelled, finished), so their outcomes are dropped and their turns
-// return as superseded. Then the turns' tasks and the parents that
-// finishing ones settle, newest first: a child is always created after its
-// parent, so that is children first, the order every writer of tasks
-// follows. The same round trip completes the jobs of the turns that ended.
+// return as superseded. Then the turns' tasks, newest first: a child is
+// always created after its parent, so that is children first, the order
+// every writer of tasks follows. The same round trip completes the jobs of
+// the turns that ended.
+//
+// The parents that finishing tasks settle come last in the order, and are
+// locked last, by the settle (settleTx), so that a batch holds a parent
+// row, which the batches of its other children want too, only for the end
+// of its transaction. A batch that finishes a DAG node is the exception:
+// its settle reads the node's DAG, so it locks the parents here, with the
+// DAG's blocked nodes, and st.parentsLocked says so.
 func (e *Engine) lock(ctx context.Context, tx pgx.Tx, batch []*outcome, st *batchState) error {
 	ids := make([]int64, len(batch))
 	attempts := make([]int32, len(batch))
@@ -463,15 +485,16 @@ func (e *Engine) lock(ctx context.Context, tx pgx.Tx, batch []*outcome, st *batc
 			}
 		}
 	}
-	// The rows the batch changes besides its tasks: the parents its
-	// finishing tasks settle, and, only when there may be any, the blocked
-	// nodes of their DAGs and their unfinished descendants, so that a
+	// The rows the batch changes besides its tasks and their parents: only
+	// when there may be any, the blocked nodes of their DAGs (with the
+	// parents, see above) and their unfinished descendants, so that a
 	// batch with neither pays nothing for them.
-	lockTasks := `SELECT unnest($1::uuid[]) UNION SELECT parent_task_id FROM braid_tasks WHERE id = ANY($2)`
-	lockArgs := []any{pgIDs(tasks), pgIDs(finishing)}
+	lockTasks := `SELECT unnest($1::uuid[])`
+	lockArgs := []any{pgIDs(tasks)}
 	if len(nodes) > 0 {
-		lockArgs = append(lockArgs, pgIDs(nodes))
-		lockTasks += ` UNION ` + lockNodesSQL(fmt.Sprintf("$%d", len(lockArgs)))
+		lockArgs = append(lockArgs, pgIDs(finishing), pgIDs(nodes))
+		lockTasks += ` UNION SELECT parent_task_id FROM braid_tasks WHERE id = ANY($2) UNION ` + lockNodesSQL("$3")
+		st.parentsLocked = true
 	}
 	if len(st.mayOrphan) > 0 {
 		lockArgs = append(lockArgs, pgIDs(st.mayOrphan))

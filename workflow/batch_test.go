@@ -313,3 +313,84 @@ func TestStartManyStartsEachRunOnce(t *testing.T) {
 		t.Fatal("a bad run ID was accepted")
 	}
 }
+
+// Two batches commit at once (Config.OutcomeFlushes, 2 by default): while
+// one batch waits on a lock that another transaction holds, the next batch
+// of the same process commits beside it.
+func TestBatchCommitsBesideABlockedOne(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	ctx := ctxTimeout(t, 60*time.Second)
+	const gate = 4242
+	execSQL(t, pool, `
+		CREATE FUNCTION gate() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+		    PERFORM pg_advisory_xact_lock_shared(4242);
+		    RETURN NEW;
+		END $$;
+		CREATE TRIGGER gate BEFORE UPDATE ON braid_tasks FOR EACH ROW
+		  WHEN (NEW.output::text LIKE '%slow%') EXECUTE FUNCTION gate();`)
+	holder, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Release()
+	if _, err := holder.Exec(ctx, `SELECT pg_advisory_lock($1)`, gate); err != nil {
+		t.Fatal(err)
+	}
+
+	echo := workflow.Define("echo", func(t *workflow.Task, in string) (string, error) { return in, nil })
+	eng := startEngine(t, pool, testConfig(echo))
+	slow, err := echo.Start(ctx, eng, "slow", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The slow run's batch has recorded nothing yet: it waits on the gate.
+	for count(t, pool, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = $1 AND NOT granted`, gate) == 0 {
+		if ctx.Err() != nil {
+			t.Fatal("the slow run's batch never reached the gate")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	fast, err := echo.Start(ctx, eng, "fast", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fastCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if out, err := fast.Result(fastCtx); err != nil || out != "fast" {
+		t.Fatalf("fast run: %q, %v; want it completed while the other batch waits", out, err)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM braid_runs WHERE id = $1 AND status = 'completed'`, slow.ID); n != 0 {
+		t.Fatal("the slow run completed before its gate opened")
+	}
+
+	if _, err := holder.Exec(ctx, `SELECT pg_advisory_unlock($1)`, gate); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := slow.Result(ctx); err != nil || out != "slow" {
+		t.Fatalf("slow run: %q, %v; want it completed once the gate opened", out, err)
+	}
+}
+
+// NewEngine refuses negative batch knobs, naming the knob.
+func TestBatchKnobsMustNotBeNegative(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	for _, tc := range []struct {
+		set  func(*workflow.Config)
+		want string
+	}{
+		{func(c *workflow.Config) { c.OutcomeBatchSize = -1 }, "OutcomeBatchSize -1"},
+		{func(c *workflow.Config) { c.OutcomeLinger = -time.Millisecond }, "OutcomeLinger -1ms"},
+		{func(c *workflow.Config) { c.OutcomeFlushes = -1 }, "OutcomeFlushes -1 is negative"},
+		{func(c *workflow.Config) { c.OutcomeTimeout = -time.Second }, "OutcomeTimeout -1s is negative"},
+	} {
+		cfg := testConfig()
+		tc.set(cfg)
+		if _, err := workflow.NewEngine(pool, cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("NewEngine: %v; want an error naming %q", err, tc.want)
+		}
+	}
+}

@@ -212,14 +212,19 @@
 // the children they start with their first turns, their jobs'
 // completions, their runs' finishes with the NOTIFYs of their waiters, and
 // their parents' joins. A batch commits when it holds
-// Config.OutcomeBatchSize outcomes (200), when Config.OutcomeLinger (2 ms)
+// Config.OutcomeBatchSize outcomes (200), when Config.OutcomeLinger (4 ms)
 // has passed since its first, or at once when no other turn of the process
-// is running, so a lone turn never waits. A turn returns, and its job
-// counts as complete, only once its batch has committed. When a batch
-// fails, its outcomes are committed again one at a time, so that one bad
-// outcome fails only its own turn. Inside a batch, the children of one
-// parent that finish together are summed into one decrement of the
-// parent's join, and the parent's row is locked once per batch.
+// is running, so a lone turn never waits. Up to Config.OutcomeFlushes
+// batches (2) commit at once, each on its own connection: while one waits
+// on the database, the next collects the outcomes that end meanwhile and
+// commits beside it. A turn returns, and its job counts as complete, only
+// once its batch has committed. When a batch fails, its outcomes are
+// committed again one at a time, so that one bad outcome fails only its
+// own turn. Inside a batch, the children of one parent that finish
+// together are summed into one decrement of the parent's join, and the
+// parent's row is locked once per batch, at the end of the batch's
+// transaction, so that the batches of the parent's other children wait
+// for it only that long.
 //
 // A batch pays for round trips, not only for its commit, so it sends
 // together the statements that do not wait on each other's results: its
@@ -325,11 +330,12 @@
 //  1. River job rows (a batch of outcomes locks its turns' jobs first, by
 //     ID);
 //  2. task rows, children before parents (a batch locks its turns' tasks
-//     and the parents they settle in one statement; every path that locks
-//     many tasks orders them by created_at DESC, id DESC, and a child is
-//     always created after its parent; a DAG's nodes, created together,
-//     follow id DESC among themselves, and a batch that finishes a node
-//     locks its DAG's blocked nodes in the same statement, the only rows
+//     in one statement, and the parents they settle in its settle, after
+//     every other task; every path that locks many tasks orders them by
+//     created_at DESC, id DESC, and a child is always created after its
+//     parent; a DAG's nodes, created together, follow id DESC among
+//     themselves, and a batch that finishes a node locks its DAG's
+//     blocked nodes and the parents in its first statement, the only rows
 //     its settle may change besides its tasks and their parents);
 //  3. step rows, then mailbox rows (braid_signals) and a run's published
 //     state (braid_run_events);

@@ -80,7 +80,10 @@ const (
 	// OutcomeLingerDefault is the longest a batch of turn outcomes waits
 	// for more before it commits. A batch does not wait when no other turn
 	// of the process is running, so a lone turn never waits.
-	OutcomeLingerDefault = 2 * time.Millisecond
+	OutcomeLingerDefault = 4 * time.Millisecond
+	// OutcomeFlushesDefault is the most batches of turn outcomes that
+	// commit at once.
+	OutcomeFlushesDefault = 2
 	// PoolMinConns is the smallest pool (pgxpool MaxConns) an engine that
 	// works turns accepts: a turn's queries, River's fetches and
 	// completions, and the leases' renewals each need a connection. Below
@@ -218,9 +221,19 @@ type Config struct {
 	// OutcomeLinger is the longest a batch waits for more outcomes after
 	// its first, while other turns of this process are still running. A
 	// batch commits at once when it is full or when no other turn is
-	// running. Default OutcomeLingerDefault (2 ms). The histograms
+	// running. Default OutcomeLingerDefault (4 ms). The histograms
 	// MetricBatchSize and MetricBatchDuration show what the two give.
 	OutcomeLinger time.Duration
+
+	// OutcomeFlushes is the most batches of outcomes that commit at once,
+	// each in its own transaction on its own pool connection. While one
+	// batch waits on the database (its statements, its commit's flush to
+	// disk), the next collects the outcomes of the turns that end meanwhile
+	// and commits beside it, so that two of the database's cores work on
+	// them. Batches that settle the same parent take its row in turn, only
+	// for the end of their transactions (see the package's lock order).
+	// Default OutcomeFlushesDefault (2); 1 commits one batch at a time.
+	OutcomeFlushes int
 
 	// TracerProvider and MeterProvider default to the OTel globals.
 	TracerProvider trace.TracerProvider
@@ -309,6 +322,7 @@ func NewEngine(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 	c.OutcomeTimeout = cmp.Or(c.OutcomeTimeout, OutcomeTimeoutDefault)
 	c.OutcomeBatchSize = cmp.Or(c.OutcomeBatchSize, OutcomeBatchSizeDefault)
 	c.OutcomeLinger = cmp.Or(c.OutcomeLinger, OutcomeLingerDefault)
+	c.OutcomeFlushes = cmp.Or(c.OutcomeFlushes, OutcomeFlushesDefault)
 	switch {
 	case c.MaxPayloadBytes < 0:
 		return nil, fmt.Errorf("workflow: MaxPayloadBytes %d is negative", c.MaxPayloadBytes)
@@ -334,6 +348,8 @@ func NewEngine(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 		return nil, fmt.Errorf("workflow: OutcomeTimeout %s is negative", c.OutcomeTimeout)
 	case c.OutcomeBatchSize < 0 || c.OutcomeLinger < 0:
 		return nil, fmt.Errorf("workflow: OutcomeBatchSize %d and OutcomeLinger %s must not be negative", c.OutcomeBatchSize, c.OutcomeLinger)
+	case c.OutcomeFlushes < 0:
+		return nil, fmt.Errorf("workflow: OutcomeFlushes %d is negative", c.OutcomeFlushes)
 	}
 	if max := pool.Config().MaxConns; max < PoolMinConns {
 		return nil, fmt.Errorf("workflow: the pool allows %d connections; an engine needs at least %d (set pool_max_conns)", max, PoolMinConns)

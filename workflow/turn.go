@@ -921,21 +921,19 @@ func (e *Engine) settleTx(ctx context.Context, tx pgx.Tx, settled []settlement, 
 	if len(parents) == 0 {
 		return nodes, nil
 	}
-	if !parentsLocked {
-		if _, err := tx.Exec(ctx, `
-			SELECT 1 FROM braid_tasks WHERE id = ANY($1) ORDER BY created_at DESC, id DESC FOR UPDATE`, pgIDs(parents)); err != nil {
-			return nil, fmt.Errorf("workflow: locking %d parent tasks: %w", len(parents), err)
-		}
-	}
 	ns := make([]int32, len(parents))
 	for i, p := range parents {
 		ns[i] = counts[p]
+	}
+	b := &pgx.Batch{}
+	if !parentsLocked {
+		b.Queue(`SELECT 1 FROM braid_tasks WHERE id = ANY($1) ORDER BY created_at DESC, id DESC FOR UPDATE`, pgIDs(parents))
 	}
 	// A released parent's wait on its children ends now: the wait's span
 	// (recordWaits) needs the run's trace and the number of children,
 	// read for the released parents only. A parent that Retry set waiting
 	// (attempt 0) has no recorded start: its wait gets no span.
-	rows, err := tx.Query(ctx, `
+	b.Queue(`
 		UPDATE braid_tasks t
 		   SET remaining = greatest(t.remaining - u.n, 0),
 		       status = CASE WHEN t.remaining <= u.n THEN 'pending' ELSE t.status END,
@@ -946,6 +944,14 @@ func (e *Engine) settleTx(ctx context.Context, tx pgx.Tx, settled []settlement, 
 		          CASE WHEN t.status = 'pending' AND t.waiting_since IS NOT NULL AND t.attempt > 0 THEN (SELECT r.trace_parent FROM braid_runs r WHERE r.id = t.run_id) END,
 		          CASE WHEN t.status = 'pending' AND t.waiting_since IS NOT NULL AND t.attempt > 0 THEN (SELECT count(*)::int FROM braid_tasks k WHERE k.parent_task_id = t.id) END`,
 		pgIDs(parents), ns)
+	br := tx.SendBatch(ctx, b)
+	defer func() { _ = br.Close() }()
+	if !parentsLocked {
+		if _, err := br.Exec(); err != nil {
+			return nil, fmt.Errorf("workflow: locking %d parent tasks: %w", len(parents), err)
+		}
+	}
+	rows, err := br.Query()
 	if err != nil {
 		return nil, fmt.Errorf("workflow: releasing %d parent tasks: %w", len(parents), err)
 	}
@@ -972,5 +978,12 @@ func (e *Engine) settleTx(ctx context.Context, tx pgx.Tx, settled []settlement, 
 		}
 		wake = append(wake, tr)
 	}
-	return append(wake, nodes...), rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("workflow: releasing %d parent tasks: %w", len(parents), err)
+	}
+	rows.Close()
+	if err := br.Close(); err != nil {
+		return nil, fmt.Errorf("workflow: releasing %d parent tasks: %w", len(parents), err)
+	}
+	return append(wake, nodes...), nil
 }
