@@ -24,9 +24,9 @@ const SchedulerIntervalDefault = 5 * time.Second
 // QueueClaim) moves to running,
 // its attempt counted, its attempted_at set to the moment of the claim on
 // the database clock (not the transaction's start) and this client added
-// to attempted_by. Jobs that are not available, or whose kind declares no
-// heartbeat (Config.Heartbeats), are left to River's fetch. It returns the
-// claimed jobs.
+// to attempted_by. Jobs that are not available, whose kind declares no
+// heartbeat (Config.Heartbeats), or whose queue this Queue does not work
+// (see Works), are left to River's fetch. It returns the claimed jobs.
 //
 // A claimed job belongs to this process once tx commits, and must then be
 // worked with WorkClaimed. Should the process die first, nothing is lost:
@@ -55,8 +55,9 @@ func (q *Queue) ClaimTx(ctx context.Context, tx pgx.Tx, ids []int64) ([]*riverty
 // caller that inserts jobs only to claim them in the same transaction
 // inserts them pending, which River's fetch never takes and which wakes
 // no fetcher. Such a job that the statement does not claim (its kind is
-// not claimable) is made available, so that none stays pending. Insert
-// jobs pending only when [Queue.Claims] their kind.
+// not claimable, or its queue not worked here) is made available, so that
+// none stays pending. Insert jobs pending only when [Queue.Claims] their
+// kind and [Queue.Works] their queue.
 func (q *Queue) QueueClaim(b *pgx.Batch, ids []int64, claimed func([]*rivertype.JobRow)) bool {
 	if len(ids) == 0 || !q.working {
 		return false
@@ -66,7 +67,7 @@ func (q *Queue) QueueClaim(b *pgx.Batch, ids []int64, claimed func([]*rivertype.
 		    UPDATE river_job
 		       SET state = 'running', attempt = attempt + 1, attempted_at = clock_timestamp(),
 		           attempted_by = array_append(attempted_by, $2::text)
-		     WHERE id = ANY($1) AND state IN ('available', 'pending') AND kind = ANY($3)
+		     WHERE id = ANY($1) AND state IN ('available', 'pending') AND kind = ANY($3) AND queue = ANY($4)
 		    RETURNING id, args, attempt, attempted_at, attempted_by, created_at, kind, max_attempts,
 		              metadata, priority, queue, scheduled_at, tags, unique_key
 		), released AS (
@@ -74,7 +75,7 @@ func (q *Queue) QueueClaim(b *pgx.Batch, ids []int64, claimed func([]*rivertype.
 		     WHERE id = ANY($1) AND state = 'pending' AND id NOT IN (SELECT id FROM claimed)
 		)
 		SELECT * FROM claimed`,
-		ids, q.client.ID(), q.declaredKinds).Query(func(rows pgx.Rows) error {
+		ids, q.client.ID(), q.declaredKinds, q.workedQueues()).Query(func(rows pgx.Rows) error {
 		jobs, err := collectClaimed(rows)
 		claimed(jobs)
 		return err
@@ -86,6 +87,23 @@ func (q *Queue) QueueClaim(b *pgx.Batch, ids []int64, claimed func([]*rivertype.
 // jobs and kind declares a heartbeat.
 func (q *Queue) Claims(kind string) bool {
 	return q.working && q.intervals[kind] > 0
+}
+
+// Works reports whether this Queue works the jobs of queue name: it works
+// jobs, and name is one of Config.Queues. ClaimTx and ClaimAvailableTx
+// claim only jobs of the queues it works, as River's fetch takes only
+// those: a queue that only some processes work keeps its jobs to them.
+func (q *Queue) Works(name string) bool {
+	return q.working && q.worked[name]
+}
+
+// workedQueues lists the queues this Queue works.
+func (q *Queue) workedQueues() []string {
+	names := make([]string, 0, len(q.worked))
+	for name := range q.worked {
+		names = append(names, name)
+	}
+	return names
 }
 
 // ClaimAvailableTx claims for this process, in tx, up to n jobs of queue
@@ -110,9 +128,9 @@ func (q *Queue) ClaimAvailableTx(ctx context.Context, tx pgx.Tx, name string, n 
 
 // QueueClaimAvailable queues on b the statement of ClaimAvailableTx, as
 // QueueClaim does for ClaimTx. It queues nothing and returns false when
-// there is nothing to claim.
+// there is nothing to claim, or when this Queue does not work queue name.
 func (q *Queue) QueueClaimAvailable(b *pgx.Batch, name string, n int, kinds []string, claimed func([]*rivertype.JobRow)) bool {
-	if n <= 0 || !q.working {
+	if n <= 0 || !q.Works(name) {
 		return false
 	}
 	var claimable []string

@@ -310,3 +310,49 @@ func TestClaimTakesPendingJobsAndReleasesTheRest(t *testing.T) {
 		}
 	}
 }
+
+// A Queue claims only jobs of the queues it works, as River's fetch takes
+// only those: a pending job of another queue is made available for the
+// processes that work that queue, and ClaimAvailableTx claims nothing
+// from a queue it does not work.
+func TestClaimsKeepToTheQueuesWorked(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q := claimQueue(t)
+	if !q.Works(river.QueueDefault) || q.Works("elsewhere") {
+		t.Fatalf("Works: default %t, elsewhere %t; want true, false", q.Works(river.QueueDefault), q.Works("elsewhere"))
+	}
+	var here, elsewhere int64
+	var jobs []*rivertype.JobRow
+	err := pgx.BeginFunc(ctx, q.pool, func(tx pgx.Tx) error {
+		a, err := q.River().InsertTx(ctx, tx, claimedArgs{}, &river.InsertOpts{Pending: true})
+		if err != nil {
+			return err
+		}
+		b, err := q.River().InsertTx(ctx, tx, claimedArgs{}, &river.InsertOpts{Pending: true, Queue: "elsewhere"})
+		if err != nil {
+			return err
+		}
+		here, elsewhere = a.Job.ID, b.Job.ID
+		jobs, err = q.ClaimTx(ctx, tx, []int64{here, elsewhere})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(jobs) != 1 || jobs[0].ID != here {
+		t.Fatalf("claimed %+v; want only job %d, of the queue worked here", jobs, here)
+	}
+	got, err := q.River().JobGet(ctx, elsewhere)
+	if err != nil || got.State != rivertype.JobStateAvailable {
+		t.Fatalf("the other queue's job is %v (%v); want it made available", got.State, err)
+	}
+	err = pgx.BeginFunc(ctx, q.pool, func(tx pgx.Tx) error {
+		var err error
+		jobs, err = q.ClaimAvailableTx(ctx, tx, "elsewhere", 5, []string{"claimed"})
+		return err
+	})
+	if err != nil || len(jobs) != 0 {
+		t.Fatalf("ClaimAvailableTx on a queue not worked here: %+v, %v; want nothing", jobs, err)
+	}
+}

@@ -239,15 +239,17 @@ type Config struct {
 // and heartbeats, dead-letter operations and idempotency keys. It is safe
 // for concurrent use.
 type Queue struct {
-	pool      *pgxpool.Pool
-	client    *river.Client[pgx.Tx]
-	leases    *leases.Manager
-	logger    *slog.Logger
-	tracer    trace.Tracer
-	metrics   *metrics
-	retry     river.ClientRetryPolicy
-	untraced  map[string]bool
-	working   bool
+	pool     *pgxpool.Pool
+	client   *river.Client[pgx.Tx]
+	leases   *leases.Manager
+	logger   *slog.Logger
+	tracer   trace.Tracer
+	metrics  *metrics
+	retry    river.ClientRetryPolicy
+	untraced map[string]bool
+	working  bool
+	// worked holds the queues that this Queue works (Config.Queues).
+	worked    map[string]bool
 	noMaint   bool
 	intervals map[string]time.Duration
 	// declaredKinds and declaredMicros are intervals as the rescuer's
@@ -383,6 +385,12 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Queue, error) {
 		rc.Queues = map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: MaxWorkersDefault}}
 	}
 	q.working = rc.Workers != nil
+	if q.working {
+		q.worked = make(map[string]bool, len(rc.Queues))
+		for name := range rc.Queues {
+			q.worked[name] = true
+		}
+	}
 	rc.FetchCooldown = cmp.Or(c.FetchCooldown, base.FetchCooldown, FetchCooldownDefault)
 	rc.FetchPollInterval = cmp.Or(c.FetchPollInterval, base.FetchPollInterval, FetchPollIntervalDefault)
 	rc.MaxAttempts = cmp.Or(c.MaxAttempts, base.MaxAttempts, MaxAttemptsDefault)

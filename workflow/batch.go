@@ -95,6 +95,11 @@ func (o *outcome) traceParent() string {
 type batcher struct {
 	e  *Engine
 	in chan *outcome
+	// flushes is how many batches may commit at once: OutcomeFlushes, but
+	// at most half the pool's connections (and at least one), so that
+	// batches waiting on locks never hold every connection that turns,
+	// River's fetches and the leases need.
+	flushes int
 	// active counts the turns of this process that have loaded their task
 	// and not yet handed in their outcome.
 	active atomic.Int64
@@ -108,7 +113,8 @@ type batcher struct {
 }
 
 func newBatcher(e *Engine) *batcher {
-	return &batcher{e: e, in: make(chan *outcome, e.cfg.OutcomeBatchSize)}
+	flushes := max(1, min(e.cfg.OutcomeFlushes, int(e.pool.Config().MaxConns)/2))
+	return &batcher{e: e, in: make(chan *outcome, e.cfg.OutcomeBatchSize), flushes: flushes}
 }
 
 func (b *batcher) start() {
@@ -160,7 +166,7 @@ func (b *batcher) submit(ctx context.Context, o *outcome) error {
 func (b *batcher) run(ctx context.Context, done chan struct{}) {
 	defer close(done)
 	size, linger := b.e.cfg.OutcomeBatchSize, b.e.cfg.OutcomeLinger
-	flushes := make(chan struct{}, b.e.cfg.OutcomeFlushes)
+	flushes := make(chan struct{}, b.flushes)
 	var inFlight sync.WaitGroup
 	defer inFlight.Wait()
 	var pending []*outcome
@@ -175,6 +181,10 @@ func (b *batcher) run(ctx context.Context, done chan struct{}) {
 				return
 			}
 		}
+		// The batch waits for a free flush before it collects: while
+		// every flush is busy, the outcomes handed in meanwhile wait in
+		// the channel, and join it.
+		flushes <- struct{}{}
 		timer.Reset(linger)
 	collect:
 		for len(pending) < size {
@@ -211,9 +221,6 @@ func (b *batcher) run(ctx context.Context, done chan struct{}) {
 		n := min(len(pending), size)
 		batch := slices.Clone(pending[:n])
 		pending = append(pending[:0], pending[n:]...)
-		// A batch waits for a free flush. While it waits, the outcomes
-		// handed in meanwhile wait in the channel for the next one.
-		flushes <- struct{}{}
 		inFlight.Go(func() {
 			defer func() { <-flushes }()
 			b.e.flush(batch)
@@ -425,7 +432,7 @@ func (e *Engine) flushTx(ctx context.Context, batch []*outcome) (waits []waitSpa
 		stopping := e.stopping.Load()
 		inserted, err := e.enqueueTurns(ctx, tx, st.wake, st.fresh, func(tr turn) bool {
 			_, known := e.registry[tr.workflow]
-			return !stopping && known && tr.by.owned && e.queue.Claims(TaskKind)
+			return !stopping && known && tr.by.owned && e.queue.Claims(TaskKind) && e.queue.Works(tr.queue)
 		}, late)
 		if err != nil {
 			return err
@@ -454,12 +461,15 @@ func (o *outcome) logf(ctx context.Context, msg string, args ...any) {
 // every writer of tasks follows. The same round trip completes the jobs of
 // the turns that ended.
 //
-// The parents that finishing tasks settle come last in the order, and are
-// locked last, by the settle (settleTx), so that a batch holds a parent
-// row, which the batches of its other children want too, only for the end
-// of its transaction. A batch that finishes a DAG node is the exception:
-// its settle reads the node's DAG, so it locks the parents here, with the
-// DAG's blocked nodes, and st.parentsLocked says so.
+// A parent that a finishing task settles is locked here too, unless it is
+// older than every task of the batch: such a parent comes after all of
+// them in the lock order, so the settle (settleTx) locks it, later in the
+// transaction, and a batch holds it, when the batches of the parent's other
+// children want it too, for less time. (A fan-out's children, which all
+// settle one older parent, are such a batch.) A batch that finishes a DAG
+// node, or a task that may leave unfinished children, locks every parent
+// here: its settle reads the node's DAG, and its cancel of the orphans
+// writes their steps, before the settle; st.parentsLocked says so.
 func (e *Engine) lock(ctx context.Context, tx pgx.Tx, batch []*outcome, st *batchState) error {
 	ids := make([]int64, len(batch))
 	attempts := make([]int32, len(batch))
@@ -486,15 +496,31 @@ func (e *Engine) lock(ctx context.Context, tx pgx.Tx, batch []*outcome, st *batc
 		}
 	}
 	// The rows the batch changes besides its tasks and their parents: only
-	// when there may be any, the blocked nodes of their DAGs (with the
-	// parents, see above) and their unfinished descendants, so that a
-	// batch with neither pays nothing for them.
+	// when there may be any, the blocked nodes of their DAGs and their
+	// unfinished descendants, so that a batch with neither pays nothing
+	// for them.
 	lockTasks := `SELECT unnest($1::uuid[])`
 	lockArgs := []any{pgIDs(tasks)}
-	if len(nodes) > 0 {
-		lockArgs = append(lockArgs, pgIDs(finishing), pgIDs(nodes))
-		lockTasks += ` UNION SELECT parent_task_id FROM braid_tasks WHERE id = ANY($2) UNION ` + lockNodesSQL("$3")
+	switch {
+	case len(nodes) > 0 || len(st.mayOrphan) > 0:
+		// Every parent now: the settle of a DAG node reads its DAG, and
+		// the cancel of orphans writes their steps, before the settle.
+		lockArgs = append(lockArgs, pgIDs(finishing))
+		lockTasks += ` UNION SELECT parent_task_id FROM braid_tasks WHERE id = ANY($2)`
 		st.parentsLocked = true
+	case len(finishing) > 0:
+		// Only the parents that do not come after every task of the batch
+		// in the lock order: those that are older than its oldest task
+		// the settle locks, and locking them last keeps the order.
+		lockArgs = append(lockArgs, pgIDs(finishing))
+		lockTasks += `
+			UNION SELECT p.id FROM braid_tasks c JOIN braid_tasks p ON p.id = c.parent_task_id
+			 WHERE c.id = ANY($2)
+			   AND (p.created_at, p.id) >= (SELECT created_at, id FROM braid_tasks WHERE id = ANY($1) ORDER BY created_at, id LIMIT 1)`
+	}
+	if len(nodes) > 0 {
+		lockArgs = append(lockArgs, pgIDs(nodes))
+		lockTasks += ` UNION ` + lockNodesSQL(fmt.Sprintf("$%d", len(lockArgs)))
 	}
 	if len(st.mayOrphan) > 0 {
 		lockArgs = append(lockArgs, pgIDs(st.mayOrphan))

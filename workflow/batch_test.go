@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/riverqueue/river"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/braidflow/braid/testutil"
@@ -392,5 +393,125 @@ func TestBatchKnobsMustNotBeNegative(t *testing.T) {
 		if _, err := workflow.NewEngine(pool, cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("NewEngine: %v; want an error naming %q", err, tc.want)
 		}
+	}
+}
+
+// Two batches, each holding a task and settling the child of the other's
+// task, lock the parents they settle in the one lock order, and so never
+// deadlock: one batch ends P's turn and Q's child, the other Q's turn and
+// P's child, at the same moment, in two engines. Each engine works the
+// queue of its own batch's workflows, so that each batch holds just those
+// two outcomes.
+func TestCrossedBatchesDoNotDeadlock(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	ctx := ctxTimeout(t, 60*time.Second)
+	gate := newBarrier(4)
+	child := func(name, queue string) *workflow.Workflow[int, int] {
+		return workflow.Define(name, func(t *workflow.Task, n int) (int, error) {
+			gate.wait(20 * time.Second)
+			return n, nil
+		}, workflow.WithQueue(queue))
+	}
+	// A parent starts its child, pauses, and then, as its child ends,
+	// waits for it: its turn after the pause ends with the child's turn.
+	parent := func(name, queue string, c *workflow.Workflow[int, int]) *workflow.Workflow[int, int] {
+		return workflow.Define(name, func(t *workflow.Task, n int) (int, error) {
+			f := workflow.Go(t, "child", c, n)
+			if err := t.Delay("pause", 200*time.Millisecond); err != nil {
+				return 0, err
+			}
+			gate.wait(20 * time.Second)
+			return f.Get()
+		}, workflow.WithQueue(queue))
+	}
+	pc, qc := child("cross_pc", "two"), child("cross_qc", "one")
+	p, q := parent("cross_p", "one", pc), parent("cross_q", "two", qc)
+	root := workflow.Define("cross_root", func(t *workflow.Task, _ struct{}) (int, error) {
+		fp, fq := workflow.Go(t, "p", p, 1), workflow.Go(t, "q", q, 2)
+		a, err := fp.Get()
+		if err != nil {
+			return 0, err
+		}
+		b, err := fq.Get()
+		return a + b, err
+	}, workflow.WithQueue("one"))
+
+	var recs []*logRecorder
+	engine := func(queue string) *workflow.Engine {
+		rec := &logRecorder{Handler: slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})}
+		recs = append(recs, rec)
+		cfg := testConfig(root, p, q, pc, qc)
+		cfg.Queue.Queues = map[string]river.QueueConfig{queue: {MaxWorkers: 10}}
+		cfg.Logger = slog.New(rec)
+		cfg.OutcomeLinger = 10 * time.Second // a batch waits for both its turns
+		return startEngine(t, pool, cfg)
+	}
+	one := engine("one")
+	engine("two")
+
+	run, err := root.Start(ctx, one, struct{}{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := run.Result(ctx); err != nil || got != 3 {
+		t.Fatalf("root: %d, %v; want 3", got, err)
+	}
+	for i, rec := range recs {
+		if rec.has("workflow: a batch of turn outcomes failed") {
+			t.Errorf("engine %d: a batch failed (deadlock?)", i+1)
+		}
+	}
+}
+
+// A turn that an outcome makes runnable starts in the outcome's process
+// only when that process works the turn's queue: a child on a queue that
+// only another process works runs there, as River's fetch would route it.
+func TestContinuationsKeepToTheirQueue(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	ctx := ctxTimeout(t, 60*time.Second)
+	leaf := workflow.Define("routed_leaf", func(t *workflow.Task, n int) (int, error) { return n + 1, nil },
+		workflow.WithQueue("two"))
+	top := workflow.Define("routed_top", func(t *workflow.Task, n int) (int, error) {
+		return workflow.Go(t, "leaf", leaf, n).Get()
+	}, workflow.WithQueue("one"))
+	engine := func(queue string) *workflow.Engine {
+		cfg := testConfig(top, leaf)
+		cfg.Queue.Queues = map[string]river.QueueConfig{queue: {MaxWorkers: 5}}
+		cfg.Queue.ID = "engine-" + queue
+		return startEngine(t, pool, cfg)
+	}
+	one := engine("one")
+	engine("two")
+
+	run, err := top.Start(ctx, one, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := run.Result(ctx); err != nil || got != 2 {
+		t.Fatalf("run: %d, %v; want 2", got, err)
+	}
+	rows, err := pool.Query(ctx, `
+		SELECT t.workflow, j.queue, j.attempted_by FROM river_job j
+		  JOIN braid_tasks t ON t.id = braid_turn_task(j.unique_key, j.args)
+		 ORDER BY j.id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var workflow, queue string
+		var by []string
+		if err := rows.Scan(&workflow, &queue, &by); err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range by {
+			if b != "engine-"+queue {
+				t.Errorf("a turn of %s on queue %s was attempted by %s", workflow, queue, b)
+			}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
 	}
 }

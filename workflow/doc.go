@@ -222,9 +222,10 @@
 // committed again one at a time, so that one bad outcome fails only its
 // own turn. Inside a batch, the children of one parent that finish
 // together are summed into one decrement of the parent's join, and the
-// parent's row is locked once per batch, at the end of the batch's
-// transaction, so that the batches of the parent's other children wait
-// for it only that long.
+// parent's row is locked once per batch; when the parent is older than
+// every other task of the batch, as in a fan-out, the batch locks it only
+// as it settles, late in its transaction, so that the batches of the
+// parent's other children wait for it less.
 //
 // A batch pays for round trips, not only for its commit, so it sends
 // together the statements that do not wait on each other's results: its
@@ -251,7 +252,9 @@
 // claims it for this process in the same transaction, exactly as River's
 // fetch claims a job: the job becomes running, the attempt is counted,
 // attempted_at and attempted_by are set. It does so when this process runs
-// that workflow and is not stopping, for at most one turn per outcome. A
+// that workflow, works the turn's queue (a queue that only some processes
+// work keeps its turns to them, as River's fetch does) and is not
+// stopping, for at most one turn per outcome. A
 // turn to be claimed is inserted pending, a River state that River's fetch
 // never takes, so no fetcher is woken for a job that no other process
 // could have; should the claim not take it, the same statement makes it
@@ -330,13 +333,15 @@
 //  1. River job rows (a batch of outcomes locks its turns' jobs first, by
 //     ID);
 //  2. task rows, children before parents (a batch locks its turns' tasks
-//     in one statement, and the parents they settle in its settle, after
-//     every other task; every path that locks many tasks orders them by
-//     created_at DESC, id DESC, and a child is always created after its
-//     parent; a DAG's nodes, created together, follow id DESC among
-//     themselves, and a batch that finishes a node locks its DAG's
-//     blocked nodes and the parents in its first statement, the only rows
-//     its settle may change besides its tasks and their parents);
+//     and the parents they settle in one statement, but for the parents
+//     older than every task of the batch, which come after all of them in
+//     this order and which its settle locks, later in the transaction;
+//     every path that locks many tasks orders them by created_at DESC, id
+//     DESC, and a child is always created after its parent; a DAG's
+//     nodes, created together, follow id DESC among themselves, and a
+//     batch that finishes a node locks its DAG's blocked nodes and every
+//     parent in its first statement, the only rows its settle may change
+//     besides its tasks and their parents);
 //  3. step rows, then mailbox rows (braid_signals) and a run's published
 //     state (braid_run_events);
 //  4. the run row.
@@ -373,9 +378,12 @@
 // dedicated connections, not the pool's, so waiting on a result never
 // holds a pool connection and pool.Close never waits for it. A running turn
 // uses one pool connection at a time for its queries, plus short
-// background queries for its heartbeat. NewEngine refuses a pool of fewer
-// than [PoolMinConns] (2) connections and warns below [PoolWarnConns] (4);
-// pgxpool's default of max(4, CPUs) is enough.
+// background queries for its heartbeat. A batch of outcomes holds one
+// connection for its transaction, and at most Config.OutcomeFlushes
+// batches, and never more than half the pool's connections, commit at
+// once. NewEngine refuses a pool of fewer than [PoolMinConns] (2)
+// connections and warns below [PoolWarnConns] (4); pgxpool's default of
+// max(4, CPUs) is enough.
 //
 // # Retention
 //

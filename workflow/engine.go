@@ -226,13 +226,16 @@ type Config struct {
 	OutcomeLinger time.Duration
 
 	// OutcomeFlushes is the most batches of outcomes that commit at once,
-	// each in its own transaction on its own pool connection. While one
-	// batch waits on the database (its statements, its commit's flush to
-	// disk), the next collects the outcomes of the turns that end meanwhile
-	// and commits beside it, so that two of the database's cores work on
-	// them. Batches that settle the same parent take its row in turn, only
-	// for the end of their transactions (see the package's lock order).
-	// Default OutcomeFlushesDefault (2); 1 commits one batch at a time.
+	// each in its own transaction on its own pool connection, and never
+	// more than half the pool's connections. While one batch waits on the
+	// database (its statements, its commit's flush to disk), the next
+	// collects the outcomes of the turns that end meanwhile and commits
+	// beside it, so that two of the database's cores work on them. Batches
+	// that settle the same parent take its row in turn; when the parent is
+	// older than every other task of a batch, as in a fan-out, the batch
+	// takes it late in its transaction, so the others wait less (see the
+	// package's lock order). Default OutcomeFlushesDefault (2); 1 commits
+	// one batch at a time.
 	OutcomeFlushes int
 
 	// TracerProvider and MeterProvider default to the OTel globals.

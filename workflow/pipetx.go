@@ -13,8 +13,8 @@ import (
 // and whose COMMIT travels with its last (commitWith), so that a
 // transaction of n round trips costs n round trips rather than n+2. The
 // batch of turn outcomes uses it: it sends a few round trips per
-// transaction, one batch at a time, so their latency bounds how many turns
-// a process finishes per second.
+// transaction, and only Config.OutcomeFlushes batches commit at once, so
+// their latency bounds how many turns a process finishes per second.
 //
 // It is a pgx.Tx for the statements it sends, as pgx's own is, and it
 // sends them the same way; it has no nested transactions and no large
