@@ -513,9 +513,12 @@ func (e *Engine) lock(ctx context.Context, tx pgx.Tx, batch []*outcome, st *batc
 		// in the lock order: those that are older than its oldest task
 		// the settle locks, and locking them last keeps the order.
 		lockArgs = append(lockArgs, pgIDs(finishing))
+		// (The parents are read by key, each once: a join of the children
+		// to their parents would be planned as a merge over the whole
+		// primary key.)
 		lockTasks += `
-			UNION SELECT p.id FROM braid_tasks c JOIN braid_tasks p ON p.id = c.parent_task_id
-			 WHERE c.id = ANY($2)
+			UNION SELECT p.id FROM braid_tasks p
+			 WHERE p.id = ANY(ARRAY(SELECT parent_task_id FROM braid_tasks WHERE id = ANY($2)))
 			   AND (p.created_at, p.id) >= (SELECT created_at, id FROM braid_tasks WHERE id = ANY($1) ORDER BY created_at, id LIMIT 1)`
 	}
 	if len(nodes) > 0 {
