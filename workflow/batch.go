@@ -86,12 +86,12 @@ func (o *outcome) traceParent() string {
 
 // batcher commits the outcomes of concurrent turns together: one
 // transaction carries many turns' task updates, their jobs' completions,
-// their runs' finishes and their parents' joins. A batch is flushed when
-// it holds OutcomeBatchSize outcomes, when OutcomeLinger has passed since
-// its first outcome, or as soon as no other turn of this process is
-// running (no outcome could join it). Up to OutcomeFlushes batches are in
-// flight at a time: the next batch collects, and commits, while the last
-// one waits on the database.
+// their runs' finishes and their parents' joins. Up to batcher.flushes
+// batches are in flight at a time: the next batch collects, and commits,
+// while the last one waits on the database. A batch begins to collect once
+// a flush is free, and is flushed when it holds OutcomeBatchSize outcomes,
+// when OutcomeLinger has passed since it began, or as soon as no other
+// turn of this process is running (no outcome could join it).
 type batcher struct {
 	e  *Engine
 	in chan *outcome
@@ -297,8 +297,8 @@ type batchState struct {
 
 // flushTx is the transaction of one batch. Its locks follow the lock order
 // (invariant 9): the turns' job rows by ID, then the tasks it changes
-// children first (the turns' tasks, and later the parents they settle),
-// then the runs. It returns the waits on children that the batch ended, to
+// children first (the turns' tasks and the parents they settle, but for
+// the parents older than all of them, which come later), then the runs. It returns the waits on children that the batch ended, to
 // record once it has committed.
 func (e *Engine) flushTx(ctx context.Context, batch []*outcome) (waits []waitSpan, orphans []uuid.UUID, err error) {
 	err = e.withPipeTx(ctx, func(tx *pipeTx) error {

@@ -264,9 +264,14 @@ func unfinishedDescendantsSQL(param string) string {
 // descendants, of the tasks that settled has finished: a child belongs to
 // its parent, and one the parent never awaited does not outlive it (a
 // detached child is a run of its own). Their waiting delays are cancelled
-// too. The batch holds them locked (its lock statement takes them, before
-// their parents). It returns the tasks it cancelled, whose live turns are
-// cancelled once the batch has committed (cancelTurnsOf).
+// too. The batch's lock statement has taken them, before their parents,
+// as they stood when it began; a descendant created since, by a batch
+// that committed while the lock statement waited, is locked here with
+// NOWAIT, never waiting, since it comes before the tasks the batch holds
+// in the lock order: should another transaction hold it, the batch fails
+// and its outcomes are recorded again one at a time. It returns the tasks
+// it cancelled, whose live turns are cancelled once the batch has
+// committed (cancelTurnsOf).
 func (e *Engine) cancelOrphansTx(ctx context.Context, tx pgx.Tx, settled []settlement, may []uuid.UUID) ([]uuid.UUID, error) {
 	var parents []uuid.UUID
 	for _, s := range settled {
@@ -279,8 +284,13 @@ func (e *Engine) cancelOrphansTx(ctx context.Context, tx pgx.Tx, settled []settl
 	}
 	errJSON, _ := json.Marshal(storedError{Message: "cancelled: its parent finished without awaiting it", Kind: "orphan"})
 	rows, err := tx.Query(ctx, `
+		WITH locked AS (
+		    SELECT id FROM braid_tasks WHERE id = ANY(ARRAY`+unfinishedDescendantsSQL("$1")+`)
+		     ORDER BY created_at DESC, id DESC
+		       FOR UPDATE NOWAIT
+		)
 		UPDATE braid_tasks t SET status = 'cancelled', error = $2, remaining = 0, finished_at = braid_now(), updated_at = braid_now()
-		 WHERE t.id = ANY(ARRAY`+unfinishedDescendantsSQL("$1")+`)
+		  FROM locked WHERE t.id = locked.id
 		RETURNING t.id`, parents, errJSON)
 	if err != nil {
 		return nil, fmt.Errorf("workflow: cancelling the unfinished children of %d finished tasks: %w", len(parents), err)

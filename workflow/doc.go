@@ -213,11 +213,12 @@
 // completions, their runs' finishes with the NOTIFYs of their waiters, and
 // their parents' joins. A batch commits when it holds
 // Config.OutcomeBatchSize outcomes (200), when Config.OutcomeLinger (4 ms)
-// has passed since its first, or at once when no other turn of the process
-// is running, so a lone turn never waits. Up to Config.OutcomeFlushes
-// batches (2) commit at once, each on its own connection: while one waits
+// has passed since it began to collect, or at once when no other turn of
+// the process is running, so a lone turn never waits. Up to
+// Config.OutcomeFlushes batches (2, and never more than half the pool's
+// connections) commit at once, each on its own connection: while one waits
 // on the database, the next collects the outcomes that end meanwhile and
-// commits beside it. A turn returns, and its job counts as complete, only
+// commits beside it; a batch begins to collect once a flush is free. A turn returns, and its job counts as complete, only
 // once its batch has committed. When a batch fails, its outcomes are
 // committed again one at a time, so that one bad outcome fails only its
 // own turn. Inside a batch, the children of one parent that finish
@@ -341,7 +342,8 @@
 //     nodes, created together, follow id DESC among themselves, and a
 //     batch that finishes a node locks its DAG's blocked nodes and every
 //     parent in its first statement, the only rows its settle may change
-//     besides its tasks and their parents);
+//     besides its tasks and their parents, as does a batch that finishes a
+//     task that may leave unfinished children, with those children);
 //  3. step rows, then mailbox rows (braid_signals) and a run's published
 //     state (braid_run_events);
 //  4. the run row.
@@ -360,7 +362,10 @@
 // SKIP LOCKED or NOWAIT, never waiting: Cancel takes the run's turn jobs
 // last with SKIP LOCKED (a turn it skips finds its task cancelled and does
 // nothing), and locks children created while it waited for their parent
-// with NOWAIT, starting over when one is held; the delay processor claims
+// with NOWAIT, starting over when one is held; a batch that cancels the
+// children a finished task leaves locks those created while its lock
+// statement waited with NOWAIT, and fails, to be recorded again one
+// outcome at a time, when one is held; the delay processor claims
 // delays and their tasks with SKIP LOCKED, and cancels a run whose deadline
 // passed as Cancel does, under a short lock timeout, leaving a run whose
 // rows are held for its next tick; the reconciler, holding the task it

@@ -218,10 +218,10 @@ type Config struct {
 	// OutcomeBatchSizeDefault (200); 1 commits each outcome alone.
 	OutcomeBatchSize int
 
-	// OutcomeLinger is the longest a batch waits for more outcomes after
-	// its first, while other turns of this process are still running. A
-	// batch commits at once when it is full or when no other turn is
-	// running. Default OutcomeLingerDefault (4 ms). The histograms
+	// OutcomeLinger is the longest a batch waits for more outcomes, once
+	// a flush is free to take it (see OutcomeFlushes), while other turns of
+	// this process are still running. A batch commits at once when it is
+	// full or when no other turn is running. Default OutcomeLingerDefault (4 ms). The histograms
 	// MetricBatchSize and MetricBatchDuration show what the two give.
 	OutcomeLinger time.Duration
 
