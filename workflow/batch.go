@@ -298,8 +298,9 @@ type batchState struct {
 // flushTx is the transaction of one batch. Its locks follow the lock order
 // (invariant 9): the turns' job rows by ID, then the tasks it changes
 // children first (the turns' tasks and the parents they settle, but for
-// the parents older than all of them, which come later), then the runs. It returns the waits on children that the batch ended, to
-// record once it has committed.
+// the parents older than all of them, which come later), then the runs.
+// It returns the waits on children that the batch ended, to record once
+// it has committed.
 func (e *Engine) flushTx(ctx context.Context, batch []*outcome) (waits []waitSpan, orphans []uuid.UUID, err error) {
 	err = e.withPipeTx(ctx, func(tx *pipeTx) error {
 		waits = nil
