@@ -75,7 +75,7 @@ func (q *Queue) QueueClaim(b *pgx.Batch, ids []int64, claimed func([]*rivertype.
 		     WHERE id = ANY($1) AND state = 'pending' AND id NOT IN (SELECT id FROM claimed)
 		)
 		SELECT * FROM claimed`,
-		ids, q.client.ID(), q.declaredKinds, q.workedQueues()).Query(func(rows pgx.Rows) error {
+		ids, q.client.ID(), q.declaredKinds, q.workedNames).Query(func(rows pgx.Rows) error {
 		jobs, err := collectClaimed(rows)
 		claimed(jobs)
 		return err
@@ -95,15 +95,6 @@ func (q *Queue) Claims(kind string) bool {
 // those: a queue that only some processes work keeps its jobs to them.
 func (q *Queue) Works(name string) bool {
 	return q.working && q.worked[name]
-}
-
-// workedQueues lists the queues this Queue works.
-func (q *Queue) workedQueues() []string {
-	names := make([]string, 0, len(q.worked))
-	for name := range q.worked {
-		names = append(names, name)
-	}
-	return names
 }
 
 // ClaimAvailableTx claims for this process, in tx, up to n jobs of queue

@@ -248,10 +248,12 @@ type Queue struct {
 	retry    river.ClientRetryPolicy
 	untraced map[string]bool
 	working  bool
-	// worked holds the queues that this Queue works (Config.Queues).
-	worked    map[string]bool
-	noMaint   bool
-	intervals map[string]time.Duration
+	// worked holds the queues that this Queue works (Config.Queues), and
+	// workedNames lists them, as the claims' statements take them.
+	worked      map[string]bool
+	workedNames []string
+	noMaint     bool
+	intervals   map[string]time.Duration
 	// declaredKinds and declaredMicros are intervals as the rescuer's
 	// query takes them.
 	declaredKinds  []string
@@ -389,6 +391,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Queue, error) {
 		q.worked = make(map[string]bool, len(rc.Queues))
 		for name := range rc.Queues {
 			q.worked[name] = true
+			q.workedNames = append(q.workedNames, name)
 		}
 	}
 	rc.FetchCooldown = cmp.Or(c.FetchCooldown, base.FetchCooldown, FetchCooldownDefault)

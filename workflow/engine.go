@@ -221,8 +221,9 @@ type Config struct {
 	// OutcomeLinger is the longest a batch waits for more outcomes, once
 	// a flush is free to take it (see OutcomeFlushes), while other turns of
 	// this process are still running. A batch commits at once when it is
-	// full or when no other turn is running. Default OutcomeLingerDefault (4 ms). The histograms
-	// MetricBatchSize and MetricBatchDuration show what the two give.
+	// full or when no other turn is running. Default OutcomeLingerDefault
+	// (4 ms). The histograms MetricBatchSize and MetricBatchDuration show
+	// what the knobs give.
 	OutcomeLinger time.Duration
 
 	// OutcomeFlushes is the most batches of outcomes that commit at once,
@@ -230,7 +231,7 @@ type Config struct {
 	// more than half the pool's connections. While one batch waits on the
 	// database (its statements, its commit's flush to disk), the next
 	// collects the outcomes of the turns that end meanwhile and commits
-	// beside it, so that two of the database's cores work on them. Batches
+	// beside it, so that the database works on both at once. Batches
 	// that settle the same parent take its row in turn; when the parent is
 	// older than every other task of a batch, as in a fan-out, the batch
 	// takes it late in its transaction, so the others wait less (see the
