@@ -662,7 +662,7 @@ func (e *Engine) insertSpawns(ctx context.Context, tx pgx.Tx, st *batchState) er
 		       unnest($6::text[])::jsonb, unnest($7::int[]), unnest($8::text[]), unnest($9::smallint[]), unnest($11::int[]),
 		       unnest($12::int[]), unnest($13::text[])
 		ON CONFLICT (parent_task_id, key) WHERE parent_task_id IS NOT NULL DO NOTHING
-		RETURNING id`, ids, runIDs, parents, keys, workflows, inputs, maxAttempts, queues, prios, statuses, remaining, poss, calls)
+		RETURNING id`, pgIDs(ids), pgIDs(runIDs), pgIDs(parents), keys, workflows, inputs, maxAttempts, queues, prios, statuses, remaining, poss, calls)
 	if err != nil {
 		return fmt.Errorf("workflow: creating %d children: %w", len(ids), err)
 	}
@@ -833,7 +833,7 @@ func (e *Engine) suspendTasks(ctx context.Context, tx pgx.Tx, suspends []*outcom
 			       1, nullif(u.wait_on, ''), CASE WHEN u.kind = 'signal' THEN u.run_id END, nullif(u.filter, ''), u.since + (braid_now() - now()), u.position
 			  FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bigint[], $5::timestamptz[], $6::text[], $7::uuid[], $8::text[], $9::timestamptz[], $10::int[])
 			       AS u(task_id, name, kind, after, until, wait_on, run_id, filter, since, position)
-			ON CONFLICT (task_id, name) DO NOTHING`, wTasks, wNames, wKinds, wAfter, wUntil, wOn, wRuns, wFi, wSince, wPos); err != nil {
+			ON CONFLICT (task_id, name) DO NOTHING`, pgIDs(wTasks), wNames, wKinds, wAfter, wUntil, wOn, pgIDs(wRuns), wFi, wSince, wPos); err != nil {
 			return nil, fmt.Errorf("workflow: recording %d waits: %w", len(wTasks), err)
 		}
 	}
@@ -850,7 +850,7 @@ func (e *Engine) suspendTasks(ctx context.Context, tx pgx.Tx, suspends []*outcom
 		                       WHERE k.parent_task_id = u.id AND k.status NOT IN `+finalStatuses+`) c
 		 WHERE t.id = u.id AND t.status IN ('pending', 'running')
 		RETURNING t.id, t.status, t.workflow, t.queue, t.priority, t.max_attempts`,
-		ids, waits, spans, attempts, jobIDs, ats)
+		pgIDs(ids), waits, spans, attempts, jobIDs, ats)
 	if err != nil {
 		return nil, fmt.Errorf("workflow: suspending %d tasks: %w", len(ids), err)
 	}

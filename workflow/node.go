@@ -106,7 +106,7 @@ func (e *Engine) createNodesTx(ctx context.Context, tx pgx.Tx, roots []dagRoot) 
 		SELECT u.id, u.run_id, u.parent, u.key, u.workflow, u.status, u.input::jsonb, u.max_attempts, u.remaining, u.queue, u.prio, u.dependents::uuid[], u.on_failure
 		  FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::text[], $7::text[], $8::int[], $9::int[], $10::text[], $11::smallint[], $12::text[], $13::bool[])
 		       AS u(id, run_id, parent, key, workflow, status, input, max_attempts, remaining, queue, prio, dependents, on_failure)`,
-		ids, runIDs, parents, keys, workflows, statuses, inputs, maxAttempts, remaining, queues, prios, dependents, onFailures); err != nil {
+		pgIDs(ids), pgIDs(runIDs), pgIDs(parents), keys, workflows, statuses, inputs, maxAttempts, remaining, queues, prios, dependents, onFailures); err != nil {
 		return nil, fmt.Errorf("workflow: creating the %d nodes of %d DAG runs: %w", len(ids), len(roots), err)
 	}
 	return turns, nil
@@ -228,7 +228,7 @@ func (e *Engine) failDAGs(ctx context.Context, tx pgx.Tx, frontier []settlement)
 		   SET status = 'skipped', skip_reason = u.reason, remaining = 0, finished_at = braid_now(), updated_at = braid_now()
 		  FROM unnest($1::uuid[], $2::text[], $3::uuid[]) AS u(root, reason, cause)
 		 WHERE t.parent_task_id = u.root AND t.status = 'blocked' AND NOT t.on_failure
-		RETURNING t.id, t.run_id, t.parent_task_id, t.key, u.cause`, roots, reasons, causes)
+		RETURNING t.id, t.run_id, t.parent_task_id, t.key, u.cause`, pgIDs(roots), reasons, pgIDs(causes))
 	if err != nil {
 		return nil, fmt.Errorf("workflow: skipping the blocked nodes of %d failed DAGs: %w", len(roots), err)
 	}
@@ -260,7 +260,7 @@ func (e *Engine) countOffDependents(ctx context.Context, tx pgx.Tx, frontier []s
 		  FROM c
 		 WHERE d.id = c.dep AND d.status = 'blocked'
 		RETURNING d.id, d.workflow, d.queue, d.priority, d.max_attempts, d.run_id, d.parent_task_id, d.key, c.origin,
-		          CASE WHEN d.remaining = 0 THEN (SELECT p.workflow FROM braid_tasks p WHERE p.id = d.parent_task_id) END`, ids, origin)
+		          CASE WHEN d.remaining = 0 THEN (SELECT p.workflow FROM braid_tasks p WHERE p.id = d.parent_task_id) END`, pgIDs(ids), pgIDs(origin))
 	if err != nil {
 		return nil, fmt.Errorf("workflow: counting %d finished nodes off their dependents: %w", len(ids), err)
 	}
@@ -420,7 +420,7 @@ func (e *Engine) decide(ctx context.Context, tx pgx.Tx, cands []releaseCandidate
 			       finished_at = braid_now(), updated_at = braid_now()
 			  FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[]) AS u(id, status, reason, error)
 			 WHERE t.id = u.id AND t.status = 'blocked'
-			RETURNING t.id, t.run_id, t.parent_task_id, t.key, u.status, u.error`, finIDs, finStatus, finReason, finErr)
+			RETURNING t.id, t.run_id, t.parent_task_id, t.key, u.status, u.error`, pgIDs(finIDs), finStatus, finReason, finErr)
 		if err != nil {
 			return nil, nil, fmt.Errorf("workflow: skipping %d nodes: %w", len(finIDs), err)
 		}
@@ -666,7 +666,7 @@ func (e *Engine) retryNodesTx(ctx context.Context, tx pgx.Tx, runID uuid.UUID) (
 		   SET status = 'blocked', remaining = u.remaining, output = NULL, error = NULL, skip_reason = NULL,
 		       attempt = 0, finished_at = NULL, updated_at = braid_now()
 		  FROM unnest($1::uuid[], $2::int[]) AS u(id, remaining)
-		 WHERE t.id = u.id`, ids, remaining); err != nil {
+		 WHERE t.id = u.id`, pgIDs(ids), remaining); err != nil {
 		return nil, fmt.Errorf("workflow: resetting %d DAG nodes of run %s: %w", len(ids), runID, err)
 	}
 	wake, final, err := e.decide(ctx, tx, cands)
