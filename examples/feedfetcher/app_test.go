@@ -213,7 +213,17 @@ func TestEndToEnd(t *testing.T) {
 		return err == nil && st.WebSubRenewals > 0
 	})
 
-	st, err := app.Stats(ctx, StatsFilter{FeedIDs: []int64{cycling.FeedID, failing.FeedID, malformed.FeedID, slow.FeedID}})
+	// A digest run records its send step before its last turn finishes
+	// it: the stats are read once no run is unfinished.
+	filter := StatsFilter{FeedIDs: []int64{cycling.FeedID, failing.FeedID, malformed.FeedID, slow.FeedID}}
+	eventually(t, 10*time.Second, "every digest run to finish", func() bool {
+		st, err := app.Stats(ctx, filter)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Runs["pending"]+st.Runs["running"]+st.Runs["waiting"] == 0
+	})
+	st, err := app.Stats(ctx, filter)
 	if err != nil {
 		t.Fatal(err)
 	}
