@@ -76,11 +76,25 @@ func TestEndToEnd(t *testing.T) {
 		}
 		return sub
 	}
-	cycling := subscribe(alice, "cycling-dispatch")
+	// alice and bob subscribe in one transaction: the feed's first fetch,
+	// due at once, finds them both, and each gets a digest of the entries
+	// it stores. (A subscriber who comes after a fetch gets the entries of
+	// later fetches only.)
+	var cycling, again *Subscription
+	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		var err error
+		if cycling, err = app.SubscribeTx(ctx, tx, alice.ID, srv.FeedURL("cycling-dispatch")); err != nil {
+			return err
+		}
+		again, err = app.SubscribeTx(ctx, tx, bob.ID, srv.FeedURL("cycling-dispatch"))
+		return err
+	}); err != nil {
+		t.Fatalf("alice and bob subscribing to cycling-dispatch: %v", err)
+	}
 	if !cycling.NewFeed {
 		t.Fatalf("first subscription to cycling-dispatch: %+v, want a new feed", cycling)
 	}
-	if again := subscribe(bob, "cycling-dispatch"); again.NewFeed || again.FeedID != cycling.FeedID {
+	if again.NewFeed || again.FeedID != cycling.FeedID {
 		t.Fatalf("second subscription: %+v, want the existing feed %d", again, cycling.FeedID)
 	}
 	failing := subscribe(alice, feedserver.SlugFailing)
