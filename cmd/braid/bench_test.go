@@ -64,9 +64,11 @@ func TestBenchUsageErrors(t *testing.T) {
 
 // TestBenchWithoutRunSaysWhatItWouldDo runs bench without --run: it
 // describes the benchmark its flags ask for, asks for --run or make bench,
-// and runs nothing.
+// and runs nothing. DATABASE_URL is unset, so that the benchmark without
+// --database-url would start its private PostgreSQL whatever server the
+// tests run on.
 func TestBenchWithoutRunSaysWhatItWouldDo(t *testing.T) {
-	t.Parallel()
+	t.Setenv("DATABASE_URL", "")
 	for _, tc := range []struct {
 		args []string
 		want []string
