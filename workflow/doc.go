@@ -207,26 +207,26 @@
 // inspection (Engine.Run, ListRuns, the CLI) shows it, and a root task's
 // run, as running, read from the running turn job.
 //
-// The outcomes of the turns that end at about the same time in one
-// process commit together: one transaction carries their task updates,
-// the children they start with their first turns, their jobs'
-// completions, their runs' finishes with the NOTIFYs of their waiters, and
-// their parents' joins. A batch commits when it holds
-// Config.OutcomeBatchSize outcomes (200), when Config.OutcomeLinger (4 ms)
-// has passed since it began to collect, or at once when no other turn of
-// the process is running, so a lone turn never waits. Up to
-// Config.OutcomeFlushes batches (2, and never more than half the pool's
-// connections) commit at once, each on its own connection: while one waits
-// on the database, the next collects the outcomes that end meanwhile and
-// commits beside it; a batch begins to collect once a flush is free. A turn returns, and its job counts as complete, only
-// once its batch has committed. When a batch fails, its outcomes are
-// committed again one at a time, so that one bad outcome fails only its
-// own turn. Inside a batch, the children of one parent that finish
-// together are summed into one decrement of the parent's join, and the
-// parent's row is locked once per batch; when the parent is older than
-// every other task of the batch, as in a fan-out, the batch locks it only
-// as it settles, late in its transaction, so that the batches of the
-// parent's other children wait for it less.
+// The outcomes of the turns that end at about the same time in one process
+// commit together: one transaction carries their task updates, the children
+// they start with their first turns, their jobs' completions, their runs'
+// finishes with the NOTIFYs of their waiters, and their parents' joins. A
+// batch commits when it holds Config.OutcomeBatchSize outcomes (200), when
+// Config.OutcomeLinger (4 ms) has passed since it began to collect, or at
+// once when no other turn of the process is running, so a lone turn never
+// waits. Up to Config.OutcomeFlushes batches (2, and never more than half
+// the pool's connections) commit at once, each on its own connection: while
+// one waits on the database, the next collects the outcomes that end
+// meanwhile and commits beside it; a batch begins to collect once a flush
+// is free. A turn returns, and its job counts as complete, only once its
+// batch has committed. When a batch fails, its outcomes are committed again
+// one at a time, so that one bad outcome fails only its own turn. Inside a
+// batch, the children of one parent that finish together are summed into
+// one decrement of the parent's join, and the parent's row is locked once
+// per batch; when the parent is older than every other task of the batch,
+// as in a fan-out, the batch locks it only as it settles, late in its
+// transaction, so that the batches of the parent's other children wait for
+// it less.
 //
 // A batch pays for round trips, not only for its commit, so it sends
 // together the statements that do not wait on each other's results: its
@@ -410,21 +410,27 @@
 //
 // # Statistics of young tables
 //
-// braid reads its rows by key, and PostgreSQL keeps a generic plan for
-// each of its prepared statements, made with the table sizes of that
-// moment, until the table is analyzed again. A plan made while a table was
-// nearly empty scans the whole table, and goes on scanning it as the table
-// grows, until autovacuum's next analysis, up to a minute later by
-// default. So the maintenance loop, every Config.ReconcileInterval,
-// analyzes braid_runs, braid_tasks, braid_steps or river_job once it has
-// grown to eight times the size its last statistics recorded (and past
-// 1 MB), which makes every connection plan its statements on it again.
-// Autovacuum nearly always comes first; this covers a young table's first
-// growth, as when a new database meets its first load. A table the
-// engine's role does not own, or that a vacuum holds, is left to
-// autovacuum: the analysis waits at most 100 ms for the table's lock, less
-// than PostgreSQL lets a session wait before it cancels the autovacuum in
-// its way.
+// braid reads its rows by key, and PostgreSQL keeps a generic plan for each
+// of its prepared statements, made with the table sizes of that moment,
+// until the table is analyzed again. A plan made while a table was nearly
+// empty scans the whole table, and goes on scanning it as the table grows,
+// until autovacuum's next analysis, up to a minute later by default. So the
+// maintenance loop, every Config.ReconcileInterval, analyzes braid_runs,
+// braid_tasks, braid_steps or river_job once it has grown to eight times
+// the size its last statistics recorded (and past 1 MB), or once its live
+// rows have grown to eight times the rows its last analysis found (and
+// number at least 8,000), which makes every connection plan its statements
+// on it again. The rows matter because the size can mislead: an analysis
+// that runs while one transaction inserts a fan-out's children finds their
+// pages but not their rows, which are not yet visible, and records a large,
+// nearly empty table that the plans treat as a few rows. Once the insert
+// commits, PostgreSQL's cumulative statistics count the rows, and the loop
+// analyzes the table again. Autovacuum nearly always comes first; this
+// covers a young table's first growth, as when a new database meets its
+// first load. A table the engine's role does not own, or that a vacuum
+// holds, is left to autovacuum: the analysis waits at most 100 ms for the
+// table's lock, less than PostgreSQL lets a session wait before it cancels
+// the autovacuum in its way.
 //
 // # Joins
 //
@@ -598,13 +604,13 @@
 //
 // A wait is a span too, so that a trace shows why nothing ran: braid.wait
 // delay <name> for a delay (braid.wait signal <step> and braid.wait event
-// <step> for waits on messages, whichever source ended them), from the turn's suspension (when the delay was
-// recorded) to the moment the delay processor fired it, and braid.wait
-// children for a wait on children, from the suspension to the batch in
-// which the last child finished, with the number of children the task
-// started. Both are children of braid.run.start, with run.id, task.id and
-// workflow, and are recorded whole, with the recorded times (the
-// database's clock), once the wake has committed: no span stays open
-// while a task waits, however long. A wait that Retry begins, or that the
-// reconciler ends, records no span.
+// <step> for waits on messages, whichever source ended them), from the
+// turn's suspension (when the delay was recorded) to the moment the delay
+// processor fired it, and braid.wait children for a wait on children, from
+// the suspension to the batch in which the last child finished, with the
+// number of children the task started. Both are children of
+// braid.run.start, with run.id, task.id and workflow, and are recorded
+// whole, with the recorded times (the database's clock), once the wake has
+// committed: no span stays open while a task waits, however long. A wait
+// that Retry begins, or that the reconciler ends, records no span.
 package workflow
