@@ -44,11 +44,7 @@ func TestAnalyzeGrownTablesReplansAStatementMadeWhileTheTableWasEmpty(t *testing
 	t.Parallel()
 	ctx := context.Background()
 	pool := testutil.DB(t)
-	eng, err := workflow.NewEngine(pool, testConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	analyze := analyzer(t, eng)
+	analyze, eng := analyzer(t, pool)
 	analyze() // every table is empty
 
 	plan := preparedByID(t, pool)
@@ -124,10 +120,16 @@ func preparedByID(t *testing.T, pool *pgxpool.Pool) func() string {
 	}
 }
 
-// analyzer returns a function that runs the maintenance loop's analysis
-// of grown tables once and checks which tables it analyzed.
-func analyzer(t *testing.T, eng *workflow.Engine) func(want ...string) {
-	return func(want ...string) {
+// analyzer returns an engine on pool, and a function that runs its
+// maintenance loop's analysis of grown tables once and checks which tables
+// it analyzed.
+func analyzer(t *testing.T, pool *pgxpool.Pool) (func(want ...string), *workflow.Engine) {
+	t.Helper()
+	eng, err := workflow.NewEngine(pool, testConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	analyze := func(want ...string) {
 		t.Helper()
 		got, err := workflow.AnalyzeGrownTables(context.Background(), eng)
 		if err != nil {
@@ -137,6 +139,7 @@ func analyzer(t *testing.T, eng *workflow.Engine) func(want ...string) {
 			t.Fatalf("analyzed tables (-want +got):\n%s", diff)
 		}
 	}
+	return analyze, eng
 }
 
 // TestAnalyzeGrownTablesAgainAfterAnalyzingAnInsertInFlight: an analysis
@@ -149,11 +152,7 @@ func TestAnalyzeGrownTablesAgainAfterAnalyzingAnInsertInFlight(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := testutil.DB(t)
-	eng, err := workflow.NewEngine(pool, testConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	analyze := analyzer(t, eng)
+	analyze, _ := analyzer(t, pool)
 	recorded := func() float32 {
 		t.Helper()
 		var tuples float32
