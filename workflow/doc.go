@@ -211,7 +211,7 @@
 // commit together: one transaction carries their task updates, the children
 // they start with their first turns, their jobs' completions, their runs'
 // finishes with the NOTIFYs of their waiters, and their parents' joins. A
-// batch commits when it holds Config.OutcomeBatchSize outcomes (200), when
+// batch commits when it holds Config.OutcomeBatchSize outcomes (50), when
 // Config.OutcomeLinger (4 ms) has passed since it began to collect, or at
 // once when no other turn of the process is running, so a lone turn never
 // waits. Up to Config.OutcomeFlushes batches (2, and never more than half

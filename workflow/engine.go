@@ -75,8 +75,11 @@ const (
 	// a shutdown), so it needs a bound of its own.
 	OutcomeTimeoutDefault = 30 * time.Second
 	// OutcomeBatchSizeDefault is the most turn outcomes one transaction
-	// commits.
-	OutcomeBatchSizeDefault = 200
+	// commits: half a queue of queue.MaxWorkersDefault workers, so that
+	// the turns of a full queue that end together commit in
+	// OutcomeFlushesDefault batches at once, rather than in one while the
+	// other flush idles.
+	OutcomeBatchSizeDefault = 50
 	// OutcomeLingerDefault is the longest a batch of turn outcomes waits
 	// for more before it commits. A batch does not wait when no other turn
 	// of the process is running, so a lone turn never waits.
@@ -214,8 +217,12 @@ type Config struct {
 	// OutcomeBatchSize is the most turn outcomes one transaction commits.
 	// The outcomes of turns that end at about the same time in this
 	// process (task updates, job completions, run finishes, parents'
-	// joins) commit together, paying one commit for all. Default
-	// OutcomeBatchSizeDefault (200); 1 commits each outcome alone.
+	// joins) commit together, paying one commit for all. A process whose
+	// turns end in step, as a busy queue's do (each batch claims the next
+	// turns of the workers it served), commits best in batches of about
+	// its workers divided by OutcomeFlushes: the batches then commit side
+	// by side. Default OutcomeBatchSizeDefault (50, for the default 100
+	// workers and 2 flushes); 1 commits each outcome alone.
 	OutcomeBatchSize int
 
 	// OutcomeLinger is the longest a batch waits for more outcomes, once
