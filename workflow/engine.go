@@ -217,12 +217,13 @@ type Config struct {
 	// OutcomeBatchSize is the most turn outcomes one transaction commits.
 	// The outcomes of turns that end at about the same time in this
 	// process (task updates, job completions, run finishes, parents'
-	// joins) commit together, paying one commit for all. A process whose
-	// turns end in step, as a busy queue's do (each batch claims the next
-	// turns of the workers it served), commits best in batches of about
-	// its workers divided by OutcomeFlushes: the batches then commit side
-	// by side. Default OutcomeBatchSizeDefault (50, for the default 100
-	// workers and 2 flushes); 1 commits each outcome alone.
+	// joins) commit together, paying one commit for all. The turns of a
+	// busy queue end in step (each batch claims the next turns of the
+	// workers it served), so a batch of about the queue's workers divided
+	// by OutcomeFlushes keeps every flush busy, where a larger one takes
+	// them all while the other flushes idle. Default
+	// OutcomeBatchSizeDefault (50, for the default 100 workers and 2
+	// flushes); 1 commits each outcome alone.
 	OutcomeBatchSize int
 
 	// OutcomeLinger is the longest a batch waits for more outcomes, once
