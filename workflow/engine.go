@@ -75,11 +75,11 @@ const (
 	// a shutdown), so it needs a bound of its own.
 	OutcomeTimeoutDefault = 30 * time.Second
 	// OutcomeBatchSizeDefault is the most turn outcomes one transaction
-	// commits: half a queue of queue.MaxWorkersDefault workers, so that
-	// the turns of a full queue that end together commit in
-	// OutcomeFlushesDefault batches at once, rather than in one while the
-	// other flush idles.
-	OutcomeBatchSizeDefault = 50
+	// commits (50): a queue of queue.MaxWorkersDefault workers shared by
+	// OutcomeFlushesDefault batches, so that the turns of a full queue that
+	// end together commit in that many batches at once, rather than in one
+	// while the other flushes idle.
+	OutcomeBatchSizeDefault = queue.MaxWorkersDefault / OutcomeFlushesDefault
 	// OutcomeLingerDefault is the longest a batch of turn outcomes waits
 	// for more before it commits. A batch does not wait when no other turn
 	// of the process is running, so a lone turn never waits.
