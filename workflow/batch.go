@@ -433,7 +433,7 @@ func (e *Engine) flushTx(ctx context.Context, batch []*outcome) (waits []waitSpa
 		stopping := e.stopping.Load()
 		inserted, err := e.enqueueTurns(ctx, tx, st.wake, st.fresh, func(tr turn) bool {
 			_, known := e.registry[tr.workflow]
-			return !stopping && known && tr.by.owned && e.queue.Claims(TaskKind) && e.queue.Works(tr.queue)
+			return !stopping && known && tr.by.owned && tr.by.mayGoOn() && e.queue.Claims(TaskKind) && e.queue.Works(tr.queue)
 		}, late)
 		if err != nil {
 			return err
@@ -445,6 +445,15 @@ func (e *Engine) flushTx(ctx context.Context, batch []*outcome) (waits []waitSpa
 	})
 	return waits, orphans, err
 }
+
+// mayGoOn reports whether the outcome's worker may run a next turn once
+// the batch commits: only when the turn's result is then on record. It is
+// for a job the batch finished, and for a claimed turn, whose result
+// WorkClaimed records before its worker goes on. A turn River fetched that
+// failed or snoozes has its result recorded by River only when its worker
+// returns: a next turn run first would leave its job running, without a
+// heartbeat, for as long as that turn ran.
+func (o *outcome) mayGoOn() bool { return o.finished || o.claimed }
 
 // logf logs at info level with the turn's task.
 func (o *outcome) logf(ctx context.Context, msg string, args ...any) {
@@ -904,7 +913,9 @@ func (e *Engine) recordAttemptErrors(b *pgx.Batch, st *batchState) {
 // claimContinuations claims, for each owned turn of the batch, one of the
 // turns its outcome made runnable (a child it started, the parent it
 // woke, its own next turn), when this process runs that workflow and is
-// not stopping; or else the next turn waiting in its queue. The turn's
+// not stopping; or else the next turn waiting in its queue; but only for
+// an outcome whose own turn's result is on record once the batch commits
+// (mayGoOn). The turn's
 // worker runs the claimed turn as soon as the batch commits, in the worker
 // slot it holds, without a trip through River's fetch loop. The claims go
 // in the batch's last round trip, with the statements queued on late and
@@ -946,7 +957,7 @@ func (e *Engine) claimContinuations(ctx context.Context, tx *pipeTx, inserted []
 	idle := map[string][]*outcome{}
 	var queues []string
 	for _, o := range st.owned {
-		if !stopping && !taken[o] {
+		if !stopping && !taken[o] && o.mayGoOn() {
 			if len(idle[o.job.Queue]) == 0 {
 				queues = append(queues, o.job.Queue)
 			}

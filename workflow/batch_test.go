@@ -515,3 +515,84 @@ func TestContinuationsKeepToTheirQueue(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A worker whose turn failed, or snoozed a step, goes on to a next turn
+// only once River has recorded that outcome: River records it as the
+// fetched turn's worker returns, so a next turn run first would leave the
+// job running, with no heartbeat, for as long as that turn ran (and the
+// rescuer would then spend an attempt on it).
+func TestAFailedTurnIsRecordedBeforeItsWorkerTakesAnotherTurn(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	ctx := ctxTimeout(t, 60*time.Second)
+	failing := make(chan struct{})
+	otherStarted := make(chan struct{})
+	release := make(chan struct{})
+	var once sync.Once
+	other := workflow.Define("held_other", func(t *workflow.Task, _ int) (int, error) {
+		once.Do(func() { close(otherStarted) })
+		select {
+		case <-release:
+		case <-time.After(20 * time.Second):
+		}
+		return 1, nil
+	})
+	flaky := workflow.Define("flaky_first", func(t *workflow.Task, _ int) (int, error) {
+		if t.Attempt() == 1 {
+			<-failing
+			return 0, errors.New("first attempt fails")
+		}
+		return 2, nil
+	})
+	cfg := testConfig(flaky, other)
+	cfg.Queue.Queues = map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 1}}
+	eng := startEngine(t, pool, cfg)
+
+	first, err := flaky.Start(ctx, eng, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Once the failing turn runs, the other run's turn waits in the queue,
+	// available to the worker as soon as it is free.
+	waitFor(t, "the failing turn to run", 10*time.Second, func() bool {
+		var running bool
+		err := pool.QueryRow(ctx, `SELECT count(*) = 1 FROM river_job WHERE state = 'running'`).Scan(&running)
+		return err == nil && running
+	})
+	second, err := other.Start(ctx, eng, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	close(failing)
+	select {
+	case <-otherStarted:
+	case <-ctx.Done():
+		t.Fatal("the other turn never started")
+	}
+	// The other turn holds the only worker. The failed attempt must be on
+	// record meanwhile: its job is no longer running.
+	var state string
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		err := pool.QueryRow(ctx, `
+			SELECT j.state FROM river_job j JOIN braid_tasks t ON t.id = braid_turn_task(j.unique_key, j.args)
+			 WHERE t.run_id = $1 ORDER BY j.id LIMIT 1`, first.ID).Scan(&state)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if state != "running" || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	close(release)
+	if state == "running" {
+		t.Fatalf("the failed attempt's job was still running while its worker ran another turn")
+	}
+	if got, err := first.Result(ctx); err != nil || got != 2 {
+		t.Fatalf("the flaky run: %d, %v; want 2 on its second attempt", got, err)
+	}
+	if got, err := second.Result(ctx); err != nil || got != 1 {
+		t.Fatalf("the other run: %d, %v; want 1", got, err)
+	}
+}

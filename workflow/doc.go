@@ -255,8 +255,12 @@
 // attempted_at and attempted_by are set. It does so when this process runs
 // that workflow, works the turn's queue (a queue that only some processes
 // work keeps its turns to them, as River's fetch does) and is not
-// stopping, for at most one turn per outcome. A
-// turn to be claimed is inserted pending, a River state that River's fetch
+// stopping, for at most one turn per outcome, and only when the outcome's
+// own turn has its result on record once the batch commits: its job
+// finished in the batch, or it was itself a claimed turn, whose result
+// this process records before its worker goes on. A turn River fetched
+// that failed, or snoozes a step, has its result recorded by River as its
+// worker returns, so that worker returns first. A turn to be claimed is inserted pending, a River state that River's fetch
 // never takes, so no fetcher is woken for a job that no other process
 // could have; should the claim not take it, the same statement makes it
 // available. As soon as the batch commits, the worker that handed in the
