@@ -809,7 +809,7 @@ func (e *Engine) suspendTasks(ctx context.Context, tx pgx.Tx, suspends []*outcom
 			}
 			wTasks, wRuns = append(wTasks, o.taskID), append(wRuns, t.runID)
 			wNames, wKinds, wOn, wFi = append(wNames, w.name), append(wKinds, w.kind), append(wOn, w.on), append(wFi, w.filter)
-			wAfter, wUntil, wSince = append(wAfter, w.after.Microseconds()), append(wUntil, until), append(wSince, o.job.AttemptedAt)
+			wAfter, wUntil, wSince = append(wAfter, timeoutMicros(w.after)), append(wUntil, until), append(wSince, o.job.AttemptedAt)
 			wPos = append(wPos, int32(w.position))
 			if w.kind == "delay" || w.after > 0 {
 				st.delays = true

@@ -421,3 +421,19 @@ func TestSignalTxRolledBack(t *testing.T) {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
 }
+
+// A wait's timeout shorter than the microsecond that the database keeps
+// is a timeout all the same: it is rounded up, not down to "no timeout".
+func TestASubMicrosecondTimeoutStillTimesOut(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	eng := startEngine(t, pool, testConfig(signalOrTimeout))
+	ctx := ctxTimeout(t, 30*time.Second)
+	run, err := signalOrTimeout.Start(ctx, eng, 500*time.Nanosecond, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := run.Result(ctx); err != nil || out != "timeout" {
+		t.Fatalf("run: %q, %v; want it to time out", out, err)
+	}
+}
