@@ -144,47 +144,88 @@ func (e *Engine) signalTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID, n
 	if err != nil {
 		return nil, fmt.Errorf("workflow: sending signal %q to run %s: %w", name, runID, err)
 	}
-	rows, err := tx.Query(ctx, `
-		SELECT task_id, name FROM braid_steps
-		 WHERE kind = 'signal' AND status = 'waiting' AND wait_run = $1 AND wait_on = $2
-		 ORDER BY created_at LIMIT $3`, id, name, signalCandidates)
-	if err != nil {
-		return nil, fmt.Errorf("workflow: finding the waits on signal %q in run %s: %w", name, runID, err)
-	}
-	waiting, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (stepKey, error) {
-		var k stepKey
-		return k, r.Scan(&k.taskID, &k.name)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("workflow: finding the waits on signal %q in run %s: %w", name, runID, err)
-	}
-	for _, w := range waiting {
-		if _, err := tx.Exec(ctx, `SELECT 1 FROM braid_tasks WHERE id = $1 FOR UPDATE`, w.taskID); err != nil {
-			return nil, fmt.Errorf("workflow: locking task %s: %w", w.taskID, err)
-		}
-		d := delivery{taskID: w.taskID, step: w.name, kind: "signal"}
-		var stp *string
-		err := tx.QueryRow(ctx, takeSignalSQL, w.taskID, w.name, id, name).Scan(&d.payload, &stp)
-		if errors.Is(err, pgx.ErrNoRows) {
-			continue // its timeout fired first
-		}
+	// The waits are tried oldest first, signalCandidates at a time, until
+	// one takes the signal or none is left: a wait whose timeout fired
+	// while the send ran is skipped, and the signal stays in the mailbox
+	// only when no wait on it is left. Each try holds its task's lock in a
+	// savepoint, so that a wait that no longer waits gives its task back at
+	// once: the send holds one task at a time, whatever the order of the
+	// waits.
+	var tried []uuid.UUID
+	for {
+		rows, err := tx.Query(ctx, `
+			SELECT task_id, name FROM braid_steps
+			 WHERE kind = 'signal' AND status = 'waiting' AND wait_run = $1 AND wait_on = $2
+			   AND NOT task_id = ANY($4)
+			 ORDER BY created_at LIMIT $3`, id, name, signalCandidates, pgIDs(tried))
 		if err != nil {
-			return nil, fmt.Errorf("workflow: delivering signal %q to task %s: %w", name, w.taskID, err)
+			return nil, fmt.Errorf("workflow: finding the waits on signal %q in run %s: %w", name, runID, err)
 		}
-		if stp != nil {
-			d.tp = *stp
-		}
-		turns, spans, err := e.deliverTx(ctx, tx, []delivery{d}, true)
+		waiting, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (stepKey, error) {
+			var k stepKey
+			return k, r.Scan(&k.taskID, &k.name)
+		})
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("workflow: finding the waits on signal %q in run %s: %w", name, runID, err)
 		}
-		if err := e.wakeTurns(ctx, tx, turns); err != nil {
-			return nil, err
+		if len(waiting) == 0 {
+			return nil, nil
 		}
-		span.SetAttributes(attribute.String("signal.task.id", w.taskID.String()))
-		return spans, nil
+		for _, w := range waiting {
+			tried = append(tried, w.taskID)
+			d, took, err := e.takeSignal(ctx, tx, id, name, w)
+			if err != nil {
+				return nil, err
+			}
+			if !took {
+				continue // its timeout fired first
+			}
+			turns, spans, err := e.deliverTx(ctx, tx, []delivery{d}, true)
+			if err != nil {
+				return nil, err
+			}
+			if err := e.wakeTurns(ctx, tx, turns); err != nil {
+				return nil, err
+			}
+			span.SetAttributes(attribute.String("signal.task.id", w.taskID.String()))
+			return spans, nil
+		}
 	}
-	return nil, nil
+}
+
+// takeSignal locks the task of wait w and takes for it the oldest
+// undelivered signal named name from run id's mailbox, in a savepoint: when
+// w no longer waits, the savepoint is rolled back, which gives the task's
+// lock back, and took is false.
+func (e *Engine) takeSignal(ctx context.Context, tx pgx.Tx, id uuid.UUID, name string, w stepKey) (d delivery, took bool, err error) {
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return d, false, fmt.Errorf("workflow: delivering signal %q to task %s: %w", name, w.taskID, err)
+	}
+	defer func() {
+		if !took {
+			_ = sp.Rollback(ctx)
+		}
+	}()
+	if _, err := sp.Exec(ctx, `SELECT 1 FROM braid_tasks WHERE id = $1 FOR UPDATE`, w.taskID); err != nil {
+		return d, false, fmt.Errorf("workflow: locking task %s: %w", w.taskID, err)
+	}
+	d = delivery{taskID: w.taskID, step: w.name, kind: "signal"}
+	var stp *string
+	err = sp.QueryRow(ctx, takeSignalSQL, w.taskID, w.name, id, name).Scan(&d.payload, &stp)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return d, false, nil
+	}
+	if err != nil {
+		return d, false, fmt.Errorf("workflow: delivering signal %q to task %s: %w", name, w.taskID, err)
+	}
+	if stp != nil {
+		d.tp = *stp
+	}
+	if err := sp.Commit(ctx); err != nil {
+		return d, false, fmt.Errorf("workflow: delivering signal %q to task %s: %w", name, w.taskID, err)
+	}
+	return d, true, nil
 }
 
 // takeSignalSQL takes the oldest undelivered signal named $4 from the

@@ -437,3 +437,85 @@ func TestASubMicrosecondTimeoutStillTimesOut(t *testing.T) {
 		t.Fatalf("run: %q, %v; want it to time out", out, err)
 	}
 }
+
+// waitsForGo has n children that each wait, with no timeout, for the
+// signal "go" of their run.
+var waitsForGo = workflow.Define("waits_for_go", func(t *workflow.Task, n int) (int, error) {
+	outs, err := workflow.Map(t, "waiter", goWaiter, make([]struct{}, n))
+	return len(outs), err
+})
+
+var goWaiter = workflow.Define("go_waiter", func(t *workflow.Task, _ struct{}) (string, error) {
+	v, _, err := workflow.WaitSignal[string](t, "go", 0)
+	return v, err
+})
+
+// A send that finds its first waits fired meanwhile (their timeouts won)
+// goes on to the next waits, however many it tried: the signal stays in
+// the mailbox only when no wait on it is left.
+func TestASignalGoesPastEveryWaitThatFiredMeanwhile(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	eng := startEngine(t, pool, testConfig(waitsForGo, goWaiter))
+	ctx := ctxTimeout(t, 60*time.Second)
+	const waiters = 12
+	run, err := waitsForGo.Start(ctx, eng, waiters, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "every wait to be recorded", 20*time.Second, func() bool {
+		return count(t, pool, `SELECT count(*) FROM braid_steps WHERE kind = 'signal' AND status = 'waiting'`) == waiters
+	})
+	rows, err := pool.Query(ctx, `SELECT task_id, name FROM braid_steps WHERE kind = 'signal' ORDER BY created_at`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type wait struct {
+		Task string
+		Name string
+	}
+	waits, err := pgx.CollectRows(rows, pgx.RowToStructByPos[wait])
+	if err != nil {
+		t.Fatal(err)
+	}
+	// All waits but the newest fire while the send runs: their tasks are
+	// locked first, as the delay processor locks them, and their steps are
+	// marked fired once the send waits for the first of them.
+	fired, last := waits[:waiters-1], waits[waiters-1]
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	for _, w := range fired {
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM braid_tasks WHERE id = $1 FOR UPDATE`, w.Task); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sent := make(chan error, 1)
+	go func() { sent <- eng.Signal(ctx, run.ID, "go", "now", nil) }()
+	waitFor(t, "the send to wait for a task's lock", 20*time.Second, func() bool {
+		return count(t, pool, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`) > 0
+	})
+	for _, w := range fired {
+		if _, err := tx.Exec(ctx, `UPDATE braid_steps SET status = 'fired', finished_at = clock_timestamp() WHERE task_id = $1 AND name = $2`, w.Task, w.Name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+	var status string
+	var delivered int
+	if err := pool.QueryRow(ctx, `
+		SELECT s.status, (SELECT count(*)::int FROM braid_signals g WHERE g.task_id = s.task_id)
+		  FROM braid_steps s WHERE s.task_id = $1 AND s.name = $2`, last.Task, last.Name).Scan(&status, &delivered); err != nil {
+		t.Fatal(err)
+	}
+	if status != "completed" || delivered != 1 {
+		t.Fatalf("the one wait left is %s and took %d signals; want it to take the signal", status, delivered)
+	}
+}
