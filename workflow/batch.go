@@ -235,9 +235,10 @@ func (e *Engine) flush(batch []*outcome) {
 	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.OutcomeTimeout)
 	defer cancel()
 	start := time.Now()
-	waits, orphans, err := e.flushTx(ctx, batch)
+	waits, orphans, fin, err := e.flushTx(ctx, batch)
 	e.metrics.recordBatch(ctx, len(batch), time.Since(start), err)
 	if err == nil {
+		fin.record(ctx, e.metrics)
 		e.recordWaits(waits)
 		if len(orphans) > 0 {
 			// Beside the next batches, not in their way: a parent that
@@ -288,6 +289,9 @@ type batchState struct {
 	// parentsLocked: the batch's lock took the parents its finishing
 	// tasks settle too (see lock).
 	parentsLocked bool
+	// finished counts the runs the batch finishes, recorded once it has
+	// committed.
+	finished finishedRuns
 	// mayOrphan are the tasks this batch finishes that may leave
 	// unfinished children; orphans are those children (and their
 	// descendants), which it cancelled.
@@ -301,14 +305,14 @@ type batchState struct {
 // the parents older than all of them, which come later), then the runs.
 // It returns the waits on children that the batch ended, to record once
 // it has committed.
-func (e *Engine) flushTx(ctx context.Context, batch []*outcome) (waits []waitSpan, orphans []uuid.UUID, err error) {
+func (e *Engine) flushTx(ctx context.Context, batch []*outcome) (waits []waitSpan, orphans []uuid.UUID, fin finishedRuns, err error) {
 	err = e.withPipeTx(ctx, func(tx *pipeTx) error {
 		waits = nil
 		for _, o := range batch {
 			o.owned, o.next, o.nextTask, o.finished = false, nil, nil, false
 		}
 		st := &batchState{byTask: map[uuid.UUID]*outcome{}}
-		defer func() { orphans = st.orphans }()
+		defer func() { orphans, fin = st.orphans, st.finished }()
 		if err := e.lockMessages(ctx, tx, batch); err != nil {
 			return err
 		}
@@ -391,7 +395,7 @@ func (e *Engine) flushTx(ctx context.Context, batch []*outcome) (waits []waitSpa
 		// reads (the runs' finishes, the attempts' errors, the
 		// notifications) go in its last round trip, with the claims.
 		late := &pgx.Batch{}
-		wake, err := e.settleTx(ctx, tx, settled, st.parentsLocked, late)
+		wake, err := e.settleTx(ctx, tx, settled, st.parentsLocked, late, &st.finished)
 		if err != nil {
 			return err
 		}
@@ -443,7 +447,7 @@ func (e *Engine) flushTx(ctx context.Context, batch []*outcome) (waits []waitSpa
 		}
 		return e.claimContinuations(ctx, tx, inserted, st, late, stopping)
 	})
-	return waits, orphans, err
+	return waits, orphans, fin, err
 }
 
 // mayGoOn reports whether the outcome's worker may run a next turn once

@@ -168,6 +168,14 @@ func badTurnInBatch(t *testing.T, table string) {
 	if committed := m.sizes[workflow.MetricBatchSize+"{committed}"]; committed.Sum < n-1 {
 		t.Errorf("committed batches held %d outcomes, want at least %d", committed.Sum, n-1)
 	}
+	// The runs are counted once each, when their finish commits: the
+	// failed batch counted none of them.
+	if got := m.counters[workflow.MetricRunsCompleted]; got != n-1 {
+		t.Errorf("%s counted %d runs, want %d", workflow.MetricRunsCompleted, got, n-1)
+	}
+	if got := m.counters[workflow.MetricRunsFailed]; got != 1 {
+		t.Errorf("%s counted %d runs, want 1", workflow.MetricRunsFailed, got)
+	}
 }
 
 // A turn writes nothing as it starts; while it runs, the inspection shows

@@ -80,6 +80,31 @@ type engineMetrics struct {
 	batchDuration metric.Float64Histogram
 }
 
+// finishedRuns counts the runs that a transaction finishes, for the
+// metrics to count once it has committed: a batch that fails, and is
+// recorded again one outcome at a time, counts its runs only once.
+type finishedRuns struct{ completed, failed int64 }
+
+// add counts a run that finishes with status.
+func (f *finishedRuns) add(status string) {
+	if status == "completed" {
+		f.completed++
+	} else {
+		f.failed++
+	}
+}
+
+// record adds the runs to the metrics. Call it once their transaction
+// has committed.
+func (f finishedRuns) record(ctx context.Context, m *engineMetrics) {
+	if f.completed > 0 {
+		m.runsCompleted.Add(ctx, f.completed)
+	}
+	if f.failed > 0 {
+		m.runsFailed.Add(ctx, f.failed)
+	}
+}
+
 func newEngineMetrics(mp metric.MeterProvider) (*engineMetrics, error) {
 	m := mp.Meter("github.com/braidflow/braid/workflow")
 	var em engineMetrics

@@ -713,7 +713,9 @@ func (e *Engine) decideUndecidedNodes(ctx context.Context) error {
 		if e.dagSpecOf(r.dag) == nil {
 			continue
 		}
+		var fin finishedRuns
 		err := e.withTx(ctx, func(tx pgx.Tx) error {
+			fin = finishedRuns{}
 			if _, err := tx.Exec(ctx, `
 				SELECT 1 FROM braid_tasks WHERE id = $1 OR (parent_task_id = $1 AND status = 'blocked')
 				 ORDER BY created_at DESC, id DESC FOR UPDATE`, r.root); err != nil {
@@ -740,7 +742,7 @@ func (e *Engine) decideUndecidedNodes(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			wake, err := e.settleTx(ctx, tx, final, true, nil)
+			wake, err := e.settleTx(ctx, tx, final, true, nil, &fin)
 			if err != nil {
 				return err
 			}
@@ -748,7 +750,9 @@ func (e *Engine) decideUndecidedNodes(ctx context.Context) error {
 		})
 		if err != nil {
 			errs = append(errs, fmt.Errorf("workflow: reconciler: deciding the nodes of DAG %q (root task %s): %w", r.dag, r.root, err))
+			continue
 		}
+		fin.record(ctx, e.metrics)
 	}
 	return errors.Join(errs...)
 }

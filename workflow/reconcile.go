@@ -106,8 +106,10 @@ func (e *Engine) reconcileTask(ctx context.Context, taskID uuid.UUID) (bool, err
 		settled bool
 		msg     string
 		orphans []uuid.UUID
+		fin     finishedRuns
 	)
 	err := e.withTx(ctx, func(tx pgx.Tx) error {
+		fin = finishedRuns{}
 		var (
 			runID    uuid.UUID
 			parentID *uuid.UUID
@@ -182,7 +184,7 @@ func (e *Engine) reconcileTask(ctx context.Context, taskID uuid.UUID) (bool, err
 		if orphans, err = e.cancelOrphansTx(ctx, tx, []settlement{s}, []uuid.UUID{taskID}); err != nil {
 			return err
 		}
-		wake, err := e.settleTx(ctx, tx, []settlement{s}, false, nil)
+		wake, err := e.settleTx(ctx, tx, []settlement{s}, false, nil, &fin)
 		if err != nil {
 			return err
 		}
@@ -191,6 +193,7 @@ func (e *Engine) reconcileTask(ctx context.Context, taskID uuid.UUID) (bool, err
 	if err != nil {
 		return false, fmt.Errorf("workflow: reconciler: task %s: %w", taskID, err)
 	}
+	fin.record(ctx, e.metrics)
 	e.cancelTurnsOf(ctx, orphans)
 	if settled && msg != "" {
 		e.metrics.reconciled.Add(ctx, 1)

@@ -854,8 +854,10 @@ func (s settlement) origin() uuid.UUID {
 // holds them), so that the decrement sees each parent's committed state.
 // With late, the runs' finishes and their notifications, which nothing
 // later in the transaction reads, are queued on it for the caller to send
-// with its last statements, rather than sent at once.
-func (e *Engine) settleTx(ctx context.Context, tx pgx.Tx, settled []settlement, parentsLocked bool, late *pgx.Batch) ([]turn, error) {
+// with its last statements, rather than sent at once. The runs it finishes
+// are counted in fin, for the caller to record once its transaction has
+// committed.
+func (e *Engine) settleTx(ctx context.Context, tx pgx.Tx, settled []settlement, parentsLocked bool, late *pgx.Batch, fin *finishedRuns) ([]turn, error) {
 	var nodes []turn
 	if slices.ContainsFunc(settled, func(s settlement) bool { return s.dag != "" }) {
 		if !parentsLocked {
@@ -911,11 +913,7 @@ func (e *Engine) settleTx(ctx context.Context, tx pgx.Tx, settled []settlement, 
 			}
 		}
 		for _, st := range runStatus {
-			if st == "completed" {
-				e.metrics.runsCompleted.Add(ctx, 1)
-			} else {
-				e.metrics.runsFailed.Add(ctx, 1)
-			}
+			fin.add(st)
 		}
 	}
 	if len(parents) == 0 {
