@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/braidflow/braid/testutil"
@@ -602,5 +603,71 @@ func TestAFailedTurnIsRecordedBeforeItsWorkerTakesAnotherTurn(t *testing.T) {
 	}
 	if got, err := second.Result(ctx); err != nil || got != 1 {
 		t.Fatalf("the other run: %d, %v; want 1", got, err)
+	}
+}
+
+// A claimed turn that Stop cancels before it has read its task is put
+// back without spending its attempt, as one cancelled while it runs is:
+// Stop's cancel is not the task's failure.
+func TestAClaimedTurnStoppedBeforeItsReadKeepsItsAttempt(t *testing.T) {
+	pool := testutil.DB(t)
+	ctx := ctxTimeout(t, 60*time.Second)
+	noop := workflow.Define("stopped_noop", func(t *workflow.Task, _ int) (int, error) { return 1, nil })
+	cfg := testConfig(noop)
+	cfg.Queue.Queues = map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 1}}
+	// The first run's turn is held until the second's waits in the queue,
+	// so that its batch claims the second's turn for its worker.
+	eng := newEngine(t, pool, cfg)
+	first, err := noop.Start(ctx, eng, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := noop.Start(ctx, eng, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claimed := make(chan int64, 1)
+	var once sync.Once
+	workflow.SetHookBeforeContinuation(func(row *rivertype.JobRow) {
+		if !strings.Contains(string(row.EncodedArgs), "stopped_noop") {
+			return
+		}
+		once.Do(func() {
+			workflow.HardStopTurns(eng)
+			claimed <- row.ID
+		})
+	})
+	t.Cleanup(func() { workflow.SetHookBeforeContinuation(nil) })
+	if err := eng.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := first.Result(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var secondJob int64
+	select {
+	case secondJob = <-claimed:
+	case <-ctx.Done():
+		t.Fatal("the first turn's worker claimed no next turn")
+	}
+	waitFor(t, "the claimed turn to end", 20*time.Second, func() bool {
+		var state string
+		err := pool.QueryRow(ctx, `SELECT state FROM river_job WHERE id = $1`, secondJob).Scan(&state)
+		return err == nil && state != "running"
+	})
+	var state string
+	var errs int
+	if err := pool.QueryRow(ctx, `SELECT state, coalesce(array_length(errors, 1), 0) FROM river_job WHERE id = $1`, secondJob).Scan(&state, &errs); err != nil {
+		t.Fatal(err)
+	}
+	if errs != 0 || (state != "scheduled" && state != "available") {
+		t.Fatalf("the stopped turn's job is %s with %d errors; want it put back without an error", state, errs)
+	}
+	var status string
+	if err := pool.QueryRow(ctx, `SELECT status FROM braid_runs WHERE id = $1`, second.ID).Scan(&status); err != nil {
+		t.Fatal(err)
+	}
+	if status == "failed" || status == "cancelled" {
+		t.Fatalf("the stopped turn's run is %s; want it left to run", status)
 	}
 }

@@ -40,3 +40,10 @@ func (t *pipeTx) TxStatus() byte { return t.conn.PgConn().TxStatus() }
 func AnalyzeGrownTables(ctx context.Context, e *Engine) ([]string, error) {
 	return e.analyzeGrownTables(ctx)
 }
+
+// HardStopTurns does what Stop does once its context ends: it marks the
+// engine stopping and cancels the turns this process claimed itself.
+func HardStopTurns(e *Engine) {
+	e.stopping.Store(true)
+	e.cancelTurns()
+}

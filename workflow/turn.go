@@ -571,6 +571,11 @@ func (e *Engine) runTurn(ctx context.Context, job *river.Job[taskArgs], claimed 
 		lt, err = e.load(ctx, taskID, readsChildren(job.JobRow, d))
 	}
 	if err != nil {
+		if ctx.Err() != nil && e.stopping.Load() {
+			// Stop cancelled the turn before it read its task: put it
+			// back without spending the attempt, as below.
+			return continuation{}, river.JobSnooze(stoppedTurnSnooze)
+		}
 		return continuation{}, fmt.Errorf("workflow: loading task %s: %w", taskID, err)
 	}
 	if lt == nil || !isRunnable(lt.status) {
