@@ -70,7 +70,20 @@ type outcome struct {
 	// has read it.
 	tp     string
 	tpRead bool
+
+	// waiter says whether the turn still waits for the outcome's batch:
+	// waiterWaiting, waiterGone once it stopped waiting (its outcome
+	// deadline passed), or waiterBound once a batch gave the outcome a
+	// next turn, after which it waits whatever its deadline (see submit).
+	waiter atomic.Int32
 }
+
+// The states of outcome.waiter.
+const (
+	waiterWaiting int32 = iota
+	waiterGone
+	waiterBound
+)
 
 // traceParent returns the W3C traceparent of the turn's span, or "" for
 // a turn that did not load its task.
@@ -156,9 +169,17 @@ func (b *batcher) submit(ctx context.Context, o *outcome) error {
 	case <-o.done:
 		return nil
 	case <-ctx.Done():
+		if !o.waiter.CompareAndSwap(waiterWaiting, waiterGone) {
+			// The batch has given this worker its next turn, which only
+			// this worker will run: wait for the batch, which ends within
+			// its own deadline.
+			<-o.done
+			return nil
+		}
 		// The batch may still commit: the job is then finished, or, when
 		// it is not, the attempt's error makes River retry the turn,
-		// which finds the task settled or runs it again.
+		// which finds the task settled or runs it again. It gives this
+		// worker no next turn.
 		return fmt.Errorf("workflow: waiting for the outcome of task %s: %w", o.taskID, context.Cause(ctx))
 	}
 }
@@ -437,7 +458,7 @@ func (e *Engine) flushTx(ctx context.Context, batch []*outcome) (waits []waitSpa
 		stopping := e.stopping.Load()
 		inserted, err := e.enqueueTurns(ctx, tx, st.wake, st.fresh, func(tr turn) bool {
 			_, known := e.registry[tr.workflow]
-			return !stopping && known && tr.by.owned && tr.by.mayGoOn() && e.queue.Claims(TaskKind) && e.queue.Works(tr.queue)
+			return !stopping && known && tr.by.owned && e.queue.Claims(TaskKind) && e.queue.Works(tr.queue) && tr.by.mayGoOn()
 		}, late)
 		if err != nil {
 			return err
@@ -457,7 +478,16 @@ func (e *Engine) flushTx(ctx context.Context, batch []*outcome) (waits []waitSpa
 // failed or snoozes has its result recorded by River only when its worker
 // returns: a next turn run first would leave its job running, without a
 // heartbeat, for as long as that turn ran.
-func (o *outcome) mayGoOn() bool { return o.finished || o.claimed }
+//
+// It also binds the turn to wait for the batch: a next turn claimed for a
+// worker that no longer waits would be left running with no one to run it.
+// It reports false for a turn that has stopped waiting.
+func (o *outcome) mayGoOn() bool {
+	if !o.finished && !o.claimed {
+		return false
+	}
+	return o.waiter.CompareAndSwap(waiterWaiting, waiterBound) || o.waiter.Load() == waiterBound
+}
 
 // logf logs at info level with the turn's task.
 func (o *outcome) logf(ctx context.Context, msg string, args ...any) {

@@ -671,3 +671,120 @@ func TestAClaimedTurnStoppedBeforeItsReadKeepsItsAttempt(t *testing.T) {
 		t.Fatalf("the stopped turn's run is %s; want it left to run", status)
 	}
 }
+
+// A turn whose outcome deadline passes while the batch that gave it a next
+// turn has yet to commit still runs that turn: once a batch has given the
+// worker its next turn, the worker waits for the batch, so the claimed turn
+// is never left running with no worker (for the rescuer to take, on
+// another attempt).
+func TestATurnWaitsForTheBatchThatGaveItANextTurn(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	ctx := ctxTimeout(t, 90*time.Second)
+	// y's run, once finished, holds its batch's commit until the test
+	// lets it go.
+	execSQL(t, pool, `
+		CREATE FUNCTION hold_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+		    PERFORM pg_advisory_xact_lock_shared(4242);
+		    RETURN NULL;
+		END $$;
+		CREATE CONSTRAINT TRIGGER hold_commit AFTER UPDATE ON braid_runs DEFERRABLE INITIALLY DEFERRED
+		    FOR EACH ROW WHEN (NEW.input::text = '"y"' AND NEW.status = 'completed') EXECUTE FUNCTION hold_commit();`)
+	gateX, gateY, gateW := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	defer close(gateW)
+	gated := workflow.Define("gated", func(t *workflow.Task, which string) (string, error) {
+		gate := map[string]chan struct{}{"x": gateX, "y": gateY, "w": gateW}[which]
+		select {
+		case <-gate:
+		case <-time.After(30 * time.Second):
+		}
+		return which, nil
+	})
+	later := workflow.Define("later", func(t *workflow.Task, _ int) (int, error) { return 1, nil })
+	const deadline = 4 * time.Second
+	cfg := testConfig(gated, later)
+	cfg.Queue.Queues = map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 2}}
+	cfg.OutcomeTimeout = deadline
+	cfg.OutcomeFlushes = 1
+	eng := startEngine(t, pool, cfg)
+
+	x, err := gated.Start(ctx, eng, "x", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	y, err := gated.Start(ctx, eng, "y", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "both turns to run", 20*time.Second, func() bool {
+		return count(t, pool, `SELECT count(*) FROM river_job WHERE state = 'running'`) == 2
+	})
+	blocked := func(what string, pid int) {
+		waitFor(t, what, 20*time.Second, func() bool {
+			return count(t, pool, `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, pid) > 0
+		})
+	}
+	// x's batch waits on x's run row; y's commit, on the lock.
+	holdX, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = holdX.Rollback(context.Background()) })
+	var pidX int
+	if err := holdX.QueryRow(ctx, `SELECT pg_backend_pid() FROM braid_runs WHERE id = $1 FOR UPDATE`, x.ID).Scan(&pidX); err != nil {
+		t.Fatal(err)
+	}
+	holdY, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holdY.Release()
+	var pidY int
+	if err := holdY.QueryRow(ctx, `SELECT pg_backend_pid() FROM (SELECT pg_advisory_lock(4242)) l`).Scan(&pidY); err != nil {
+		t.Fatal(err)
+	}
+	// Two turns wait in the queue, while both workers are busy: x's batch
+	// claims the first for x's worker (which it keeps busy), y's batch the
+	// second for y's.
+	if _, err := gated.Start(ctx, eng, "w", nil); err != nil {
+		t.Fatal(err)
+	}
+	next, err := later.Start(ctx, eng, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	close(gateX)
+	blocked("x's batch to wait for x's run", pidX)
+	// y hands in its outcome now; the only flush is x's, so y's batch
+	// begins when x's commits, and its deadline comes after y's.
+	close(gateY)
+	handedIn := time.Now()
+	time.Sleep(deadline / 2)
+	if err := holdX.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	blocked("y's batch to wait to commit", pidY)
+	// y's outcome deadline passes; its batch's does not.
+	time.Sleep(time.Until(handedIn.Add(deadline + deadline/4)))
+	if _, err := holdY.Exec(ctx, `SELECT pg_advisory_unlock(4242)`); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := next.Result(ctx); err != nil || got != 1 {
+		t.Fatalf("the next run: %d, %v", got, err)
+	}
+	var attempt int
+	if err := pool.QueryRow(ctx, `
+		SELECT j.attempt FROM river_job j JOIN braid_tasks t ON t.id = braid_turn_task(j.unique_key, j.args)
+		 WHERE t.run_id = $1`, next.ID).Scan(&attempt); err != nil {
+		t.Fatal(err)
+	}
+	if attempt != 1 {
+		t.Fatalf("the next run's turn completed on attempt %d; want 1: it was left running and rescued", attempt)
+	}
+	for _, r := range []*workflow.Run[string]{x, y} {
+		if _, err := r.Result(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
