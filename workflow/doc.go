@@ -264,7 +264,10 @@
 // never takes, so no fetcher is woken for a job that no other process
 // could have; should the claim not take it, the same statement makes it
 // available. As soon as the batch commits, the worker that handed in the
-// outcome runs the claimed turn in the River worker slot it still holds,
+// outcome runs the claimed turn in the River worker slot it still holds
+// (a worker whose outcome deadline passes stops waiting for its batch,
+// unless the batch has already claimed it a next turn: only that worker
+// would run it, so it waits),
 // so no more turns run at once than River's MaxWorkers allow, through the
 // queue's middleware (spans, metrics, heartbeats, the ownership watch), and
 // then records its outcome as River's executor would, fenced on the
