@@ -72,13 +72,14 @@ type pilot struct {
 	// outcome is dropped.
 	superseded map[int64]int
 	// reporting counts, by job ID, live attempts' outcomes handed to
-	// River and not yet seen here.
+	// River and not yet written by a batch here.
 	reporting map[int64]int
 	// finished holds the jobs that workers completed in their own
 	// committed transactions (Queue.Finished): River's completion of each
 	// is dropped, saving a statement per completer batch. An entry is
-	// forgotten when that completion arrives, or by Queue.Finished's
-	// caller for a job River never completes (a claimed one).
+	// forgotten once a batch that skipped that completion is written, or
+	// by Queue.Finished's caller for a job River never completes (a
+	// claimed one).
 	finished map[int64]struct{}
 	// changed is closed, and replaced, when either map loses an entry.
 	changed chan struct{}
@@ -154,25 +155,28 @@ func (p *pilot) isSuperseded(id int64, attempt int) bool {
 }
 
 // JobSetStateIfRunningMany records attempts' outcomes, minus those of
-// superseded attempts, with sanitised errors.
+// superseded attempts, with sanitised errors. What it learns of the
+// outcomes (a superseded attempt's outcome dropped, a live one written, a
+// finished job's completion skipped) is settled only once the statement
+// has succeeded: River's completer retries a failed batch with the same
+// outcomes, which must then be judged the same way.
 func (p *pilot) JobSetStateIfRunningMany(ctx context.Context, exec riverdriver.Executor, params *riverdriver.JobSetStateIfRunningManyParams) ([]*rivertype.JobRow, error) {
 	n := len(params.ID)
 	keep := make([]int, 0, n)
+	var seen []pilotSeen
 	p.mu.Lock()
-	changed := false
 	for i := range n {
-		drop, seen := p.dropLocked(params, i)
-		changed = changed || seen
-		if drop {
-			continue
+		drop, s := p.judgeLocked(params, i)
+		if s != (pilotSeen{}) {
+			seen = append(seen, s)
 		}
-		keep = append(keep, i)
-	}
-	if changed {
-		p.signalLocked()
+		if !drop {
+			keep = append(keep, i)
+		}
 	}
 	p.mu.Unlock()
 	if len(keep) == 0 {
+		p.settle(seen)
 		return nil, nil
 	}
 	out := params
@@ -206,55 +210,102 @@ func (p *pilot) JobSetStateIfRunningMany(ctx context.Context, exec riverdriver.E
 	for i := range out.MetadataUpdates {
 		out.MetadataUpdates[i] = withoutNUL(out.MetadataUpdates[i])
 	}
-	return p.StandardPilot.JobSetStateIfRunningMany(ctx, exec, out)
+	rows, err := p.StandardPilot.JobSetStateIfRunningMany(ctx, exec, out)
+	if err != nil {
+		return nil, err
+	}
+	p.settle(seen)
+	return rows, nil
 }
 
-// dropLocked reports whether update i is the outcome of a superseded
-// attempt, and forgets that attempt when it is. An update carrying the tag
-// without a matching record (the tag set by hand) is kept, without the
-// tag. seen reports that a pending outcome was accounted for. p.mu must be
-// held.
-func (p *pilot) dropLocked(params *riverdriver.JobSetStateIfRunningManyParams, i int) (drop, seen bool) {
+// pilotSeen is what the pilot learned of one outcome in a batch, settled
+// once the batch's statement succeeded (settle).
+type pilotSeen struct {
+	id int64
+	// reported: a live attempt's outcome that beforeReport counted.
+	reported bool
+	// finished: River's completion of a job its worker completed itself
+	// (Queue.Finished), skipped.
+	finished bool
+	// superseded: the outcome of this superseded attempt, dropped.
+	superseded bool
+	attempt    int
+}
+
+// judgeLocked reports whether update i is to be dropped: the outcome of a
+// superseded attempt, or River's completion of a job its worker completed
+// itself. An update carrying the tag without a matching record (the tag
+// set by hand) is kept, without the tag. It changes none of the pilot's
+// records; seen says what settle changes once the batch is written. p.mu
+// must be held.
+func (p *pilot) judgeLocked(params *riverdriver.JobSetStateIfRunningManyParams, i int) (drop bool, seen pilotSeen) {
 	id := params.ID[i]
+	seen.id = id
 	if i >= len(params.MetadataUpdates) || !bytes.Contains(params.MetadataUpdates[i], []byte(`"`+metadataSuperseded+`"`)) {
-		if c := p.reporting[id]; c > 0 {
-			if c == 1 {
-				delete(p.reporting, id)
-			} else {
-				p.reporting[id] = c - 1
-			}
-			seen = true
-		}
+		seen.reported = p.reporting[id] > 0
 		if _, ok := p.finished[id]; ok && params.State[i] == rivertype.JobStateCompleted && len(params.MetadataUpdates[i]) == 0 {
 			// The worker completed its job in its own committed
 			// transaction (CompleteTx): River's completion would change
 			// nothing.
-			delete(p.finished, id)
+			seen.finished = true
 			return true, seen
+		}
+		if !seen.reported {
+			return false, pilotSeen{}
 		}
 		return false, seen
 	}
 	var md map[string]json.RawMessage
 	if err := json.Unmarshal(params.MetadataUpdates[i], &md); err != nil {
-		return false, false
+		return false, pilotSeen{}
 	}
 	var attempt int
 	if err := json.Unmarshal(md[metadataSuperseded], &attempt); err == nil {
 		if a, ok := p.superseded[id]; ok && a == attempt {
-			delete(p.superseded, id)
-			p.dropped.Add(1)
-			return true, true
+			seen.superseded, seen.attempt = true, attempt
+			return true, seen
 		}
 	}
 	delete(md, metadataSuperseded)
 	if len(md) == 0 {
 		params.MetadataUpdates[i], params.MetadataDoMerge[i] = nil, false
-		return false, false
+		return false, pilotSeen{}
 	}
 	if b, err := json.Marshal(md); err == nil {
 		params.MetadataUpdates[i] = b
 	}
-	return false, false
+	return false, pilotSeen{}
+}
+
+// settle forgets what a written batch accounted for: the live outcomes
+// beforeReport counted, the finished jobs whose completion was skipped,
+// the superseded attempts whose outcomes were dropped; and wakes
+// beforeReport's waiters.
+func (p *pilot) settle(seen []pilotSeen) {
+	if len(seen) == 0 {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, s := range seen {
+		if s.reported {
+			if c := p.reporting[s.id]; c > 1 {
+				p.reporting[s.id] = c - 1
+			} else {
+				delete(p.reporting, s.id)
+			}
+		}
+		if s.finished {
+			delete(p.finished, s.id)
+		}
+		if s.superseded {
+			if a, ok := p.superseded[s.id]; ok && a == s.attempt {
+				delete(p.superseded, s.id)
+			}
+			p.dropped.Add(1)
+		}
+	}
+	p.signalLocked()
 }
 
 // sanitizeErrData passes the text and the stack of an encoded
