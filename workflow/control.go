@@ -331,6 +331,9 @@ func runStatusIs(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID string, che
 // Retry resumes a failed or cancelled run. Failed and cancelled tasks go
 // back to pending (or to waiting on their reset children); recorded
 // successful steps are kept, so the run resumes at the step that failed.
+// A failed or cancelled task under a completed one stays as it is: the
+// completed task's code saw its end and went on without it (it handled
+// the *ChildError, or finished without awaiting it).
 // Steps recorded as failed and cancelled delays are forgotten, so they run
 // again. A run with a timeout (StartOpts.Timeout, WithRunTimeout) gets a
 // fresh deadline, the same timeout counted from the retry.
@@ -372,9 +375,13 @@ func (e *Engine) retryTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID str
 	}); err != nil {
 		return err
 	}
-	// The failed and cancelled tasks, and the nodes of the run's DAGs.
-	rows, err := tx.Query(ctx, `
-		SELECT id FROM braid_tasks WHERE run_id = $1 AND (status IN ('failed', 'cancelled') OR dependents IS NOT NULL)
+	// The failed and cancelled tasks, and the nodes of the run's DAGs,
+	// under no completed task (openTasksSQL).
+	rows, err := tx.Query(ctx, openTasksSQL+`
+		SELECT id FROM braid_tasks
+		 WHERE run_id = $1
+		   AND ((status IN ('failed', 'cancelled') AND id IN (SELECT id FROM open))
+		        OR (dependents IS NOT NULL AND parent_task_id IN (SELECT id FROM open)))
 		 ORDER BY created_at DESC, id DESC FOR UPDATE`, id)
 	if err != nil {
 		return err
@@ -457,6 +464,20 @@ func (e *Engine) retryTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID str
 	}
 	return e.wakeTurns(ctx, tx, append(turns, nodeTurns...))
 }
+
+// openTasksSQL is a WITH clause: open holds the tasks of run $1 that no
+// completed task is above, found from its root task down through the
+// tasks that did not complete. Retry resets only those. A failed or
+// cancelled task under a completed one is left as it is: the completed
+// task's code saw its end and went on without it (it handled a
+// ChildError, or finished without awaiting it), and nothing would await
+// it again.
+const openTasksSQL = `
+	WITH RECURSIVE open AS (
+	    SELECT id FROM braid_tasks WHERE run_id = $1 AND parent_task_id IS NULL AND status <> 'completed'
+	    UNION ALL
+	    SELECT k.id FROM braid_tasks k JOIN open o ON k.parent_task_id = o.id WHERE k.status <> 'completed'
+	)`
 
 // TurnEndWaitDefault bounds how long Cancel and Retry wait for the turns of
 // a run's failed or cancelled tasks to end.

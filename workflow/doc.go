@@ -182,7 +182,8 @@
 // [*StepError] that replay returns again.
 //
 // [Engine.Cancel] cancels a run's unfinished tasks, pending delays and turns.
-// [Engine.Retry] resumes a failed or cancelled run at the failed step.
+// [Engine.Retry] resumes a failed or cancelled run at the failed step. A
+// failure that a completed task handled stays as it is.
 //
 // # An outcome belongs to its attempt
 //

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -334,5 +335,79 @@ func TestOnlyANewTasksFirstTurnIsMarkedFirst(t *testing.T) {
 	want := []string{"root:true", "a:true", "root:false", "b:true", "root:false"}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("turn jobs (task key: marked first) = %v, want %v", got, want)
+	}
+}
+
+// A child whose failure its parent handled (the parent saw the ChildError,
+// made amends and completed) stays failed when Retry restarts the run: its
+// parent's code has gone on without it, and nothing would await it again.
+func TestRetryLeavesAFailureThatACompletedParentHandled(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	var charged, amended atomic.Int32
+	var rootFails atomic.Bool
+	rootFails.Store(true)
+	charge := workflow.Define("retry_charge", func(t *workflow.Task, _ int) (int, error) {
+		return workflow.Step(t, "charge", func(context.Context) (int, error) {
+			charged.Add(1)
+			return 0, errors.New("card declined")
+		})
+	}, workflow.WithMaxAttempts(1))
+	order := workflow.Define("retry_order", func(t *workflow.Task, _ int) (string, error) {
+		if _, err := workflow.Go(t, "charge", charge, 0).Get(); err != nil {
+			var ce *workflow.ChildError
+			if !errors.As(err, &ce) {
+				return "", err
+			}
+			return workflow.Step(t, "amend", func(context.Context) (string, error) {
+				amended.Add(1)
+				return "amended", nil
+			})
+		}
+		return "charged", nil
+	})
+	top := workflow.Define("retry_top", func(t *workflow.Task, _ int) (string, error) {
+		out, err := workflow.Go(t, "order", order, 0).Get()
+		if err != nil {
+			return "", err
+		}
+		if _, err := workflow.Step(t, "ship", func(context.Context) (int, error) {
+			if rootFails.Load() {
+				return 0, errors.New("no courier")
+			}
+			return 1, nil
+		}); err != nil {
+			return "", err
+		}
+		return out, nil
+	}, workflow.WithMaxAttempts(1))
+	eng := startEngine(t, pool, testConfig(top, order, charge))
+	ctx := ctxTimeout(t, 60*time.Second)
+	run, err := top.Start(ctx, eng, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run.Result(ctx); err == nil {
+		t.Fatal("the run succeeded; want it failed at its last step")
+	}
+	rootFails.Store(false)
+	if err := eng.Retry(ctx, run.ID); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := run.Result(ctx); err != nil || out != "amended" {
+		t.Fatalf("after Retry: %q, %v; want the order's recorded output", out, err)
+	}
+	var status string
+	if err := pool.QueryRow(ctx, `SELECT status FROM braid_tasks WHERE run_id = $1 AND workflow = 'retry_charge'`, run.ID).Scan(&status); err != nil {
+		t.Fatal(err)
+	}
+	if status != "failed" {
+		t.Errorf("the handled child is %s after the retried run completed; want it left failed", status)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM braid_tasks WHERE run_id = $1 AND status NOT IN ('completed', 'failed', 'cancelled', 'skipped')`, run.ID); n != 0 {
+		t.Errorf("%d tasks of the completed run are unfinished", n)
+	}
+	if c, a := charged.Load(), amended.Load(); c != 1 || a != 1 {
+		t.Errorf("the charge ran %d times and the amends %d; want each once", c, a)
 	}
 }

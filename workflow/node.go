@@ -582,10 +582,10 @@ func (r *NodeRef[Out]) Output(t *Task) (Out, error) {
 // decides them, and what that skips settles on. It returns the turns of
 // the nodes it released. tx holds the run's tasks locked.
 func (e *Engine) retryNodesTx(ctx context.Context, tx pgx.Tx, runID uuid.UUID) ([]turn, error) {
-	rows, err := tx.Query(ctx, `
+	rows, err := tx.Query(ctx, openTasksSQL+`
 		SELECT t.id, t.parent_task_id, t.key, t.status, t.workflow, t.queue, t.priority, t.max_attempts, p.workflow
 		  FROM braid_tasks t JOIN braid_tasks p ON p.id = t.parent_task_id
-		 WHERE t.run_id = $1 AND t.dependents IS NOT NULL AND p.status <> 'completed'`, runID)
+		 WHERE t.run_id = $1 AND t.dependents IS NOT NULL AND p.id IN (SELECT id FROM open)`, runID)
 	if err != nil {
 		return nil, fmt.Errorf("workflow: reading the DAG nodes of run %s: %w", runID, err)
 	}
