@@ -500,7 +500,13 @@ func (e *Engine) continueTurns(ctx context.Context, next continuation) {
 			testHookBeforeContinuation(row)
 		}
 		cctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
-		stop := context.AfterFunc(e.hardStop(), func() { cancel(errStopped) })
+		hard := e.hardStop()
+		stop := context.AfterFunc(hard, func() { cancel(errStopped) })
+		if hard.Err() != nil {
+			// Stop gave up waiting already: the turn starts cancelled
+			// (AfterFunc would cancel it only once its own goroutine ran).
+			cancel(errStopped)
+		}
 		_ = e.queue.WorkClaimed(cctx, row, queue.ClaimedWork{
 			Work: func(ctx context.Context) error {
 				n, err := e.runTurn(ctx, &river.Job[taskArgs]{JobRow: row, Args: args}, true, task)
@@ -566,6 +572,11 @@ func (e *Engine) runTurn(ctx context.Context, job *river.Job[taskArgs], claimed 
 			e.batcher.active.Add(-1)
 		}
 	}()
+	if ctx.Err() != nil && e.stopping.Load() {
+		// Stop cancelled the turn before it began: put it back without
+		// spending the attempt, as below.
+		return continuation{}, river.JobSnooze(stoppedTurnSnooze)
+	}
 	lt := task
 	if lt == nil {
 		lt, err = e.load(ctx, taskID, readsChildren(job.JobRow, d))
