@@ -99,11 +99,12 @@
 // idempotency key; under CatchUpAll every missed slot still fires, in
 // order. (Under CatchUpOnce a slot that passed while the first was held
 // back is covered by the same fire, labelled with the latest slot, as for
-// any catch-up.) The next successful fire clears the error; any Update of
-// the schedule ends the backoff. If the failure left the transaction
-// unusable, the error is recorded in a transaction of its own. A row
-// written around this package whose expression no longer parses is
-// disabled, with the reason in LastError.
+// any catch-up. Under CatchUpSkip a slot being retried is not a missed
+// slot, however late the backoff makes it.) The next successful fire
+// clears the error; any Update of the schedule ends the backoff. If the
+// failure left the transaction unusable, the error is recorded in a
+// transaction of its own. A row written around this package whose
+// expression no longer parses is disabled, with the reason in LastError.
 //
 // # Overlap and catch-up
 //

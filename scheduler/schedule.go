@@ -193,8 +193,8 @@ type Schedule struct {
 	// when there is no error.
 	LastErrorAt *time.Time `json:"last_error_at"`
 
-	// FireFailures counts failed attempts to fire since the last
-	// successful fire.
+	// FireFailures counts failed attempts to fire the slot that is due:
+	// it is back to zero once the schedule moves past that slot.
 	FireFailures int `json:"fire_failures"`
 
 	// RetryAt, after a failed fire, is when the slot at NextRunAt is tried
@@ -859,7 +859,9 @@ FOR UPDATE SKIP LOCKED`), &now)
 	case CatchUpAll:
 	case CatchUpSkip:
 		slot = lastSlot(e, first, now)
-		if late := now.Sub(slot); late > s.cfg.MissedSlotGrace {
+		// A slot whose fire failed (FireFailures) was reached in time;
+		// its retry, held back by the backoff, is not a missed slot.
+		if late := now.Sub(slot); late > s.cfg.MissedSlotGrace && sch.FireFailures == 0 {
 			fire = false
 			log.InfoContext(ctx, "scheduler: skipping missed slots", slog.Time("first_slot", first), slog.Time("last_slot", slot), slog.Duration("late", late))
 		}
@@ -922,7 +924,7 @@ UPDATE braid_schedules SET next_run_at = $2, retry_at = NULL,
     last_run_id = CASE WHEN $3 THEN $5 ELSE last_run_id END,
     last_error = CASE WHEN $3 THEN NULL ELSE last_error END,
     last_error_at = CASE WHEN $3 THEN NULL ELSE last_error_at END,
-    fire_failures = CASE WHEN $3 THEN 0 ELSE fire_failures END
+    fire_failures = 0
 WHERE id = $1 AND next_run_at = $6`, sch.ID, next, fire, jobID, runID, first)
 	if err != nil {
 		return false, fmt.Errorf("scheduler: advancing schedule %q: %w", sch.Name, err)
