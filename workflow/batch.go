@@ -949,11 +949,10 @@ func (e *Engine) recordAttemptErrors(b *pgx.Batch, st *batchState) {
 // woke, its own next turn), when this process runs that workflow and is
 // not stopping; or else the next turn waiting in its queue; but only for
 // an outcome whose own turn's result is on record once the batch commits
-// (mayGoOn). The turn's
-// worker runs the claimed turn as soon as the batch commits, in the worker
-// slot it holds, without a trip through River's fetch loop. The claims go
-// in the batch's last round trip, with the statements queued on late and
-// the commit.
+// (mayGoOn). The turn's worker runs the claimed turn as soon as the batch
+// commits, in the worker slot it holds, without a trip through River's
+// fetch loop. The claims go in the batch's last round trip, with the
+// statements queued on late and the commit.
 func (e *Engine) claimContinuations(ctx context.Context, tx *pipeTx, inserted []insertedTurn, st *batchState, late *pgx.Batch, stopping bool) error {
 	var ids []int64
 	var tasks, parents []uuid.UUID

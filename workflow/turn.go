@@ -572,20 +572,30 @@ func (e *Engine) runTurn(ctx context.Context, job *river.Job[taskArgs], claimed 
 			e.batcher.active.Add(-1)
 		}
 	}()
-	if ctx.Err() != nil && e.stopping.Load() {
-		// Stop cancelled the turn before it began: put it back without
-		// spending the attempt, as below.
-		return continuation{}, river.JobSnooze(stoppedTurnSnooze)
+	if ctx.Err() != nil {
+		// The turn was cancelled before it began: as below, an attempt
+		// that lost its job records nothing, and one that Stop cancelled
+		// is put back without spending the attempt.
+		if errors.Is(context.Cause(ctx), queue.ErrJobNotRunning) {
+			return continuation{}, e.superseded(ctx, job, taskID)
+		}
+		if e.stopping.Load() {
+			return continuation{}, river.JobSnooze(stoppedTurnSnooze)
+		}
 	}
 	lt := task
 	if lt == nil {
 		lt, err = e.load(ctx, taskID, readsChildren(job.JobRow, d))
 	}
 	if err != nil {
-		if ctx.Err() != nil && e.stopping.Load() {
-			// Stop cancelled the turn before it read its task: put it
-			// back without spending the attempt, as below.
-			return continuation{}, river.JobSnooze(stoppedTurnSnooze)
+		if ctx.Err() != nil {
+			// Cancelled while it read its task: as above.
+			if errors.Is(context.Cause(ctx), queue.ErrJobNotRunning) {
+				return continuation{}, e.superseded(ctx, job, taskID)
+			}
+			if e.stopping.Load() {
+				return continuation{}, river.JobSnooze(stoppedTurnSnooze)
+			}
 		}
 		return continuation{}, fmt.Errorf("workflow: loading task %s: %w", taskID, err)
 	}
