@@ -116,8 +116,11 @@
 // leader changed), the catch-up policy decides: CatchUpOnce (the default)
 // fires once for all of them, labelled with the latest; CatchUpSkip fires
 // the latest only if it is at most Config.MissedSlotGrace late; CatchUpAll
-// fires every missed slot, oldest first. A schedule enabled again resumes
-// at its next slot; slots that passed while it was disabled never fire.
+// fires every missed slot, oldest first. The overlap policy still judges
+// each missed slot, so CatchUpAll fires every one only with OverlapAllow:
+// under OverlapSkip a missed slot is skipped while the fire of the slot
+// before it is unfinished. A schedule enabled again resumes at its next
+// slot; slots that passed while it was disabled never fire.
 //
 // # Recurring jobs
 //

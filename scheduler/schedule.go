@@ -63,7 +63,11 @@ const (
 
 	// CatchUpAll fires every missed slot, oldest first, each as its own job
 	// or run. After a long outage of a frequent schedule this makes many
-	// fires; use it only where every slot matters.
+	// fires; use it only where every slot matters. The overlap policy
+	// still judges each slot: under OverlapSkip (the default) a missed slot
+	// is skipped while the fire before it is unfinished, which the fire of
+	// the slot before it, made a moment earlier, almost always is. For
+	// every missed slot to fire, use CatchUpAll with OverlapAllow.
 	CatchUpAll CatchUpPolicy = "all"
 )
 

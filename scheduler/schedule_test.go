@@ -380,24 +380,28 @@ func TestCatchUp(t *testing.T) {
 
 	tests := []struct {
 		policy     CatchUpPolicy
+		overlap    OverlapPolicy
 		behind     string // how far the first due slot is behind now
 		wantFired  []int  // fired slots, as hours after the first due slot
 		wantFirsts []int  // their first slots
 		wantNext   time.Duration
 	}{
-		{CatchUpOnce, "3 hours 30 minutes", []int{3}, []int{0}, 4 * time.Hour},
-		{CatchUpSkip, "3 hours 30 minutes", nil, nil, 4 * time.Hour},
-		{CatchUpAll, "3 hours 30 minutes", []int{0, 1, 2, 3}, []int{0, 1, 2, 3}, 4 * time.Hour},
+		{CatchUpOnce, OverlapAllow, "3 hours 30 minutes", []int{3}, []int{0}, 4 * time.Hour},
+		{CatchUpSkip, OverlapAllow, "3 hours 30 minutes", nil, nil, 4 * time.Hour},
+		{CatchUpAll, OverlapAllow, "3 hours 30 minutes", []int{0, 1, 2, 3}, []int{0, 1, 2, 3}, 4 * time.Hour},
+		// The overlap policy judges each missed slot: under OverlapSkip,
+		// each slot after the first finds the fire before it unfinished.
+		{CatchUpAll, OverlapSkip, "3 hours 30 minutes", []int{0}, []int{0}, 4 * time.Hour},
 		// Within Config.MissedSlotGrace a late slot still fires under skip.
-		{CatchUpSkip, "2 seconds", []int{0}, []int{0}, time.Hour},
+		{CatchUpSkip, OverlapAllow, "2 seconds", []int{0}, []int{0}, time.Hour},
 	}
 	for _, tt := range tests {
-		t.Run(string(tt.policy)+" "+tt.behind, func(t *testing.T) {
+		t.Run(string(tt.policy)+" "+string(tt.overlap)+" "+tt.behind, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			pool := testdb.DB(t)
 			s := newScheduler(t, pool, &Config{Queue: insertOnlyQueue(t, pool)})
-			if _, err := s.Create(ctx, &ScheduleParams{TargetType: TargetJob, Name: "c", Expression: "@every 1h", Target: "k", CatchUpPolicy: tt.policy, OverlapPolicy: OverlapAllow}); err != nil {
+			if _, err := s.Create(ctx, &ScheduleParams{TargetType: TargetJob, Name: "c", Expression: "@every 1h", Target: "k", CatchUpPolicy: tt.policy, OverlapPolicy: tt.overlap}); err != nil {
 				t.Fatal(err)
 			}
 			first := setDue(t, s, "c", "date_trunc('second', now()) - interval '"+tt.behind+"'")
