@@ -68,8 +68,8 @@ type pilot struct {
 
 	mu sync.Mutex
 	// superseded maps a job ID to its attempt that lost the job while it
-	// ran and has returned. An entry is forgotten when its attempt's
-	// outcome is dropped.
+	// ran and has returned. An entry is forgotten once a batch that
+	// dropped its attempt's outcome is written (settle).
 	superseded map[int64]int
 	// reporting counts, by job ID, live attempts' outcomes handed to
 	// River and not yet written by a batch here.
@@ -81,7 +81,8 @@ type pilot struct {
 	// by Queue.Finished's caller for a job River never completes (a
 	// claimed one).
 	finished map[int64]struct{}
-	// changed is closed, and replaced, when either map loses an entry.
+	// changed is closed, and replaced, when a written batch settles what
+	// it accounted for (settle).
 	changed chan struct{}
 	dropped atomic.Int64 // outcomes dropped, for tests
 }

@@ -90,9 +90,10 @@ func (e *Engine) signalByKeyTx(ctx context.Context, tx pgx.Tx, key, name string,
 	return e.signalTx(ctx, tx, id, id.String(), name, payload, opts)
 }
 
-// signalCandidates is how many waiting steps a send tries, oldest first,
-// before it leaves its signal in the mailbox: a wait whose timeout fires
-// while the send runs is skipped for the next.
+// signalCandidates is how many waiting steps a send reads at a time,
+// oldest first: a wait whose timeout fires while the send runs is skipped
+// for the next, and the send reads more until one takes the signal or
+// none is left.
 const signalCandidates = 8
 
 func (e *Engine) signalTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID, name string, payload any, opts *SignalOpts) (waits []waitSpan, err error) {

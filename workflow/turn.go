@@ -572,30 +572,16 @@ func (e *Engine) runTurn(ctx context.Context, job *river.Job[taskArgs], claimed 
 			e.batcher.active.Add(-1)
 		}
 	}()
-	if ctx.Err() != nil {
-		// The turn was cancelled before it began: as below, an attempt
-		// that lost its job records nothing, and one that Stop cancelled
-		// is put back without spending the attempt.
-		if errors.Is(context.Cause(ctx), queue.ErrJobNotRunning) {
-			return continuation{}, e.superseded(ctx, job, taskID)
-		}
-		if e.stopping.Load() {
-			return continuation{}, river.JobSnooze(stoppedTurnSnooze)
-		}
+	if err := e.interrupted(ctx, job, taskID); err != nil {
+		return continuation{}, err
 	}
 	lt := task
 	if lt == nil {
 		lt, err = e.load(ctx, taskID, readsChildren(job.JobRow, d))
 	}
 	if err != nil {
-		if ctx.Err() != nil {
-			// Cancelled while it read its task: as above.
-			if errors.Is(context.Cause(ctx), queue.ErrJobNotRunning) {
-				return continuation{}, e.superseded(ctx, job, taskID)
-			}
-			if e.stopping.Load() {
-				return continuation{}, river.JobSnooze(stoppedTurnSnooze)
-			}
+		if ierr := e.interrupted(ctx, job, taskID); ierr != nil {
+			return continuation{}, ierr
 		}
 		return continuation{}, fmt.Errorf("workflow: loading task %s: %w", taskID, err)
 	}
@@ -719,6 +705,24 @@ func (e *Engine) runTurn(ctx context.Context, job *river.Job[taskArgs], claimed 
 		return continuation{}, err
 	}
 	return continuation{o.next, o.nextTask}, ret
+}
+
+// interrupted is what a turn whose context ended before it ran its code
+// returns instead of an outcome, as the turn that ran its code does (see
+// runTurn): an attempt that lost its job returns as superseded, recording
+// nothing, and one that Stop cancelled is put back without spending the
+// attempt. It is nil for a turn whose context has not ended, or ended for
+// another reason.
+func (e *Engine) interrupted(ctx context.Context, job *river.Job[taskArgs], taskID uuid.UUID) error {
+	switch {
+	case ctx.Err() == nil:
+		return nil
+	case errors.Is(context.Cause(ctx), queue.ErrJobNotRunning):
+		return e.superseded(ctx, job, taskID)
+	case e.stopping.Load():
+		return river.JobSnooze(stoppedTurnSnooze)
+	}
+	return nil
 }
 
 // handIn commits o with the outcomes of the turns that end at the same
