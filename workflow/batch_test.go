@@ -356,7 +356,12 @@ func TestBatchCommitsBesideABlockedOne(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The slow run's batch has recorded nothing yet: it waits on the gate.
-	for count(t, pool, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = $1 AND NOT granted`, gate) == 0 {
+	// (pg_locks shows every database's locks: other tests wait on 4242 in
+	// theirs.)
+	for count(t, pool, `
+		SELECT count(*) FROM pg_locks
+		 WHERE locktype = 'advisory' AND objid = $1 AND NOT granted
+		   AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`, gate) == 0 {
 		if ctx.Err() != nil {
 			t.Fatal("the slow run's batch never reached the gate")
 		}
