@@ -225,6 +225,104 @@ func TestSupersededByWatch(t *testing.T) {
 	}
 }
 
+// TestSupersededWhileCutOff: an attempt whose process is cut off from
+// the database goes unconfirmed, its job is rescued by another process and
+// taken by a second attempt there, and the first attempt returns while
+// still cut off. Once the link is back, the first attempt's outcome must
+// not land on the second attempt: River's completer would write it, since
+// the job is running, and the job would complete under the second
+// attempt's feet.
+func TestSupersededWhileCutOff(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	u := testdb.URL(t)
+	cutPool, link := testdb.LinkedPool(t, u)
+	pool := testdb.Pool(t, u)
+
+	firstStarted := make(chan struct{})
+	releaseFirst := make(chan struct{})
+	firstReturned := make(chan struct{})
+	secondStarted := make(chan struct{})
+	releaseSecond := make(chan struct{})
+	heartbeats := map[string]time.Duration{"supersede": 100 * time.Millisecond}
+
+	// The process that runs the first attempt: no maintenance, so that
+	// the rescue is the other process's.
+	cutWorkers := river.NewWorkers()
+	river.AddWorker(cutWorkers, river.WorkFunc(func(ctx context.Context, job *river.Job[supersedeArgs]) error {
+		defer close(firstReturned)
+		close(firstStarted)
+		<-releaseFirst // no heartbeat, no look at ctx: its code just ends
+		return nil
+	}))
+	cut := startQueue(t, cutPool, &Config{
+		Workers:             cutWorkers,
+		Heartbeats:          heartbeats,
+		MaintenanceDisabled: true,
+	})
+	res, err := cut.Insert(ctx, supersedeArgs{}, &InsertOpts{InsertOpts: river.InsertOpts{MaxAttempts: 3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := res.Job.ID
+	recv(t, firstStarted, "the first attempt")
+	link.Cut()
+
+	// The process that rescues the job and runs the second attempt.
+	workers := river.NewWorkers()
+	river.AddWorker(workers, river.WorkFunc(func(ctx context.Context, job *river.Job[supersedeArgs]) error {
+		if job.Attempt != 2 {
+			return fmt.Errorf("attempt %d reached the second process", job.Attempt)
+		}
+		close(secondStarted)
+		select {
+		case <-releaseSecond:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}))
+	startQueue(t, pool, &Config{
+		Workers:                workers,
+		Heartbeats:             heartbeats,
+		HeartbeatMisses:        2,
+		HeartbeatCheckInterval: 20 * time.Millisecond,
+		RescueRetryDelay:       time.Millisecond,
+	})
+	var releaseOnce sync.Once
+	release := func() { releaseOnce.Do(func() { close(releaseSecond) }) }
+	t.Cleanup(release) // before the Queue stops, should the test fail first
+	recv(t, secondStarted, "the second attempt, after the rescue")
+
+	close(releaseFirst)
+	recv(t, firstReturned, "the first attempt to return")
+	link.Restore()
+	eventually(t, "the first attempt's outcome to be dropped or written", func() (bool, error) {
+		if cut.pilot.dropped.Load() > 0 {
+			return true, nil
+		}
+		var state string
+		err := pool.QueryRow(ctx, `SELECT state FROM river_job WHERE id = $1`, id).Scan(&state)
+		return state != string(rivertype.JobStateRunning), err
+	})
+	job, err := cut.River().JobGet(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if job.State != rivertype.JobStateRunning || job.Attempt != 2 {
+		t.Fatalf("after the cut-off attempt returned: %s at attempt %d; want running at attempt 2", job.State, job.Attempt)
+	}
+	if got := cut.pilot.dropped.Load(); got != 1 {
+		t.Errorf("the cut-off process dropped %d outcomes, want 1", got)
+	}
+
+	release()
+	job = waitState(t, cut, id, rivertype.JobStateCompleted)
+	if job.Attempt != 2 || len(job.Errors) != 1 {
+		t.Errorf("completed at attempt %d with errors %+v; want attempt 2 with the rescue's error only", job.Attempt, job.Errors)
+	}
+}
+
 type claimArgs struct{}
 
 func (claimArgs) Kind() string { return "claim" }

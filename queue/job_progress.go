@@ -93,12 +93,38 @@ type jobContext struct {
 	// flight. The watch skips its own poll while either is recent.
 	lastBeat atomic.Int64
 	beating  atomic.Int32
+	// confirmed is when (since start) the last read or write that found
+	// the attempt owning its job was sent: a heartbeat, a progress report
+	// or a poll of the watch. An attempt that returns with none for a
+	// whole heartbeat interval reads its ownership again (see
+	// supersededOnReturn).
+	confirmed atomic.Int64
 	// superseded is set once Heartbeat, Progress or the watch found that
 	// the attempt no longer owns its job.
 	superseded atomic.Bool
 	// cancelRequested is set once the watch ended a claimed attempt whose
 	// job River's JobCancel asked to stop.
 	cancelRequested atomic.Bool
+}
+
+// confirm records that a read or write sent at sent (since start) found
+// the attempt owning its job. confirmed only moves forward.
+func (jc *jobContext) confirm(sent time.Duration) {
+	for {
+		last := jc.confirmed.Load()
+		if int64(sent) <= last || jc.confirmed.CompareAndSwap(last, int64(sent)) {
+			return
+		}
+	}
+}
+
+// unconfirmed reports whether the attempt has gone longer than its
+// heartbeat interval without confirming that it owns its job: its
+// heartbeats and the watch's polls failed, as they do while the process is
+// cut off from the database, or stalled. The rescuer may have taken the
+// job, and another attempt may run it, without this attempt knowing.
+func (jc *jobContext) unconfirmed() bool {
+	return jc.interval > 0 && time.Since(jc.start)-time.Duration(jc.confirmed.Load()) > jc.interval
 }
 
 // lose marks the attempt superseded and cancels its context.
@@ -251,6 +277,7 @@ func (jc *jobContext) record(ctx context.Context, p *progressUpdate) error {
 	var err error
 	jc.beating.Add(1)
 	defer jc.beating.Add(-1)
+	sent := time.Since(jc.start)
 	if p == nil {
 		err = jc.q.pool.QueryRow(ctx, heartbeatSQL, jc.job.ID, jc.job.Attempt, interval).Scan(&n)
 	} else {
@@ -269,6 +296,7 @@ func (jc *jobContext) record(ctx context.Context, p *progressUpdate) error {
 		return ErrJobNotRunning
 	}
 	jc.lastBeat.Store(int64(time.Since(jc.start)))
+	jc.confirm(sent)
 	return nil
 }
 
@@ -375,14 +403,18 @@ func (jc *jobContext) watch(ctx context.Context) func() {
 				continue
 			}
 			jc.q.watchPolls.Add(1)
+			sent := time.Since(jc.start)
 			o, err := jc.ownership(ctx)
 			if err != nil {
 				continue // transient; the next tick tries again
 			}
 			switch o {
+			case owned:
+				jc.confirm(sent)
 			case finished:
 				return
 			case cancelling:
+				jc.confirm(sent)
 				if jc.claimed {
 					// River's JobCancel cannot reach an attempt that
 					// its producer did not start: end it here.

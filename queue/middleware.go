@@ -275,19 +275,21 @@ func (q *Queue) attempt(ctx context.Context, job *rivertype.JobRow, doInner func
 // was superseded: Heartbeat, Progress or the watch found it so, or the
 // worker says so by returning an error wrapping ErrJobNotRunning (then
 // checked, so that a wrong claim cannot leave the job running with no
-// attempt). A superseded attempt's outcome is tagged in River's metadata
-// updates for the pilot, which drops it. Either way it tells the pilot
-// that an outcome is on its way (see pilot.beforeReport). workCtx is the context River gave
-// the middleware, which holds those updates.
+// attempt). An attempt that went a whole heartbeat interval without
+// confirming that it owns its job (unconfirmed: cut off from the
+// database, its heartbeats and the watch's polls failed) is checked too:
+// the rescuer may have given its job to another attempt meanwhile, and
+// River's completer, which checks only that the job is running, would
+// write this attempt's outcome onto that one once the link returned. A
+// superseded attempt's outcome is tagged in River's metadata updates for
+// the pilot, which drops it. Either way it tells the pilot that an outcome
+// is on its way (see pilot.beforeReport). workCtx is the context River
+// gave the middleware, which holds those updates.
 func (jc *jobContext) supersededOnReturn(workCtx context.Context, panicking bool, err error) bool {
 	superseded := jc.superseded.Load()
-	if !superseded && !panicking && errors.Is(err, ErrJobNotRunning) {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(workCtx), clearTimeout)
-		o, oerr := jc.ownership(ctx)
-		cancel()
-		// When the check fails, trust the worker: writing a superseded
-		// attempt's outcome could overwrite a live attempt's.
-		superseded = oerr != nil || o == lost
+	said := !panicking && errors.Is(err, ErrJobNotRunning)
+	if !superseded && (said || (!jc.claimed && jc.unconfirmed())) {
+		superseded = !jc.ownsOnReturn(workCtx)
 	}
 	if jc.claimed {
 		// WorkClaimed records the outcome itself, fenced on the attempt.
@@ -302,4 +304,31 @@ func (jc *jobContext) supersededOnReturn(workCtx context.Context, panicking bool
 			"job_id", jc.job.ID, "attempt", jc.job.Attempt, "error", err)
 	}
 	return true
+}
+
+// ownsOnReturn reads whether the returning attempt still owns its job,
+// retrying a failed read for up to clearTimeout. When no read succeeds it
+// reports false: writing a superseded attempt's outcome could overwrite a
+// live attempt's, while dropping a live one's outcome only leaves its job
+// to the rescuer, which retries it.
+func (jc *jobContext) ownsOnReturn(workCtx context.Context) bool {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(workCtx), clearTimeout)
+	defer cancel()
+	pause := 10 * time.Millisecond
+	for {
+		o, err := jc.ownership(ctx)
+		if err == nil {
+			return o != lost
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			jc.q.logger.WarnContext(workCtx, "queue: cannot read whether a returning attempt still owns its job; dropping its outcome",
+				"job_id", jc.job.ID, "kind", jc.job.Kind, "attempt", jc.job.Attempt, "error", err)
+			return false
+		case <-t.C:
+		}
+		pause = min(2*pause, 500*time.Millisecond)
+	}
 }
