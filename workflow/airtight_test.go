@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
@@ -425,6 +426,97 @@ func TestReconcilerSweepSettlesTasksWhoseTurnIsGoneOrCompleted(t *testing.T) {
 	}
 	if out := retryAndComplete(t, eng, gone); out != 2 {
 		t.Fatalf("output %d", out)
+	}
+}
+
+// TestReconcilerFindsAStrandedTaskAmongRetriedOnes cancels and retries
+// more runs than one look of the reconciler takes, so that each of their
+// tasks has a turn job cancelled moments ago beside its new live turn,
+// and strands one more task, whose only turn job is discarded as after a
+// crash on its last attempt. One look fails the stranded task, with an
+// error that says why, and leaves the retried ones to their turns.
+func TestReconcilerFindsAStrandedTaskAmongRetriedOnes(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	wf := workflow.Define("retried_many", func(t *workflow.Task, in int) (int, error) { return in, nil })
+	// An engine that is not started works no turn, so every turn job stays
+	// as the test leaves it, and the reconciler runs only when the test
+	// calls it.
+	eng := newEngine(t, pool, testConfig(wf))
+	ctx := ctxTimeout(t, 60*time.Second)
+	const retried = 150
+	params := make([]workflow.StartManyParams[int], retried)
+	for i := range params {
+		params[i].Input = i
+	}
+	runs, err := wf.StartMany(ctx, eng, params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range runs {
+		if err := eng.Cancel(ctx, r.ID); err != nil {
+			t.Fatal(err)
+		}
+		if err := eng.Retry(ctx, r.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stranded, err := wf.Start(ctx, eng, -1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var jobID int64
+	var maxAttempts int
+	if err := pool.QueryRow(ctx, `
+		UPDATE river_job SET state = 'discarded', attempt = max_attempts, attempted_at = now(), finalized_at = now()
+		 WHERE kind = $1 AND braid_turn_task(unique_key, args) = (SELECT id FROM braid_tasks WHERE run_id = $2)
+		RETURNING id, max_attempts`, workflow.TaskKind, stranded.ID).Scan(&jobID, &maxAttempts); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := workflow.Reconcile(ctx, eng); err != nil {
+		t.Fatal(err)
+	}
+
+	info, err := eng.Run(ctx, stranded.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type outcome struct{ Run, Task, Error string }
+	want := outcome{Run: "failed", Task: "failed", Error: fmt.Sprintf(
+		"the task's turn (job %d) was discarded after attempt %d of %d without recording an outcome", jobID, maxAttempts, maxAttempts)}
+	if diff := cmp.Diff(want, outcome{Run: info.Status, Task: info.Tasks[0].Status, Error: info.Tasks[0].Error}); diff != "" {
+		t.Errorf("the stranded run after one look of the reconciler (-want +got):\n%s", diff)
+	}
+	// The retried runs are as Retry left them: running, their task
+	// pending with one live turn.
+	type state struct {
+		Run, Task string
+		LiveTurns int
+	}
+	rows, err := pool.Query(ctx, `
+		SELECT r.status, t.status,
+		       (SELECT count(*) FROM river_job j
+		         WHERE j.kind = $1 AND braid_turn_task(j.unique_key, j.args) = t.id
+		           AND j.state IN ('available', 'pending', 'running', 'retryable', 'scheduled'))::int
+		  FROM braid_runs r JOIN braid_tasks t ON t.run_id = r.id
+		 WHERE r.id <> $2`, workflow.TaskKind, stranded.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[state]int{}
+	for rows.Next() {
+		var s state
+		if err := rows.Scan(&s.Run, &s.Task, &s.LiveTurns); err != nil {
+			t.Fatal(err)
+		}
+		got[s]++
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(map[state]int{{Run: "running", Task: "pending", LiveTurns: 1}: retried}, got); diff != "" {
+		t.Errorf("the retried runs after one look of the reconciler (-want +got):\n%s", diff)
 	}
 }
 

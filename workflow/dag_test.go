@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -525,5 +527,71 @@ func TestUndecidedNodeIsDecidedByAProcessThatKnowsTheDAG(t *testing.T) {
 	}
 	if got, err := bRef.From(res); err != nil || got != "b ran" {
 		t.Errorf("b = %q, %v", got, err)
+	}
+}
+
+// TestUndecidedNodesOfAnUnknownDAGHideNoOther leaves more undecided nodes
+// of a DAG that the deciding process does not know than one look of the
+// reconciler takes, as services that share a database would, and one of
+// a DAG it knows, left last: one look decides the node it knows and
+// leaves the others to a process that knows theirs.
+func TestUndecidedNodesOfAnUnknownDAGHideNoOther(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	a := workflow.Define("h_a", func(t *workflow.Task, in dagIn) (int, error) { return 1, nil })
+	b := workflow.Define("h_b", func(t *workflow.Task, in dagIn) (string, error) { return "b ran", nil })
+	hidden := workflow.DAG[dagIn]("hidden_dag", workflow.Node("a", a), workflow.Node("b", b, workflow.After("a")))
+	known := workflow.DAG[dagIn]("known_dag", workflow.Node("a", a), workflow.Node("b", b, workflow.After("a")))
+	ctx := ctxTimeout(t, 60*time.Second)
+
+	starter := newEngine(t, pool, testConfig(hidden, known, a, b))
+	const others = 120
+	params := make([]workflow.StartManyParams[dagIn], others)
+	for i := range params {
+		params[i].Input = dagIn{N: i}
+	}
+	if _, err := hidden.StartMany(ctx, starter, params); err != nil {
+		t.Fatal(err)
+	}
+	run, err := known.Start(ctx, starter, dagIn{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A process that runs the nodes but knows neither DAG settles every
+	// node a and leaves every node b undecided (warning of each, which
+	// this test does not need to read).
+	oldCfg := testConfig(a, b)
+	oldCfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	old := newEngine(t, pool, oldCfg)
+	if err := old.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for count(t, pool, `SELECT count(*) FROM braid_tasks WHERE key = 'b' AND status = 'blocked' AND remaining = 0`) < others+1 {
+		select {
+		case <-ctx.Done():
+			t.Fatal("the nodes b never all became undecided")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if err := old.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	deciding := newEngine(t, pool, testConfig(known, a, b))
+	if err := workflow.Reconcile(ctx, deciding); err != nil {
+		t.Fatal(err)
+	}
+
+	status, _ := nodeStatuses(t, pool, run.ID)
+	if diff := cmp.Diff(map[string]string{"a": "completed", "b": "pending"}, status); diff != "" {
+		t.Errorf("the nodes of the DAG the process knows after one look (-want +got):\n%s", diff)
+	}
+	if n := nodeTurns(t, pool, run.ID, "b"); n != 1 {
+		t.Errorf("node b of the DAG the process knows has %d turns, want 1", n)
+	}
+	if n := count(t, pool, `
+		SELECT count(*) FROM braid_tasks t JOIN braid_tasks p ON p.id = t.parent_task_id
+		 WHERE p.workflow = 'hidden_dag' AND t.key = 'b' AND t.status = 'blocked' AND t.remaining = 0`); n != others {
+		t.Errorf("%d nodes b of the unknown DAG are still undecided, want all %d", n, others)
 	}
 }

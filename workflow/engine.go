@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -263,6 +264,9 @@ type Engine struct {
 	queue    *queue.Queue
 	leases   *leases.Manager
 	registry map[string]*definition
+	// dagNames are the names of the DAGs in the registry, sorted: the
+	// reconciler decides undecided nodes of these only.
+	dagNames []string
 	tracer   trace.Tracer
 	metrics  *engineMetrics
 	logger   *slog.Logger
@@ -403,6 +407,12 @@ func NewEngine(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 	if err := checkDAGWorkflows(e.registry); err != nil {
 		return nil, err
 	}
+	for name, d := range e.registry {
+		if d.dag != nil {
+			e.dagNames = append(e.dagNames, name)
+		}
+	}
+	slices.Sort(e.dagNames)
 	var err error
 	if e.metrics, err = newEngineMetrics(c.MeterProvider); err != nil {
 		return nil, err

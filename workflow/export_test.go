@@ -47,3 +47,8 @@ func HardStopTurns(e *Engine) {
 	e.stopping.Store(true)
 	e.cancelTurns()
 }
+
+// Reconcile runs one look of the reconciler: the DAG nodes left
+// undecided, then the tasks whose turn jobs ended lately without a live
+// turn left.
+func Reconcile(ctx context.Context, e *Engine) error { return e.reconcile(ctx) }

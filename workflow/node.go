@@ -688,12 +688,23 @@ func (e *Engine) retryNodesTx(ctx context.Context, tx pgx.Tx, runID uuid.UUID) (
 // so it left the decision to a process that does. This one decides the
 // nodes of the DAGs it knows, as the settle path would have, each DAG
 // under its locks (its blocked nodes, then its root, in the lock order).
+//
+// It asks only for the roots of the DAGs it knows, those whose nodes have
+// waited longest first, up to reconcileBatch of them: the nodes of a DAG
+// that this process does not know (services sharing a database) wait for
+// a process that knows it, and however many they are, they hide none of
+// the DAGs this one knows. An engine that knows no DAG does not look.
 func (e *Engine) decideUndecidedNodes(ctx context.Context) error {
+	if len(e.dagNames) == 0 {
+		return nil
+	}
 	rows, err := e.pool.Query(ctx, `
 		SELECT t.parent_task_id, p.workflow FROM braid_tasks t JOIN braid_tasks p ON p.id = t.parent_task_id
 		 WHERE t.status = 'blocked' AND t.remaining = 0 AND t.dependents IS NOT NULL
+		   AND p.workflow = ANY($1::text[])
 		 GROUP BY t.parent_task_id, p.workflow
-		 LIMIT $1`, reconcileBatch)
+		 ORDER BY min(t.updated_at), t.parent_task_id
+		 LIMIT $2`, e.dagNames, reconcileBatch)
 	if err != nil {
 		return fmt.Errorf("workflow: reconciler: finding undecided DAG nodes: %w", err)
 	}

@@ -41,6 +41,13 @@ const reconcileLookback = 10 * time.Minute
 // starts from the turn jobs that ended so recently, which are few, so it
 // costs next to nothing while every task has its turn; reconcileSweep
 // looks at every task, less often.
+//
+// The look skips the tasks that have a live turn, as the sweep does: a
+// Retry after a Cancel leaves each task it reset with a turn job
+// cancelled moments ago and a new live turn, and a large fan-out's worth
+// of those would otherwise fill every batch, settle nothing, and end the
+// look (reconcileFrom stops at a batch that settles nothing) before it
+// reached a task that is truly stranded.
 func (e *Engine) reconcile(ctx context.Context) error {
 	if err := e.decideUndecidedNodes(ctx); err != nil {
 		return err
@@ -50,6 +57,8 @@ func (e *Engine) reconcile(ctx context.Context) error {
 		  JOIN braid_tasks t ON t.id = braid_turn_task(j.unique_key, j.args)
 		 WHERE j.state IN ('discarded', 'cancelled') AND j.finalized_at > braid_now() - $2::bigint * interval '1 microsecond'
 		   AND j.kind = $1 AND t.status IN ('pending', 'running')
+		   AND NOT EXISTS (SELECT 1 FROM river_job l
+		                    WHERE l.kind = $1 AND braid_turn_task(l.unique_key, l.args) = t.id AND l.state IN `+liveJobStates+`)
 		 LIMIT $3`, reconcileLookback.Microseconds())
 }
 
