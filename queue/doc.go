@@ -162,6 +162,16 @@
 // own job (with river.JobCompleteTx, before returning), the watch stops
 // quietly.
 //
+// A process cut off from the database cannot learn that way that its
+// attempt was rescued: its heartbeats and the watch's polls fail, while
+// another process rescues the job and runs the next attempt. So an
+// attempt that returns without having confirmed, for a whole heartbeat
+// interval, that it owns its job reads its job row before its outcome
+// goes to River, retrying for up to 5 s. An attempt found superseded, or
+// whose row cannot be read, has its outcome dropped: a live attempt's
+// dropped outcome leaves its job to the rescuer, which retries it, while a
+// superseded one's written outcome would overwrite the next attempt's.
+//
 // # Recovery time
 //
 // When a process dies, its attempt of a heartbeat kind is running again on
