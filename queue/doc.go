@@ -153,6 +153,15 @@
 // or else its start (River's attempted_at). River reuses an attempt number after a snooze, so a
 // progress row written before the job's current start is ignored.
 //
+// No sign counts as older than the database server's start
+// (pg_postmaster_start_time). While the server is down no attempt can
+// heartbeat and no outcome can be written; once it is back, every attempt
+// has its full HeartbeatMisses intervals to heartbeat again. A worker that
+// returned meanwhile retries the end of its heartbeat for up to 5 s, so
+// that River's completer, which retries its failed batches too, has its 5 s
+// to write the outcome. A job that completed during a restart is thus not
+// rescued and run again (or, on its last attempt, made a dead letter).
+//
 // While an attempt of a heartbeat kind runs, the middleware also watches
 // its job row a few times per interval (skipping the poll while a
 // heartbeat, which checks the same, is recent); when the attempt no longer

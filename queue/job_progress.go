@@ -300,17 +300,34 @@ func (jc *jobContext) record(ctx context.Context, p *progressUpdate) error {
 	return nil
 }
 
-// clear ends the attempt's heartbeat, so the rescuer no longer considers
-// it. It runs after the worker returned, whatever its context's state.
+// clear ends the attempt's heartbeat, which gives River's completer 5 s
+// to write the outcome before the rescuer may take the job back (see
+// lastSignSQL). It runs after the worker returned, whatever its context's
+// state, and retries a failed write for up to clearTimeout: while the
+// database restarts, the attempt's last heartbeat ages, and once the
+// server is back the rescuer would otherwise take back a job whose
+// outcome River's completer is about to write.
 func (jc *jobContext) clear() {
 	ctx, cancel := context.WithTimeout(context.Background(), clearTimeout)
 	defer cancel()
-	_, err := jc.q.pool.Exec(ctx,
-		`UPDATE braid_job_progress SET heartbeat_at = NULL, updated_at = now() WHERE job_id = $1 AND attempt = $2 AND heartbeat_at IS NOT NULL`,
-		jc.job.ID, jc.job.Attempt)
-	if err != nil {
-		jc.q.logger.WarnContext(ctx, "queue: ending the heartbeat of an attempt failed",
-			"job_id", jc.job.ID, "attempt", jc.job.Attempt, "error", err)
+	pause := 10 * time.Millisecond
+	for {
+		_, err := jc.q.pool.Exec(ctx,
+			`UPDATE braid_job_progress SET heartbeat_at = NULL, updated_at = now() WHERE job_id = $1 AND attempt = $2 AND heartbeat_at IS NOT NULL`,
+			jc.job.ID, jc.job.Attempt)
+		if err == nil {
+			return
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			jc.q.logger.WarnContext(ctx, "queue: ending the heartbeat of an attempt failed",
+				"job_id", jc.job.ID, "attempt", jc.job.Attempt, "error", err)
+			return
+		case <-t.C:
+		}
+		pause = min(2*pause, 500*time.Millisecond)
 	}
 }
 

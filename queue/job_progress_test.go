@@ -349,3 +349,58 @@ func TestProgressOutsideJob(t *testing.T) {
 		t.Error("JobFromContext found a job in a background context")
 	}
 }
+
+// TestRestartLeavesAReturnedAttemptToTheCompleter: the database stops
+// while an attempt heartbeats; its worker returns, successfully, while the
+// server is down, and the server comes back after longer than the
+// attempt's HeartbeatMisses intervals. The rescuer must not take the job
+// back before River's completer writes the outcome: the job completes at
+// its first attempt, with no error recorded.
+func TestRestartLeavesAReturnedAttemptToTheCompleter(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	server := testdb.Private(t)
+	beats := make(chan struct{}, 1)
+	release := make(chan struct{})
+	workers := river.NewWorkers()
+	river.AddWorker(workers, river.WorkFunc(func(ctx context.Context, job *river.Job[liveArgs]) error {
+		for {
+			select {
+			case <-release:
+				return nil
+			case <-time.After(50 * time.Millisecond):
+			}
+			if Heartbeat(ctx) == nil { // fails while the server is down
+				select {
+				case beats <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}))
+	q := startQueue(t, testdb.Pool(t, server.URL), &Config{
+		Workers:                workers,
+		Heartbeats:             map[string]time.Duration{"hb_live": 500 * time.Millisecond},
+		HeartbeatMisses:        2,
+		HeartbeatCheckInterval: 20 * time.Millisecond,
+		RescueRetryDelay:       time.Millisecond,
+	})
+	res, err := q.Insert(ctx, liveArgs{}, &InsertOpts{InsertOpts: river.InsertOpts{MaxAttempts: 3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recv(t, beats, "a heartbeat")
+
+	server.Stop(t)
+	close(release)
+	// Down for longer than the 2 intervals of 500 ms the rescuer allows.
+	time.Sleep(2 * time.Second)
+	server.Start(t)
+
+	job := waitState(t, q, res.Job.ID, rivertype.JobStateCompleted, rivertype.JobStateAvailable,
+		rivertype.JobStateRetryable, rivertype.JobStateDiscarded)
+	if job.State != rivertype.JobStateCompleted || job.Attempt != 1 || len(job.Errors) != 0 {
+		t.Fatalf("after the restart: %s at attempt %d with errors %+v; want completed at attempt 1 with none",
+			job.State, job.Attempt, job.Errors)
+	}
+}

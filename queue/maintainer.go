@@ -113,7 +113,14 @@ const silentSQL = `
 // River's completer writes outcomes in batches, every 250 ms when idle,
 // and retries a batch that failed. Were the process to die in between,
 // the job is still rescued.
-const lastSignSQL = `COALESCE(p.heartbeat_at, p.updated_at + interval '5 seconds', j.attempted_at)`
+//
+// No sign counts as older than the database server's start: while the
+// server was down no attempt could heartbeat, and no outcome could be
+// written. After a restart every attempt gets its full HeartbeatMisses
+// intervals to heartbeat again, and every returned one to have its
+// heartbeat ended (clear) and its outcome written, rather than being
+// rescued the moment the server is back.
+const lastSignSQL = `greatest(COALESCE(p.heartbeat_at, p.updated_at + interval '5 seconds', j.attempted_at), pg_postmaster_start_time())`
 
 // findStale lists running attempts that have been silent for longer than
 // HeartbeatMisses of their heartbeat intervals, on the database clock.
