@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
+	"github.com/braidflow/braid/queue"
 	"github.com/braidflow/braid/testutil"
 	"github.com/braidflow/braid/workflow"
 )
@@ -482,8 +483,8 @@ func TestCancelADAGRun(t *testing.T) {
 // TestUndecidedNodeIsDecidedByAProcessThatKnowsTheDAG settles a node's
 // last dependency in a process that runs the node workflows but does not
 // know their DAG, as during a rolling deploy: the dependent is left
-// blocked with nothing to wait for, and the reconciler of a process that
-// knows the DAG decides it.
+// blocked with nothing to wait for, and a process that knows the DAG
+// decides it.
 func TestUndecidedNodeIsDecidedByAProcessThatKnowsTheDAG(t *testing.T) {
 	t.Parallel()
 	pool := testutil.DB(t)
@@ -531,9 +532,9 @@ func TestUndecidedNodeIsDecidedByAProcessThatKnowsTheDAG(t *testing.T) {
 }
 
 // TestUndecidedNodesOfAnUnknownDAGHideNoOther leaves more undecided nodes
-// of a DAG that the deciding process does not know than one look of the
-// reconciler takes, as services that share a database would, and one of
-// a DAG it knows, left last: one look decides the node it knows and
+// of a DAG that the deciding process does not know than one look takes,
+// as services that share a database would, and one of a DAG it knows,
+// left last: one look decides the node it knows and
 // leaves the others to a process that knows theirs.
 func TestUndecidedNodesOfAnUnknownDAGHideNoOther(t *testing.T) {
 	t.Parallel()
@@ -578,7 +579,7 @@ func TestUndecidedNodesOfAnUnknownDAGHideNoOther(t *testing.T) {
 	}
 
 	deciding := newEngine(t, pool, testConfig(known, a, b))
-	if err := workflow.Reconcile(ctx, deciding); err != nil {
+	if err := workflow.DecideUndecidedNodes(ctx, deciding); err != nil {
 		t.Fatal(err)
 	}
 
@@ -593,5 +594,67 @@ func TestUndecidedNodesOfAnUnknownDAGHideNoOther(t *testing.T) {
 		SELECT count(*) FROM braid_tasks t JOIN braid_tasks p ON p.id = t.parent_task_id
 		 WHERE p.workflow = 'hidden_dag' AND t.key = 'b' AND t.status = 'blocked' AND t.remaining = 0`); n != others {
 		t.Errorf("%d nodes b of the unknown DAG are still undecided, want all %d", n, others)
+	}
+}
+
+// TestUndecidedNodeIsDecidedByAProcessThatDoesNotLead: as services that
+// share a database, the process that settles a node's last dependency,
+// and holds the maintenance lease throughout, does not know the node's
+// DAG; another process, which knows the DAG but leads nothing, decides the
+// node.
+func TestUndecidedNodeIsDecidedByAProcessThatDoesNotLead(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	a := workflow.Define("l_a", func(t *workflow.Task, in dagIn) (int, error) { return 1, nil })
+	b := workflow.Define("l_b", func(t *workflow.Task, in dagIn) (string, error) { return "b ran", nil })
+	bRef := workflow.Node("b", b, workflow.After("a"))
+	dag := workflow.DAG[dagIn]("leaderless_dag", workflow.Node("a", a), bRef)
+	ctx := ctxTimeout(t, 30*time.Second)
+
+	other := newEngine(t, pool, testConfig(a, b))
+	if err := other.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = other.Stop(context.Background()) })
+	holder := func() string {
+		t.Helper()
+		var h string
+		for {
+			err := pool.QueryRow(ctx, `SELECT holder FROM braid_leases WHERE name = $1 AND expires_at > now()`, queue.MaintenanceLease).Scan(&h)
+			if err == nil {
+				return h
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("reading the maintenance lease: %v", err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	lead := holder()
+
+	owner := newEngine(t, pool, testConfig(dag, a, b))
+	run, err := dag.Start(ctx, owner, dagIn{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for count(t, pool, `SELECT count(*) FROM braid_tasks WHERE run_id = $1 AND key = 'b' AND status = 'blocked' AND remaining = 0`, run.ID) != 1 {
+		select {
+		case <-ctx.Done():
+			t.Fatal("node b never became undecided")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if err := owner.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	res, err := run.Result(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := bRef.From(res); err != nil || got != "b ran" {
+		t.Errorf("b = %q, %v", got, err)
+	}
+	if h := holder(); h != lead {
+		t.Errorf("the maintenance lease moved from %s to %s; the test needs its first holder to keep it", lead, h)
 	}
 }

@@ -89,9 +89,11 @@
 // A node's turn spans carry dag and dag.node attributes; a released
 // node's first turn links to the turn of the node that released it
 // ("releasing node"). Should the process that settles a node's last
-// dependency not know its DAG (a rolling deploy), the node stays blocked
-// with nothing to wait for, and the reconciler of a process that knows the
-// DAG decides it.
+// dependency not know its DAG (a rolling deploy, or services that share a
+// database), the node stays blocked with nothing to wait for, and a
+// process that knows the DAG decides it: every process that knows a DAG
+// looks for such nodes every Config.ReconcileInterval, whether or not it
+// holds the maintenance lease.
 //
 // # Turns and replay
 //

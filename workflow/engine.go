@@ -264,8 +264,9 @@ type Engine struct {
 	queue    *queue.Queue
 	leases   *leases.Manager
 	registry map[string]*definition
-	// dagNames are the names of the DAGs in the registry, sorted: the
-	// reconciler decides undecided nodes of these only.
+	// dagNames are the names of the DAGs in the registry, sorted: this
+	// process decides the undecided nodes of these only
+	// (decideUndecidedNodes).
 	dagNames []string
 	tracer   trace.Tracer
 	metrics  *engineMetrics
@@ -540,6 +541,9 @@ func (e *Engine) Start(ctx context.Context) error {
 			defer e.wg.Done()
 			_ = e.leases.Lead(runCtx, DelayLease, e.processDelays)
 		}()
+	}
+	if len(e.dagNames) > 0 {
+		e.wg.Go(func() { e.decideNodesEvery(runCtx, e.cfg.ReconcileInterval) })
 	}
 	return nil
 }

@@ -48,7 +48,9 @@ func HardStopTurns(e *Engine) {
 	e.cancelTurns()
 }
 
-// Reconcile runs one look of the reconciler: the DAG nodes left
-// undecided, then the tasks whose turn jobs ended lately without a live
-// turn left.
+// Reconcile runs one look of the reconciler: the tasks whose turn jobs
+// ended lately without a live turn left.
 func Reconcile(ctx context.Context, e *Engine) error { return e.reconcile(ctx) }
+
+// DecideUndecidedNodes runs one look for the DAG nodes left undecided.
+func DecideUndecidedNodes(ctx context.Context, e *Engine) error { return e.decideUndecidedNodes(ctx) }

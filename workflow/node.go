@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -385,10 +386,11 @@ func (e *Engine) decide(ctx context.Context, tx pgx.Tx, cands []releaseCandidate
 			n = spec.node(c.key)
 		}
 		if n == nil {
-			// This process does not know the DAG (a rolling deploy): the
-			// node stays blocked with nothing left to wait for, and the
-			// reconciler of a process that knows it decides.
-			e.logger.WarnContext(ctx, "workflow: a DAG node's dependencies are final, but this process does not know its DAG; leaving it to the reconciler",
+			// This process does not know the DAG (a rolling deploy, or
+			// another service's DAG): the node stays blocked with nothing
+			// left to wait for, and a process that knows the DAG decides
+			// it (decideUndecidedNodes).
+			e.logger.WarnContext(ctx, "workflow: a DAG node's dependencies are final, but this process does not know its DAG; leaving it to a process that does",
 				"dag", c.dag, "node", c.key, "task.id", c.tr.taskID)
 			continue
 		}
@@ -682,12 +684,33 @@ func (e *Engine) retryNodesTx(ctx context.Context, tx pgx.Tx, runID uuid.UUID) (
 	return append(wake, released...), nil
 }
 
-// decideUndecidedNodes is the reconciler's look for DAG nodes left
-// blocked with no dependency left to wait for: the process that settled
-// their last dependency did not know their DAG (during a rolling deploy),
-// so it left the decision to a process that does. This one decides the
-// nodes of the DAGs it knows, as the settle path would have, each DAG
-// under its locks (its blocked nodes, then its root, in the lock order).
+// decideNodesEvery runs decideUndecidedNodes every interval until ctx
+// ends. Every process that knows a DAG runs it, not only the maintenance
+// lease's holder: services that share a database each know their own
+// DAGs, and the holder may know none of another's.
+func (e *Engine) decideNodesEvery(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := e.decideUndecidedNodes(ctx); err != nil && ctx.Err() == nil {
+			e.logger.ErrorContext(ctx, "workflow: deciding undecided DAG nodes failed", "error", err)
+		}
+	}
+}
+
+// decideUndecidedNodes is the look for DAG nodes left blocked with no
+// dependency left to wait for: the process that settled their last
+// dependency did not know their DAG (during a rolling deploy, or in a
+// service that shares the database), so it left the decision to a process
+// that does. This one decides the nodes of the DAGs it knows, as the
+// settle path would have, each DAG under its locks (its blocked nodes,
+// then its root, in the lock order), so that processes that look at the
+// same time decide each node once.
 //
 // It asks only for the roots of the DAGs it knows, those whose nodes have
 // waited longest first, up to reconcileBatch of them: the nodes of a DAG
@@ -706,7 +729,7 @@ func (e *Engine) decideUndecidedNodes(ctx context.Context) error {
 		 ORDER BY min(t.updated_at), t.parent_task_id
 		 LIMIT $2`, e.dagNames, reconcileBatch)
 	if err != nil {
-		return fmt.Errorf("workflow: reconciler: finding undecided DAG nodes: %w", err)
+		return fmt.Errorf("workflow: finding undecided DAG nodes: %w", err)
 	}
 	type dagRef struct {
 		root uuid.UUID
@@ -717,7 +740,7 @@ func (e *Engine) decideUndecidedNodes(ctx context.Context) error {
 		return r, row.Scan(&r.root, &r.dag)
 	})
 	if err != nil {
-		return fmt.Errorf("workflow: reconciler: finding undecided DAG nodes: %w", err)
+		return fmt.Errorf("workflow: finding undecided DAG nodes: %w", err)
 	}
 	var errs []error
 	for _, r := range refs {
@@ -760,7 +783,7 @@ func (e *Engine) decideUndecidedNodes(ctx context.Context) error {
 			return e.wakeTurns(ctx, tx, append(released, wake...))
 		})
 		if err != nil {
-			errs = append(errs, fmt.Errorf("workflow: reconciler: deciding the nodes of DAG %q (root task %s): %w", r.dag, r.root, err))
+			errs = append(errs, fmt.Errorf("workflow: deciding the nodes of DAG %q (root task %s): %w", r.dag, r.root, err))
 			continue
 		}
 		fin.record(ctx, e.metrics)

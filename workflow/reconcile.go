@@ -49,9 +49,6 @@ const reconcileLookback = 10 * time.Minute
 // look (reconcileFrom stops at a batch that settles nothing) before it
 // reached a task that is truly stranded.
 func (e *Engine) reconcile(ctx context.Context) error {
-	if err := e.decideUndecidedNodes(ctx); err != nil {
-		return err
-	}
 	return e.reconcileFrom(ctx, `
 		SELECT DISTINCT t.id FROM river_job j
 		  JOIN braid_tasks t ON t.id = braid_turn_task(j.unique_key, j.args)
