@@ -140,9 +140,11 @@
 // most one job per row is ever live, however long it waits in its queue.
 // Normally the middleware (below) releases the row when the job ends.
 // Config.RecurringStaleAfter only guards a run that ended without its
-// outcome being recorded, say because the process died after the job
-// finished: such a row is claimed again once it has been claimed for
-// longer than that.
+// outcome being recorded, say because the process died in the handler or
+// after it: such a row is reclaimed once it has been claimed for longer
+// than that, and the lost run counts as a failed run (below), so that a
+// handler that kills its process every time parks its row as a dead
+// letter rather than kill a process every RecurringStaleAfter.
 //
 // # Outcomes and dead letters
 //
@@ -154,8 +156,9 @@
 // 1m·2^(n-1), capped at 24h, ±20% by default) and counts
 // consecutive_failures; after
 // RecurringConfig.MaxFailures in a row it is parked as a dead letter until
-// Revive. River itself never retries these jobs: the row's backoff is the
-// retry. The stored error text goes through queue.SanitizeErrorText (no
+// Revive. A reclaimed run counts as a failure in the same way, by the
+// middleware given as Config.Recurring. River itself never retries these
+// jobs: the row's backoff is the retry. The stored error text goes through queue.SanitizeErrorText (no
 // NUL bytes, valid UTF-8, at most queue.MaxErrorBytesDefault).
 //
 // # Starting and stopping
@@ -172,7 +175,7 @@
 //
 //	mw, err := scheduler.NewRecurringMiddleware(pool, &scheduler.RecurringConfig{MaxFailures: 8})
 //	q, err := queue.New(pool, &queue.Config{Workers: workers, Middleware: []rivertype.Middleware{mw}})
-//	s, err := scheduler.New(pool, &scheduler.Config{Queue: q, Workflows: engine})
+//	s, err := scheduler.New(pool, &scheduler.Config{Queue: q, Workflows: engine, Recurring: mw})
 //	err = q.Start(ctx)
 //	err = s.Start(ctx)
 //	defer s.Stop(ctx) // returns once the scheduler's goroutines have returned

@@ -398,6 +398,8 @@ type claimedRow struct {
 	queue    string
 	priority int16
 	previous *time.Time // running_since before the claim: set when reclaimed
+	failures int32      // consecutive_failures
+	lastJob  string     // the state of the row's last River job, and its last error
 }
 
 // claimRecurring claims due recurring jobs and inserts their River jobs in
@@ -429,29 +431,48 @@ WITH due AS (
 )
 UPDATE braid_recurring r SET running_since = braid_now(), updated_at = braid_now()
 FROM due WHERE r.id = due.id
-RETURNING r.id, r.kind, r.key, r.args, r.queue, r.priority, due.previous`,
+RETURNING r.id, r.kind, r.key, r.args, r.queue, r.priority, due.previous, r.consecutive_failures,
+    (SELECT coalesce(j.state::text, 'deleted') || coalesce(': ' || (j.errors[cardinality(j.errors)]->>'error'), '')
+       FROM (SELECT 1) AS one LEFT JOIN river_job j ON j.id = r.job_id)`,
 		s.cfg.RecurringStaleAfter.Microseconds(), s.cfg.RecurringBatchSize)
 	if err != nil {
 		return 0, fmt.Errorf("scheduler: claiming recurring jobs: %w", err)
 	}
 	claimed, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (claimedRow, error) {
 		var c claimedRow
-		err := row.Scan(&c.id, &c.kind, &c.key, &c.args, &c.queue, &c.priority, &c.previous)
+		err := row.Scan(&c.id, &c.kind, &c.key, &c.args, &c.queue, &c.priority, &c.previous, &c.failures, &c.lastJob)
 		return c, err
 	})
 	if err != nil {
 		return 0, fmt.Errorf("scheduler: claiming recurring jobs: %w", err)
 	}
-	if len(claimed) == 0 {
+	n := len(claimed)
+	if n == 0 {
 		return 0, nil
+	}
+	// A reclaimed row's run was lost: it counts as a failed run, and the
+	// row backs off (or is parked) rather than run at once.
+	var run []claimedRow
+	for _, c := range claimed {
+		if c.previous == nil {
+			run = append(run, c)
+			continue
+		}
+		msg := fmt.Sprintf("the run claimed at %s ended without recording an outcome (its River job: %s); its process may have died",
+			c.previous.UTC().Format(time.RFC3339), c.lastJob)
+		s.logger.WarnContext(ctx, "scheduler: reclaimed a recurring job whose run ended without a recorded outcome; counting it as a failure",
+			slog.String("kind", c.kind), slog.String("key", c.key), slog.Time("running_since", *c.previous), slog.String("river_job", c.lastJob))
+		if err := s.failures.recordFailure(ctx, tx, c.id, c.kind, int(c.failures)+1, msg); err != nil {
+			return 0, err
+		}
+	}
+	claimed = run
+	if len(claimed) == 0 {
+		return n, commit(ctx, tx)
 	}
 
 	params := make([]queue.InsertManyParams, len(claimed))
 	for i, c := range claimed {
-		if c.previous != nil {
-			s.logger.WarnContext(ctx, "scheduler: reclaiming a recurring job whose run ended without a recorded outcome",
-				slog.String("kind", c.kind), slog.String("key", c.key), slog.Time("running_since", *c.previous))
-		}
 		meta, err := json.Marshal(map[string]any{MetadataRecurringID: c.id, MetadataRecurringKey: c.key})
 		if err != nil {
 			return 0, err
@@ -505,7 +526,7 @@ FROM unnest($1::bigint[], $2::bigint[]) AS v(id, job_id) WHERE r.id = v.id`, ids
 		return 0, err
 	}
 	s.logger.DebugContext(ctx, "scheduler: claimed recurring jobs", slog.Int("count", len(ids)))
-	return len(claimed), nil
+	return n, nil
 }
 
 func insertManySavepoint(ctx context.Context, tx pgx.Tx, q *queue.Queue, params []queue.InsertManyParams) ([]*rivertype.JobInsertResult, error) {

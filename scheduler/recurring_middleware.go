@@ -86,8 +86,9 @@ type RecurringConfig struct {
 //     error is returned to River, so the attempt fails (and its River job
 //     ends discarded) as any other. A panic never escapes.
 //
-// A row whose run was reclaimed as stale, or that was deleted, ignores the
-// late outcome of the old run.
+// A row whose run was reclaimed as stale (the run then counts as a
+// failure; see Config.Recurring), or that was deleted, ignores the late
+// outcome of the old run.
 //
 // The span of the run (the queue's river.job <kind> span, when the
 // middleware is installed after braid's own, as Config.Middleware of the
@@ -110,19 +111,29 @@ func NewRecurringMiddleware(pool *pgxpool.Pool, cfg *RecurringConfig) (*Recurrin
 	if pool == nil {
 		return nil, errors.New("scheduler: NewRecurringMiddleware needs a non-nil pool")
 	}
+	c, err := recurringConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &RecurringMiddleware{pool: pool, cfg: c}, nil
+}
+
+// recurringConfig is cfg with its defaults filled in, or an error naming
+// the offending field.
+func recurringConfig(cfg *RecurringConfig) (RecurringConfig, error) {
 	var c RecurringConfig
 	if cfg != nil {
 		c = *cfg
 	}
 	if c.Interval < 0 {
-		return nil, fmt.Errorf("scheduler: RecurringConfig.Interval is %s; it must be positive (or zero for the default %s)", c.Interval, RecurringIntervalDefault)
+		return c, fmt.Errorf("scheduler: RecurringConfig.Interval is %s; it must be positive (or zero for the default %s)", c.Interval, RecurringIntervalDefault)
 	}
 	if c.Interval == 0 {
 		c.Interval = RecurringIntervalDefault
 	}
 	for kind, d := range c.Intervals {
 		if d <= 0 {
-			return nil, fmt.Errorf("scheduler: RecurringConfig.Intervals[%q] is %s; it must be positive", kind, d)
+			return c, fmt.Errorf("scheduler: RecurringConfig.Intervals[%q] is %s; it must be positive", kind, d)
 		}
 	}
 	if c.MaxFailures == 0 {
@@ -132,12 +143,12 @@ func NewRecurringMiddleware(pool *pgxpool.Pool, cfg *RecurringConfig) (*Recurrin
 		c.Backoff = queue.DefaultBackoff
 	}
 	if err := c.Backoff.Validate(); err != nil {
-		return nil, fmt.Errorf("scheduler: RecurringConfig.Backoff: %w", err)
+		return c, fmt.Errorf("scheduler: RecurringConfig.Backoff: %w", err)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	return &RecurringMiddleware{pool: pool, cfg: c}, nil
+	return c, nil
 }
 
 type runStateKey struct{}
@@ -272,23 +283,34 @@ WHERE id = $1 AND job_id = $2 AND running_since IS NOT NULL FOR UPDATE`, id, job
 		if err != nil {
 			return err
 		}
-		count := int(failures) + 1
-		dead := m.cfg.MaxFailures > 0 && count >= m.cfg.MaxFailures
-		if _, err := tx.Exec(ctx, `
-UPDATE braid_recurring SET running_since = NULL, last_run_at = braid_now(), consecutive_failures = $2, last_error = $3,
-    next_run_at = braid_now() + $4::bigint * interval '1 microsecond',
-    dead_at = CASE WHEN $5 THEN braid_now() ELSE dead_at END, updated_at = braid_now()
-WHERE id = $1`, id, count, queue.SanitizeErrorText(runErr.Error(), 0), m.cfg.Backoff.Delay(count).Microseconds(), dead); err != nil {
+		if err := m.cfg.recordFailure(ctx, tx, id, job.Kind, int(failures)+1, runErr.Error()); err != nil {
 			return err
-		}
-		if dead {
-			m.cfg.Logger.WarnContext(ctx, "scheduler: recurring job parked as a dead letter", slog.String("kind", job.Kind),
-				slog.Int64("recurring_id", id), slog.Int("consecutive_failures", count), slog.String("error", runErr.Error()))
 		}
 		n = 1
 		return notify(ctx, tx)
 	})
 	m.recorded(ctx, job, n, err)
+}
+
+// recordFailure records the count-th consecutive failure of the recurring
+// row id, locked by tx, with its error: the row backs off (Backoff), or is
+// parked as a dead letter at MaxFailures. The outcome of a failed run and
+// a run lost with its process (reclaimed by the scheduler) both go
+// through it.
+func (c *RecurringConfig) recordFailure(ctx context.Context, tx pgx.Tx, id int64, kind string, count int, errText string) error {
+	dead := c.MaxFailures > 0 && count >= c.MaxFailures
+	if _, err := tx.Exec(ctx, `
+UPDATE braid_recurring SET running_since = NULL, last_run_at = braid_now(), consecutive_failures = $2, last_error = $3,
+    next_run_at = braid_now() + $4::bigint * interval '1 microsecond',
+    dead_at = CASE WHEN $5 THEN braid_now() ELSE dead_at END, updated_at = braid_now()
+WHERE id = $1`, id, count, queue.SanitizeErrorText(errText, 0), c.Backoff.Delay(count).Microseconds(), dead); err != nil {
+		return fmt.Errorf("scheduler: recording the failure of recurring job %d: %w", id, err)
+	}
+	if dead {
+		c.Logger.WarnContext(ctx, "scheduler: recurring job parked as a dead letter", slog.String("kind", kind),
+			slog.Int64("recurring_id", id), slog.Int("consecutive_failures", count), slog.String("error", errText))
+	}
+	return nil
 }
 
 func (m *RecurringMiddleware) recorded(ctx context.Context, job *rivertype.JobRow, n int64, err error) {

@@ -287,17 +287,15 @@ func TestStaleRunReclaimed(t *testing.T) {
 		t.Fatalf("reclaimed while its job is still waiting: %d jobs", n)
 	}
 	// The job finished, but its outcome was never recorded (the process
-	// died after the handler): past the threshold the row is claimed again.
+	// died after the handler): past the threshold the row is reclaimed,
+	// and the lost run counts as a failure that backs off.
 	exec(t, pool, `UPDATE river_job SET state = 'completed', finalized_at = now()`)
 	tick(t, s)
-	if n := riverJobs(t, pool, "k"); n != 2 {
-		t.Fatalf("%d jobs, want 2 once the job finished unrecorded after the stale threshold", n)
+	if n := riverJobs(t, pool, "k"); n != 1 {
+		t.Fatalf("%d jobs, want 1: a reclaimed row backs off before it runs again", n)
 	}
 	r, _ := s.GetRecurring(ctx, "ping", "k")
-	newest := queryValue[int64](t, pool, `SELECT max(id) FROM river_job`)
-	if r.JobID == nil || *r.JobID != newest || r.RunningSince == nil || time.Since(*r.RunningSince) > time.Minute {
-		t.Fatalf("reclaimed row: job %v since %v; want job %d, running since now", r.JobID, r.RunningSince, newest)
-	}
+	checkLostRun(t, r, 1, "completed")
 
 	// The outcome of the old, reclaimed run is ignored.
 	oldest := queryValue[int64](t, pool, `SELECT min(id) FROM river_job`)
@@ -310,17 +308,97 @@ func TestStaleRunReclaimed(t *testing.T) {
 		t.Errorf("late outcome of a reclaimed run changed the row (-before +after):\n%s", diff)
 	}
 
-	// A job deleted from river_job is gone: the row is claimed again once
-	// stale, and not before.
+	// Once due again, the row runs again.
+	exec(t, pool, `UPDATE braid_recurring SET next_run_at = now()`)
+	tick(t, s)
+	if n := riverJobs(t, pool, "k"); n != 2 {
+		t.Fatalf("%d jobs, want 2 once the reclaimed row is due again", n)
+	}
+	r, _ = s.GetRecurring(ctx, "ping", "k")
+	newest := queryValue[int64](t, pool, `SELECT max(id) FROM river_job`)
+	if r.JobID == nil || *r.JobID != newest || r.RunningSince == nil {
+		t.Fatalf("row due again: job %v since %v; want job %d, running", r.JobID, r.RunningSince, newest)
+	}
+
+	// A job deleted from river_job is gone: the row is reclaimed once
+	// stale, and not before, and the lost run counts.
 	exec(t, pool, `DELETE FROM river_job WHERE id = $1`, newest)
 	tick(t, s)
-	if n := riverJobs(t, pool, "k"); n != 1 {
-		t.Fatalf("%d jobs after deleting the live one, want 1 (not stale yet)", n)
+	if r, _ := s.GetRecurring(ctx, "ping", "k"); r.RunningSince == nil || r.ConsecutiveFailures != 1 {
+		t.Fatalf("after deleting the live job: running since %v, %d failures; want still running, not stale yet", r.RunningSince, r.ConsecutiveFailures)
 	}
 	exec(t, pool, `UPDATE braid_recurring SET running_since = now() - interval '61 seconds'`)
 	tick(t, s)
-	if n := riverJobs(t, pool, "k"); n != 2 {
-		t.Fatalf("%d jobs, want 2 once the deleted job's row is stale", n)
+	r, _ = s.GetRecurring(ctx, "ping", "k")
+	checkLostRun(t, r, 2, "deleted")
+	if n := riverJobs(t, pool, "k"); n != 1 {
+		t.Fatalf("%d jobs, want 1: the reclaimed row backs off", n)
+	}
+}
+
+// checkLostRun checks a recurring row just reclaimed after a lost run: not
+// running, failures consecutive failures, an error naming the lost run and
+// the state of its River job, and its next run a backoff away.
+func checkLostRun(t *testing.T, r *Recurring, failures int, jobState string) {
+	t.Helper()
+	if r.RunningSince != nil || r.ConsecutiveFailures != failures {
+		t.Errorf("reclaimed row: running since %v with %d failures; want not running, %d failures", r.RunningSince, r.ConsecutiveFailures, failures)
+	}
+	if !strings.Contains(r.LastError, "ended without recording an outcome") || !strings.Contains(r.LastError, "River job: "+jobState) {
+		t.Errorf("reclaimed row's error = %q; want it to name the lost run and its job's state %q", r.LastError, jobState)
+	}
+	if wait := time.Until(r.NextRunAt); wait < 30*time.Second {
+		t.Errorf("reclaimed row runs again in %s; want a backoff of about a minute", wait)
+	}
+	if r.DeadAt != nil {
+		t.Errorf("reclaimed row parked at %v after %d failures", r.DeadAt, failures)
+	}
+}
+
+// TestLostRunsParkTheRecurringJob: a recurring job whose runs end with no
+// outcome recorded, as when its handler kills its process, is parked as a
+// dead letter after the middleware's MaxFailures, as failed runs are,
+// rather than be reclaimed and run for ever.
+func TestLostRunsParkTheRecurringJob(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.DB(t)
+	mw, err := NewRecurringMiddleware(pool, &RecurringConfig{MaxFailures: 2, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newScheduler(t, pool, &Config{Queue: insertOnlyQueue(t, pool), RecurringStaleAfter: time.Minute, Recurring: mw})
+	if _, err := s.Ensure(ctx, "ping", "crash", nil, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	for lost := 1; lost <= 2; lost++ {
+		tick(t, s)
+		if n := riverJobs(t, pool, "crash"); n != lost {
+			t.Fatalf("before lost run %d: %d jobs, want %d", lost, n, lost)
+		}
+		// The process dies in the handler: the rescuer discards the
+		// River job (one attempt), and nothing records the outcome.
+		exec(t, pool, `UPDATE river_job SET state = 'discarded', finalized_at = now(),
+    errors = array_append(errors, '{"attempt": 1, "error": "heartbeat lost"}'::jsonb) WHERE state <> 'discarded'`)
+		exec(t, pool, `UPDATE braid_recurring SET running_since = now() - interval '61 seconds'`)
+		tick(t, s)
+		r, _ := s.GetRecurring(ctx, "ping", "crash")
+		if r.ConsecutiveFailures != lost || !strings.Contains(r.LastError, "River job: discarded: heartbeat lost") {
+			t.Fatalf("after lost run %d: %d failures, error %q", lost, r.ConsecutiveFailures, r.LastError)
+		}
+		if lost < 2 {
+			if r.DeadAt != nil {
+				t.Fatalf("parked after %d lost runs, want after 2", lost)
+			}
+			exec(t, pool, `UPDATE braid_recurring SET next_run_at = now()`)
+		} else if r.DeadAt == nil {
+			t.Fatal("not parked after 2 lost runs")
+		}
+	}
+	exec(t, pool, `UPDATE braid_recurring SET next_run_at = now()`)
+	tick(t, s)
+	if n := riverJobs(t, pool, "crash"); n != 2 {
+		t.Errorf("%d jobs, want 2: a parked row does not run", n)
 	}
 }
 

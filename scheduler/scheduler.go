@@ -138,15 +138,29 @@ type Config struct {
 	// RecurringStaleAfter guards a claimed recurring row whose run ended
 	// without its outcome being recorded: its River job finished
 	// (completed, cancelled or discarded) or was deleted, say because the
-	// process died between the end of the handler and the write of the
-	// outcome. Such a row is claimed again once it has been claimed for
-	// longer than RecurringStaleAfter. A row whose job is still live
+	// process died during the handler or between its end and the write of
+	// the outcome. Such a row is reclaimed once it has been claimed for
+	// longer than RecurringStaleAfter, and the lost run counts as a
+	// failure (see Recurring). A row whose job is still live
 	// (waiting in a backlog, scheduled, retryable or running) is never
 	// claimed again, however long it waits, so at most one job per row is
 	// ever live.
 	//
 	// Defaults to RecurringStaleAfterDefault (5m).
 	RecurringStaleAfter time.Duration
+
+	// Recurring is the RecurringMiddleware that records the outcomes of
+	// recurring jobs (the one in the queue's middleware). A run lost with
+	// its process, so that no outcome was recorded, counts as a failed run
+	// once RecurringStaleAfter reclaims its row: the row backs off by the
+	// middleware's Backoff, or is parked as a dead letter at its
+	// MaxFailures, as after a run that failed. A recurring job whose run
+	// kills its process every time thus reaches its dead letter rather
+	// than kill a process every RecurringStaleAfter for ever.
+	//
+	// Defaults to the middleware defaults: RecurringMaxFailuresDefault and
+	// queue.DefaultBackoff.
+	Recurring *RecurringMiddleware
 
 	// RecurringBatchSize is how many due recurring rows one transaction
 	// claims.
@@ -184,6 +198,8 @@ type Scheduler struct {
 	pool   *pgxpool.Pool
 	cfg    Config
 	logger *slog.Logger
+	// failures is how a lost run of a recurring job counts (Recurring).
+	failures RecurringConfig
 
 	exprMu    sync.Mutex
 	exprCache map[[2]string]*Expression
@@ -256,10 +272,19 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Scheduler, error) {
 		}
 		c.Leases = m
 	}
+	failures := RecurringConfig{Logger: c.Logger}
+	if c.Recurring != nil {
+		failures = c.Recurring.cfg
+	}
+	failures, err := recurringConfig(&failures)
+	if err != nil {
+		return nil, err
+	}
 	return &Scheduler{
 		pool:      pool,
 		cfg:       c,
 		logger:    c.Logger,
+		failures:  failures,
 		exprCache: make(map[[2]string]*Expression),
 	}, nil
 }

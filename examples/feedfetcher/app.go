@@ -278,6 +278,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*App, error) {
 	}
 	sc.Queue = a.engine.Queue()
 	sc.Workflows = a.engine
+	sc.Recurring = mw
 	if sc.Logger == nil {
 		sc.Logger = ec.Logger
 	}
