@@ -108,9 +108,10 @@
 //
 // # Overlap and catch-up
 //
-// OverlapSkip (the default) skips a slot while the job or run of the
-// previous fire is unfinished (a skip is not a failure: the slot is
-// advanced, not retried); OverlapAllow fires regardless.
+// OverlapSkip (the default) skips a slot while a job or run of an earlier
+// fire is unfinished, the previous slot's or a RunNow's (a skip is not a
+// failure: the slot is advanced, not retried); OverlapAllow fires
+// regardless.
 //
 // When several slots are due at once (the scheduler was down, or the
 // leader changed), the catch-up policy decides: CatchUpOnce (the default)

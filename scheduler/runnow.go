@@ -51,8 +51,8 @@ func (s *Scheduler) RunNow(ctx context.Context, name string) (*Fire, error) {
 // The schedule's regular slots are untouched: next_run_at does not move,
 // and a failed slot keeps its error and its backoff. A run now fires
 // whether the schedule is enabled or not, and whatever its overlap policy,
-// because an operator asked for it; under OverlapSkip the next slot then
-// sees this fire as the previous one and is skipped while it is
+// because an operator asked for it; under OverlapSkip the next slots are
+// then skipped while this fire, or a slot's fire before it, is
 // unfinished. The fire takes the moment of the transaction on the database
 // clock as its slot, so two RunNowTx of the same schedule in one
 // transaction make one job or run.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -138,5 +139,77 @@ func TestRunNowWorkflow(t *testing.T) {
 	}
 	if n := queryValue[int](t, pool, `SELECT count(*) FROM braid_runs`); n != 1 {
 		t.Errorf("braid_runs holds %d runs after a failed RunNow, want 1", n)
+	}
+}
+
+// TestOverlapSeesAFireThatRunNowCameAfter: under OverlapSkip, a slot's
+// fire that is still unfinished holds the next slots back even after a
+// RunNow, whose fire is recorded as the last one, has finished; a fire of
+// another schedule whose name extends this one's does not.
+func TestOverlapSeesAFireThatRunNowCameAfter(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.DB(t)
+	s := newScheduler(t, pool, &Config{Queue: insertOnlyQueue(t, pool), Workflows: &fakeEngine{}})
+	for _, p := range []ScheduleParams{
+		{Name: "job", TargetType: TargetJob, Target: "k"},
+		{Name: "run", TargetType: TargetWorkflow, Target: "w"},
+		{Name: "run:other", TargetType: TargetWorkflow, Target: "w"},
+	} {
+		p.Expression = "@every 1h"
+		if _, err := s.Create(ctx, &p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	behind := 0
+	fire := func(names ...string) {
+		t.Helper()
+		behind++
+		for _, name := range names {
+			setDue(t, s, name, fmt.Sprintf("date_trunc('second', now()) - interval '%d minutes'", behind))
+		}
+		tick(t, s)
+	}
+	fires := func(name string) int {
+		t.Helper()
+		return queryValue[int](t, pool, `
+SELECT (SELECT count(*) FROM river_job WHERE metadata->>'braid_schedule' = $1)
+     + (SELECT count(*) FROM braid_runs WHERE idempotency_key LIKE 'schedule:' || $1 || ':2%')`, name)
+	}
+
+	// A slot's fire of each, still unfinished; then a RunNow of each,
+	// which finishes at once.
+	fire("job", "run")
+	for _, name := range []string{"job", "run"} {
+		f, err := s.RunNow(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.JobID != nil {
+			exec(t, pool, `UPDATE river_job SET state = 'completed', finalized_at = now() WHERE id = $1`, *f.JobID)
+		} else {
+			exec(t, pool, `UPDATE braid_runs SET status = 'completed' WHERE id = $1`, f.RunID)
+		}
+	}
+	fire("job", "run")
+	for _, name := range []string{"job", "run"} {
+		if n := fires(name); n != 2 {
+			t.Errorf("%s: %d fires while its first slot's fire is unfinished, want 2 (that one and RunNow's)", name, n)
+		}
+	}
+
+	// Once the slot's fire has finished, the next slot fires; a run of
+	// "run:other" that is unfinished does not hold "run" back.
+	exec(t, pool, `UPDATE river_job SET state = 'completed', finalized_at = now()`)
+	exec(t, pool, `UPDATE braid_runs SET status = 'completed'`)
+	fire("run:other")
+	if n := fires("run:other"); n != 1 {
+		t.Fatalf("run:other fired %d times, want 1", n)
+	}
+	fire("job", "run")
+	for _, name := range []string{"job", "run"} {
+		if n := fires(name); n != 3 {
+			t.Errorf("%s: %d fires once every earlier fire finished, want 3", name, n)
+		}
 	}
 }

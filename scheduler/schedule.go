@@ -31,15 +31,15 @@ const (
 	TargetWorkflow TargetType = "workflow"
 )
 
-// OverlapPolicy says whether a slot fires while the previous fire is
+// OverlapPolicy says whether a slot fires while an earlier fire is
 // unfinished.
 type OverlapPolicy string
 
 const (
-	// OverlapSkip skips a slot while the job or run of the previous fire is
-	// unfinished: a job not yet completed, cancelled or discarded, or a run
-	// not yet completed, failed or cancelled. The skipped slot is not fired
-	// later.
+	// OverlapSkip skips a slot while a job or run of an earlier fire of
+	// the schedule is unfinished (the previous slot's, or a RunNow's): a
+	// job not yet completed, cancelled or discarded, or a run not yet
+	// completed, failed or cancelled. The skipped slot is not fired later.
 	OverlapSkip OverlapPolicy = "skip"
 
 	// OverlapAllow fires every slot regardless of the previous fire.
@@ -262,7 +262,7 @@ type ScheduleParams struct {
 	// Disabled creates the schedule disabled.
 	Disabled bool
 
-	// OverlapPolicy says whether a slot fires while the previous fire is
+	// OverlapPolicy says whether a slot fires while an earlier fire is
 	// unfinished.
 	//
 	// Defaults to OverlapSkip.
@@ -881,7 +881,7 @@ FOR UPDATE SKIP LOCKED`), &now)
 		}
 		if busy {
 			fire = false
-			log.InfoContext(ctx, "scheduler: skipping slot while the previous fire is unfinished", slog.Time("slot", slot))
+			log.InfoContext(ctx, "scheduler: skipping slot while an earlier fire is unfinished", slog.Time("slot", slot))
 		}
 	}
 
@@ -1062,19 +1062,47 @@ func IdempotencyKey(schedule string, slot time.Time) string {
 	return "schedule:" + schedule + ":" + slot.UTC().Format(slotFormat)
 }
 
-// previousUnfinished reports whether the job or run of the schedule's
-// previous fire is unfinished.
+// previousUnfinished reports whether a job or run of one of the
+// schedule's fires is unfinished: the last fire's, or an earlier one's
+// (RunNow records its fire as the last, over a slot's fire that may still
+// run).
 func previousUnfinished(ctx context.Context, tx pgx.Tx, sch *Schedule) (bool, error) {
-	var busy bool
-	err := tx.QueryRow(ctx, `
-SELECT EXISTS (SELECT 1 FROM river_job WHERE id = $1 AND state NOT IN ('completed', 'cancelled', 'discarded'))
-    OR EXISTS (SELECT 1 FROM braid_runs WHERE id = $2 AND status NOT IN ('completed', 'failed', 'cancelled'))`,
-		sch.LastJobID, nullUUID(sch.LastRunID)).Scan(&busy)
+	// Every fire's job carries the schedule's name in its metadata (River's
+	// GIN index on metadata finds them), and every fire's run has a key in
+	// the range of keyPrefix (braid_runs_open_keys holds the unfinished
+	// ones): RunNow's fires among them, whichever came last.
+	// The rest of a key must be a slot, so that schedule "a" does not take
+	// the runs of schedule "a:b" for its own.
+	// Counts, not EXISTS: an EXISTS that expects to stop at its first row
+	// gets a sequential scan of river_job, read to its end when, as usual,
+	// no fire is unfinished.
+	prefix := keyPrefix(sch.Name)
+	meta, err := json.Marshal(map[string]string{MetadataSchedule: sch.Name})
 	if err != nil {
-		return false, fmt.Errorf("scheduler: checking the previous fire of %q: %w", sch.Name, err)
+		return false, err
+	}
+	var busy bool
+	err = tx.QueryRow(ctx, `
+SELECT (SELECT count(*) FROM river_job WHERE metadata @> $1::jsonb
+           AND state NOT IN ('completed', 'cancelled', 'discarded')) > 0
+    OR (SELECT count(*) FROM braid_runs WHERE idempotency_key ~>=~ $2 AND idempotency_key ~<~ $3
+           AND idempotency_key IS NOT NULL AND status IN ('pending', 'running', 'waiting')
+           AND substr(idempotency_key, $4) ~ '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?Z$') > 0`,
+		meta, prefix, prefixEnd(prefix), utf8.RuneCountInString(prefix)+1).Scan(&busy)
+	if err != nil {
+		return false, fmt.Errorf("scheduler: checking the previous fires of %q: %w", sch.Name, err)
 	}
 	return busy, nil
 }
+
+// keyPrefix is the start of the idempotency keys of a schedule's slots
+// (IdempotencyKey).
+func keyPrefix(name string) string { return "schedule:" + name + ":" }
+
+// prefixEnd is the least string, byte by byte, above every string that
+// starts with prefix, which ends in the ASCII colon: the same with a
+// semicolon.
+func prefixEnd(prefix string) string { return strings.TrimSuffix(prefix, ":") + ";" }
 
 func nullUUID(s string) *uuid.UUID {
 	if strings.TrimSpace(s) == "" {

@@ -194,7 +194,7 @@ func newScheduleFlags(c *cli, cmd string) *scheduleFlags {
 	fs.StringVar(&f.priority, "priority", "", "the job's priority: critical, high, normal, low or 1 to 4 (default normal)")
 	fs.StringVar(&f.queue, "queue", "", fmt.Sprintf("the job's River queue (default %q)", scheduler.QueueDefault))
 	fs.IntVar(&f.maxAttempts, "max-attempts", 0, "the job's max attempts (default River's)")
-	fs.StringVar(&f.overlap, "overlap", "", "while the previous fire is unfinished: skip or allow (default skip)")
+	fs.StringVar(&f.overlap, "overlap", "", "while an earlier fire is unfinished: skip or allow (default skip)")
 	fs.StringVar(&f.catchUp, "catch-up", "", "missed slots: once, skip or all (default once)")
 	fs.StringVar(&f.description, "description", "", "free text for operators")
 	fs.StringVar(&f.createdBy, "created-by", "", "who created the schedule")
