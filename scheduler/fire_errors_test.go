@@ -11,6 +11,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/braidflow/braid/internal/testdb"
+	"github.com/braidflow/braid/leases"
 	"github.com/braidflow/braid/queue"
 )
 
@@ -299,5 +300,60 @@ func TestRecurringErrorTextSanitized(t *testing.T) {
 	r := h.run("k")
 	if want := queue.SanitizeErrorText(text, 0); r.LastError != want || r.ConsecutiveFailures != 1 {
 		t.Errorf("stored error of %d bytes (failures %d), want the sanitized %d bytes", len(r.LastError), r.ConsecutiveFailures, len(want))
+	}
+}
+
+// TestFailedFireOfADeposedLeaderIsNotRecorded: a fire whose transaction
+// broke is recorded in a transaction of its own, fenced on the lease: a
+// leader whose lease another process took meanwhile records nothing, and
+// so does not hold back the slot with its backoff.
+func TestFailedFireOfADeposedLeaderIsNotRecorded(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.DB(t)
+	old, err := leases.New(pool, &leases.Config{Holder: "old", TTL: time.Minute, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newScheduler(t, pool, &Config{Queue: insertOnlyQueue(t, pool), Leases: old})
+	sch, err := s.Create(ctx, &ScheduleParams{Name: "fenced", Expression: "@every 1h", TargetType: TargetJob, Target: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease, err := old.TryAcquire(ctx, LeaseNameDefault)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fireErr := errors.New("injected: the connection broke")
+	record := func() error {
+		return s.recordFireFailureFenced(ctx, lease, sch, sch.NextRunAt, fireErr, time.Hour)
+	}
+
+	// The lease expires and another process takes it.
+	exec(t, pool, `UPDATE braid_leases SET expires_at = now() - interval '1 second' WHERE name = $1`, LeaseNameDefault)
+	other, err := leases.New(pool, &leases.Config{Holder: "other", TTL: time.Minute, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.TryAcquire(ctx, LeaseNameDefault); err != nil {
+		t.Fatal(err)
+	}
+	if err := record(); !errors.Is(err, leases.ErrLeaseNotHeld) {
+		t.Fatalf("recording the failed fire of a deposed leader: %v, want ErrLeaseNotHeld", err)
+	}
+	if got, _ := s.Get(ctx, "fenced"); got.LastError != "" || got.FireFailures != 0 || got.RetryAt != nil {
+		t.Fatalf("a deposed leader recorded its failed fire: error %q, %d failures, retry at %v", got.LastError, got.FireFailures, got.RetryAt)
+	}
+
+	// The leader that holds the lease records it.
+	lease, err = other.Holder(ctx, LeaseNameDefault)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := record(); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.Get(ctx, "fenced"); got.LastError != fireErr.Error() || got.FireFailures != 1 || got.RetryAt == nil {
+		t.Errorf("the leader's failed fire: error %q, %d failures, retry at %v", got.LastError, got.FireFailures, got.RetryAt)
 	}
 }

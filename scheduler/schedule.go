@@ -905,11 +905,11 @@ FOR UPDATE SKIP LOCKED`), &now)
 				slog.Int("failures", sch.FireFailures+1), slog.Duration("retry_in", delay), slog.String("error", err.Error()))
 			if errors.Is(err, errTxBroken) {
 				// Nothing more can be written in tx: record the failure in
-				// a transaction of its own.
+				// a transaction of its own, fenced on the lease as tx was.
 				_ = tx.Rollback(context.WithoutCancel(ctx))
 				wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
 				defer cancel()
-				if rerr := recordFireFailure(wctx, s.pool, sch, first, err, delay); rerr != nil {
+				if rerr := s.recordFireFailureFenced(wctx, lease, sch, first, err, delay); rerr != nil {
 					return false, fmt.Errorf("%w (recording it: %w)", err, rerr)
 				}
 				return true, nil
@@ -957,6 +957,20 @@ WHERE id = $1 AND next_run_at = $2`, sch.ID, first, queue.SanitizeErrorText(fire
 		return fmt.Errorf("scheduler: recording the failed fire of schedule %q: %w", sch.Name, err)
 	}
 	return nil
+}
+
+// recordFireFailureFenced is recordFireFailure in a transaction of its
+// own that first checks lease (when not nil), so that a leader that lost
+// its lease does not hold back the slot of the one that took it.
+func (s *Scheduler) recordFireFailureFenced(ctx context.Context, lease *leases.Lease, sch *Schedule, first time.Time, fireErr error, delay time.Duration) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if lease != nil {
+			if err := s.cfg.Leases.CheckTx(ctx, tx, lease); err != nil {
+				return err
+			}
+		}
+		return recordFireFailure(ctx, tx, sch, first, fireErr, delay)
+	})
 }
 
 func commit(ctx context.Context, tx pgx.Tx) error {
