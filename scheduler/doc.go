@@ -159,7 +159,10 @@
 // RecurringConfig.MaxFailures in a row it is parked as a dead letter until
 // Revive. A reclaimed run counts as a failure in the same way, by the
 // middleware given as Config.Recurring. River itself never retries these
-// jobs: the row's backoff is the retry. The stored error text goes through queue.SanitizeErrorText (no
+// jobs: the row's backoff is the retry. A River job of a recurring job
+// retried by hand runs only as its row's run: when it is the row's last
+// job and the row is idle, enabled and not parked; otherwise the
+// middleware cancels it with the reason. The stored error text goes through queue.SanitizeErrorText (no
 // NUL bytes, valid UTF-8, at most queue.MaxErrorBytesDefault).
 //
 // # Starting and stopping

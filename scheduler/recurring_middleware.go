@@ -90,6 +90,13 @@ type RecurringConfig struct {
 // failure; see Config.Recurring), or that was deleted, ignores the late
 // outcome of the old run.
 //
+// Before the handler runs, the middleware checks that the job is its
+// row's run. A job retried by hand (from River's dead letters, say) runs
+// only if it is the row's last job and the row is idle, enabled and not
+// parked; it then runs as the row's run. Any other is cancelled
+// (river.JobCancel) with the reason, so that the entity never runs twice
+// at once: revive a parked row with Revive.
+//
 // The span of the run (the queue's river.job <kind> span, when the
 // middleware is installed after braid's own, as Config.Middleware of the
 // queue is) gets the attributes braid.recurring.kind,
@@ -189,6 +196,9 @@ func (m *RecurringMiddleware) Work(ctx context.Context, job *rivertype.JobRow, d
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
 		span.SetAttributes(recurringAttributes(id, job)...)
 	}
+	if refusal := m.admit(ctx, id, job); refusal != "" {
+		return river.JobCancel(errors.New(refusal))
+	}
 	st := &runState{}
 	err := callSafely(context.WithValue(ctx, runStateKey{}, st), doInner)
 
@@ -212,6 +222,58 @@ func (m *RecurringMiddleware) Work(ctx context.Context, job *rivertype.JobRow, d
 		m.fail(wctx, id, job, err)
 	}
 	return err
+}
+
+// admitSQL locks a recurring row and reads whether job $2 is its run,
+// adopting the job when it is the row's last one, no longer running, and
+// the row may run (enabled, not parked): an operator retried that job
+// by hand, and it runs as the row's run in place of the next one.
+const admitSQL = `
+WITH r AS (
+    SELECT job_id, running_since IS NOT NULL AS running, dead_at IS NOT NULL AS dead, enabled
+    FROM braid_recurring WHERE id = $1 FOR UPDATE
+), adopted AS (
+    UPDATE braid_recurring b SET running_since = braid_now(), updated_at = braid_now()
+    FROM r WHERE b.id = $1 AND r.job_id = $2 AND NOT r.running AND NOT r.dead AND r.enabled
+    RETURNING 1
+)
+SELECT r.job_id, r.running, r.dead, r.enabled, EXISTS (SELECT 1 FROM adopted) FROM r`
+
+// admit decides whether job may run the handler of recurring row id. It
+// runs when it is the row's claimed run, or when it is the row's last job
+// retried by hand (see admitSQL). It is refused, with the reason, when
+// another job has since run or is running for the row, or when the row is
+// parked or disabled: an old job retried by hand, say from River's dead
+// letters, would otherwise run the entity beside the row's own runs. A row
+// that is gone, or that cannot be read, lets the job run as before; its
+// outcome is then ignored.
+func (m *RecurringMiddleware) admit(ctx context.Context, id int64, job *rivertype.JobRow) string {
+	var (
+		current                         *int64
+		running, dead, enabled, adopted bool
+	)
+	err := m.pool.QueryRow(ctx, admitSQL, id, job.ID).Scan(&current, &running, &dead, &enabled, &adopted)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ""
+	}
+	if err != nil {
+		m.cfg.Logger.WarnContext(ctx, "scheduler: cannot read whether a job is its recurring row's run; running it",
+			slog.String("kind", job.Kind), slog.Int64("job_id", job.ID), slog.String("error", err.Error()))
+		return ""
+	}
+	mine := current != nil && *current == job.ID
+	switch {
+	case mine && (running || adopted):
+		return ""
+	case !mine && current != nil:
+		return fmt.Sprintf("recurring job %d has run since as job %d; this older job does not run", id, *current)
+	case dead:
+		return fmt.Sprintf("recurring job %d is parked as a dead letter; revive it (Scheduler.Revive) to run it again", id)
+	case !enabled:
+		return fmt.Sprintf("recurring job %d is disabled", id)
+	default:
+		return fmt.Sprintf("recurring job %d has no run to adopt this job as", id)
+	}
 }
 
 // Attribute keys that name a recurring job on the span of its run.

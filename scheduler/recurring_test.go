@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -272,6 +273,16 @@ func TestStaleRunReclaimed(t *testing.T) {
 		t.Fatal(err)
 	}
 	tick(t, s)
+	// The first run's handler starts, and returns only once the row has
+	// been reclaimed.
+	oldRow := jobRow(t, pool, queryValue[int64](t, pool, `SELECT min(id) FROM river_job`))
+	release, late := make(chan struct{}), make(chan error, 1)
+	go func() {
+		late <- mw.Work(ctx, oldRow, func(context.Context) error {
+			<-release
+			return errors.New("late failure")
+		})
+	}()
 	tick(t, s)
 	if n := riverJobs(t, pool, "k"); n != 1 {
 		t.Fatalf("%d jobs, want 1 (a running row is not claimed again)", n)
@@ -298,10 +309,9 @@ func TestStaleRunReclaimed(t *testing.T) {
 	checkLostRun(t, r, 1, "completed")
 
 	// The outcome of the old, reclaimed run is ignored.
-	oldest := queryValue[int64](t, pool, `SELECT min(id) FROM river_job`)
-	oldRow := jobRow(t, pool, oldest)
-	if err := mw.Work(ctx, oldRow, func(context.Context) error { return errors.New("late failure") }); err == nil {
-		t.Error("Work swallowed the handler's error")
+	close(release)
+	if err := <-late; err == nil || !strings.Contains(err.Error(), "late failure") {
+		t.Errorf("Work returned %v, want the handler's late failure", err)
 	}
 	after, _ := s.GetRecurring(ctx, "ping", "k")
 	if diff := cmp.Diff(r, after); diff != "" {
@@ -846,5 +856,72 @@ func TestRecurringUnderLeader(t *testing.T) {
 	}
 	if n := riverJobs(t, h.pool, "k"); n != 2 {
 		t.Errorf("%d runs, want 2", n)
+	}
+}
+
+// TestRecurringJobRetriedByHand: a recurring job's last River job retried
+// by hand (from River's dead letters, say) runs as the row's run when the
+// row is idle; an older job, or any job of a parked row, is cancelled
+// with the reason and never runs the handler beside the row's own runs.
+func TestRecurringJobRetriedByHand(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.DB(t)
+	s := newScheduler(t, pool, &Config{Queue: insertOnlyQueue(t, pool)})
+	mw, err := NewRecurringMiddleware(pool, &RecurringConfig{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Ensure(ctx, "ping", "k", nil, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	var calls int
+	handler := func(context.Context) error { calls++; return nil }
+	work := func(jobID int64) error {
+		t.Helper()
+		return mw.Work(ctx, jobRow(t, pool, jobID), handler)
+	}
+	cancelled := func(err error, want string) {
+		t.Helper()
+		var jc *rivertype.JobCancelError
+		if !errors.As(err, &jc) || !strings.Contains(err.Error(), want) {
+			t.Errorf("Work = %v; want the job cancelled because %q", err, want)
+		}
+	}
+
+	tick(t, s)
+	first := queryValue[int64](t, pool, `SELECT max(id) FROM river_job`)
+	if err := work(first); err != nil || calls != 1 {
+		t.Fatalf("the row's own run: %v after %d calls", err, calls)
+	}
+	before, _ := s.GetRecurring(ctx, "ping", "k")
+
+	// Retried by hand while the row is idle: it runs as the row's run.
+	if err := work(first); err != nil || calls != 2 {
+		t.Fatalf("the row's last job retried by hand: %v after %d calls, want it run", err, calls)
+	}
+	after, _ := s.GetRecurring(ctx, "ping", "k")
+	if after.RunningSince != nil || !after.LastRunAt.After(*before.LastRunAt) {
+		t.Errorf("after the retried job ran: running since %v, last run %v (before %v); want its outcome recorded",
+			after.RunningSince, after.LastRunAt, before.LastRunAt)
+	}
+
+	// Once the row has run again, the older job is refused.
+	exec(t, pool, `UPDATE braid_recurring SET next_run_at = now()`)
+	tick(t, s)
+	second := queryValue[int64](t, pool, `SELECT max(id) FROM river_job`)
+	cancelled(work(first), fmt.Sprintf("has run since as job %d", second))
+	if calls != 2 {
+		t.Fatalf("an older job ran the handler beside the row's run (%d calls)", calls)
+	}
+	if err := work(second); err != nil || calls != 3 {
+		t.Fatalf("the row's own run: %v after %d calls", err, calls)
+	}
+
+	// A parked row runs nothing until it is revived.
+	exec(t, pool, `UPDATE braid_recurring SET dead_at = now()`)
+	cancelled(work(second), "parked as a dead letter")
+	if calls != 3 {
+		t.Fatalf("a parked row's job ran the handler (%d calls)", calls)
 	}
 }
