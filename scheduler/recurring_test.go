@@ -276,13 +276,19 @@ func TestStaleRunReclaimed(t *testing.T) {
 	// The first run's handler starts, and returns only once the row has
 	// been reclaimed.
 	oldRow := jobRow(t, pool, queryValue[int64](t, pool, `SELECT min(id) FROM river_job`))
-	release, late := make(chan struct{}), make(chan error, 1)
+	started, release, late := make(chan struct{}), make(chan struct{}), make(chan error, 1)
 	go func() {
 		late <- mw.Work(ctx, oldRow, func(context.Context) error {
+			close(started)
 			<-release
 			return errors.New("late failure")
 		})
 	}()
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first run's handler did not start")
+	}
 	tick(t, s)
 	if n := riverJobs(t, pool, "k"); n != 1 {
 		t.Fatalf("%d jobs, want 1 (a running row is not claimed again)", n)
