@@ -583,3 +583,80 @@ func TestWatchSkipsWhileHeartbeating(t *testing.T) {
 		}
 	}
 }
+
+// TestRescuerWaitsOutAnOutageOfItsOwn: the database is out of reach of
+// every process for longer than an attempt's HeartbeatMisses intervals,
+// with no restart of the server (a network outage, or a failover to a
+// server that started long ago). Once the database is back, the rescuer
+// must give the attempt time to heartbeat again rather than take its job
+// at its first look.
+func TestRescuerWaitsOutAnOutageOfItsOwn(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	u := testdb.URL(t)
+	workerPool, workerLink := testdb.LinkedPool(t, u)
+	rescuerPool, rescuerLink := testdb.LinkedPool(t, u)
+
+	beats := make(chan struct{}, 1)
+	release := make(chan struct{})
+	var attempts atomic.Int32
+	work := river.WorkFunc(func(ctx context.Context, job *river.Job[supersedeArgs]) error {
+		attempts.Add(1)
+		for {
+			select {
+			case <-release:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(150 * time.Millisecond):
+			}
+			if Heartbeat(ctx) == nil {
+				select {
+				case beats <- struct{}{}:
+				default:
+				}
+			}
+		}
+	})
+	heartbeats := map[string]time.Duration{"supersede": 300 * time.Millisecond}
+	workers := river.NewWorkers()
+	river.AddWorker(workers, work)
+	q := startQueue(t, workerPool, &Config{Workers: workers, Heartbeats: heartbeats, MaintenanceDisabled: true})
+	var releaseOnce sync.Once
+	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
+	res, err := q.Insert(ctx, supersedeArgs{}, &InsertOpts{InsertOpts: river.InsertOpts{MaxAttempts: 3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recv(t, beats, "a heartbeat")
+	rescuerWorkers := river.NewWorkers()
+	river.AddWorker(rescuerWorkers, work)
+	startQueue(t, rescuerPool, &Config{
+		Workers:                rescuerWorkers,
+		Heartbeats:             heartbeats,
+		HeartbeatMisses:        2,
+		HeartbeatCheckInterval: 10 * time.Millisecond,
+		RescueRetryDelay:       time.Millisecond,
+	})
+	eventually(t, "the rescuer's process to hold the maintenance lease", func() (bool, error) {
+		var held bool
+		err := workerPool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM braid_leases WHERE name = $1 AND expires_at > now())`, MaintenanceLease).Scan(&held)
+		return held, err
+	})
+
+	workerLink.Cut()
+	rescuerLink.Cut()
+	time.Sleep(time.Second) // more than 2 intervals of 300 ms
+	rescuerLink.Restore()
+	workerLink.Restore()
+	// The attempt heartbeats again; give the rescuer many looks meanwhile.
+	for range 3 {
+		recv(t, beats, "a heartbeat after the outage")
+	}
+	releaseOnce.Do(func() { close(release) })
+	job := waitState(t, q, res.Job.ID, rivertype.JobStateCompleted, rivertype.JobStateAvailable, rivertype.JobStateRetryable)
+	if job.State != rivertype.JobStateCompleted || job.Attempt != 1 || len(job.Errors) != 0 || attempts.Load() != 1 {
+		t.Fatalf("after the outage: %s at attempt %d with errors %+v, %d attempts started; want completed at the first, with none",
+			job.State, job.Attempt, job.Errors, attempts.Load())
+	}
+}

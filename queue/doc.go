@@ -153,14 +153,20 @@
 // or else its start (River's attempted_at). River reuses an attempt number after a snooze, so a
 // progress row written before the job's current start is ignored.
 //
-// No sign counts as older than the database server's start
-// (pg_postmaster_start_time). While the server is down no attempt can
-// heartbeat and no outcome can be written; once it is back, every attempt
-// has its full HeartbeatMisses intervals to heartbeat again. A worker that
-// returned meanwhile retries the end of its heartbeat for up to 5 s, so
-// that River's completer, which retries its failed batches too, has its 5 s
-// to write the outcome. A job that completed during a restart is thus not
-// rescued and run again (or, on its last attempt, made a dead letter).
+// No sign counts as older than 5 s after the database server's start
+// (pg_postmaster_start_time), nor than 5 s after the rescuer could read
+// the database again when a look of its own had failed (a crash restart
+// of the server, a failover to a standby, a network outage). While the
+// database is down or out of reach no attempt can heartbeat and no outcome
+// can be written; once it is back, every attempt has its full
+// HeartbeatMisses intervals to heartbeat again, and River's completer,
+// which retries a failed batch after 1, 2 and 4 s, has 5 s more to write
+// the outcomes it holds. A worker that returned meanwhile also retries the
+// end of its heartbeat for up to 5 s. A job that completed while the
+// database was down is thus recorded as completed, not rescued and run
+// again, provided River's completer still holds its outcome: River gives
+// a batch up after its third failed try, about 7 s after the first, and
+// the job is then rescued once silent.
 //
 // While an attempt of a heartbeat kind runs, the middleware also watches
 // its job row a few times per interval (skipping the poll while a
@@ -175,11 +181,14 @@
 // attempt was rescued: its heartbeats and the watch's polls fail, while
 // another process rescues the job and runs the next attempt. So an
 // attempt that returns without having confirmed, for a whole heartbeat
-// interval, that it owns its job reads its job row before its outcome
-// goes to River, retrying for up to 5 s. An attempt found superseded, or
-// whose row cannot be read, has its outcome dropped: a live attempt's
-// dropped outcome leaves its job to the rescuer, which retries it, while a
-// superseded one's written outcome would overwrite the next attempt's.
+// interval, that it owns its job checks its job row before its outcome
+// goes to River, and in the same statement ends its heartbeat, so that the
+// rescuer then leaves the job to River's completer for 5 s. An attempt
+// found superseded has its outcome dropped. When the check fails for 5 s
+// the outcome goes to River as it would without the check: a client
+// cannot tell a server that is down, when no other attempt can take the
+// job and dropping a completed job's outcome would run it again, from a
+// link cut while the rescuer works.
 //
 // # Recovery time
 //

@@ -310,24 +310,15 @@ func (jc *jobContext) record(ctx context.Context, p *progressUpdate) error {
 func (jc *jobContext) clear() {
 	ctx, cancel := context.WithTimeout(context.Background(), clearTimeout)
 	defer cancel()
-	pause := 10 * time.Millisecond
-	for {
+	err := retry(ctx, func() error {
 		_, err := jc.q.pool.Exec(ctx,
 			`UPDATE braid_job_progress SET heartbeat_at = NULL, updated_at = now() WHERE job_id = $1 AND attempt = $2 AND heartbeat_at IS NOT NULL`,
 			jc.job.ID, jc.job.Attempt)
-		if err == nil {
-			return
-		}
-		t := time.NewTimer(pause)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			jc.q.logger.WarnContext(ctx, "queue: ending the heartbeat of an attempt failed",
-				"job_id", jc.job.ID, "attempt", jc.job.Attempt, "error", err)
-			return
-		case <-t.C:
-		}
-		pause = min(2*pause, 500*time.Millisecond)
+		return err
+	})
+	if err != nil {
+		jc.q.logger.WarnContext(ctx, "queue: ending the heartbeat of an attempt failed",
+			"job_id", jc.job.ID, "attempt", jc.job.Attempt, "error", err)
 	}
 }
 

@@ -404,3 +404,59 @@ func TestRestartLeavesAReturnedAttemptToTheCompleter(t *testing.T) {
 			job.State, job.Attempt, job.Errors)
 	}
 }
+
+// TestLongOutageKeepsAnUnconfirmedAttemptsOutcome: the database stops
+// while an attempt heartbeats, and the worker returns, successfully, once
+// it has gone more than a heartbeat interval unconfirmed; the server stays
+// down longer than the attempt may spend checking its ownership. While the
+// server is down nothing can take the job, so the outcome must not be
+// dropped: the job completes at its first attempt once the server is back.
+func TestLongOutageKeepsAnUnconfirmedAttemptsOutcome(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	server := testdb.Private(t)
+	beats := make(chan struct{}, 1)
+	release, returned := make(chan struct{}), make(chan struct{})
+	workers := river.NewWorkers()
+	river.AddWorker(workers, river.WorkFunc(func(ctx context.Context, job *river.Job[liveArgs]) error {
+		defer close(returned)
+		for {
+			select {
+			case <-release:
+				return nil
+			case <-time.After(50 * time.Millisecond):
+			}
+			if Heartbeat(ctx) == nil {
+				select {
+				case beats <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}))
+	q := startQueue(t, testdb.Pool(t, server.URL), &Config{
+		Workers:                workers,
+		Heartbeats:             map[string]time.Duration{"hb_live": 300 * time.Millisecond},
+		HeartbeatMisses:        2,
+		HeartbeatCheckInterval: 20 * time.Millisecond,
+		RescueRetryDelay:       time.Millisecond,
+	})
+	res, err := q.Insert(ctx, liveArgs{}, &InsertOpts{InsertOpts: river.InsertOpts{MaxAttempts: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recv(t, beats, "a heartbeat")
+
+	server.Stop(t)
+	time.Sleep(time.Second) // more than the 300 ms interval: unconfirmed
+	close(release)
+	recv(t, returned, "the worker to return")
+	// Down for longer than the 5 s the return may spend on its check.
+	time.Sleep(6 * time.Second)
+	server.Start(t)
+
+	job := waitState(t, q, res.Job.ID, rivertype.JobStateCompleted, rivertype.JobStateDiscarded)
+	if job.State != rivertype.JobStateCompleted || len(job.Errors) != 0 {
+		t.Fatalf("after the outage: %s with errors %+v; want completed with none", job.State, job.Errors)
+	}
+}

@@ -97,15 +97,18 @@ type staleAttempt struct {
 // outcome), the time it ended plus a grace of 5 s; or, with no row of its own,
 // its start (attempted_at). Its interval is the one stored with its heartbeats, else
 // the one this process declares for its kind. $1 and $2 are the declared
-// kinds and intervals (microseconds), $3 the misses.
-const silentSQL = `
+// kinds and intervals (microseconds), $3 the misses, and the parameter
+// named by since the rescuer's own start of trouble (see lastSignSQL).
+func silentSQL(since string) string {
+	return `
 	FROM river_job j
 	LEFT JOIN braid_job_progress p ON p.job_id = j.id AND p.attempt = j.attempt AND p.updated_at >= j.attempted_at
 	LEFT JOIN unnest($1::text[], $2::bigint[]) AS d(kind, micros) ON d.kind = j.kind
 	WHERE j.state = 'running'
 	  AND COALESCE(p.heartbeat_interval, d.micros * interval '1 microsecond') IS NOT NULL
-	  AND ` + lastSignSQL + `
+	  AND ` + lastSignSQL(since) + `
 	      < now() - COALESCE(p.heartbeat_interval, d.micros * interval '1 microsecond') * $3::integer`
+}
 
 // lastSignSQL is an execution's last sign of life; see silentSQL. An
 // ended execution (its worker returned) gets 5 s more than a running one
@@ -114,21 +117,49 @@ const silentSQL = `
 // and retries a batch that failed. Were the process to die in between,
 // the job is still rescued.
 //
-// No sign counts as older than the database server's start: while the
-// server was down no attempt could heartbeat, and no outcome could be
-// written. After a restart every attempt gets its full HeartbeatMisses
-// intervals to heartbeat again, and every returned one to have its
-// heartbeat ended (clear) and its outcome written, rather than being
-// rescued the moment the server is back.
-const lastSignSQL = `greatest(COALESCE(p.heartbeat_at, p.updated_at + interval '5 seconds', j.attempted_at), pg_postmaster_start_time())`
+// No sign counts as older than 5 s after the database server's start
+// (pg_postmaster_start_time), nor than 5 s after the rescuer could first
+// read the database again after it could not (the parameter named by
+// since; NULL when it has had no trouble): while the server was down or
+// out of reach, after a restart, a crash restart or a failover, no
+// attempt could heartbeat and no outcome could be written. Every attempt
+// then gets its full HeartbeatMisses intervals to heartbeat again, and
+// River's completer, which retries a failed batch after 1, 2 and 4 s, its
+// 5 s to write what it holds, rather than the jobs being rescued the
+// moment the database is back.
+func lastSignSQL(since string) string {
+	return `greatest(COALESCE(p.heartbeat_at, p.updated_at + interval '5 seconds', j.attempted_at),
+	         pg_postmaster_start_time() + interval '5 seconds', ` + since + `::timestamptz + interval '5 seconds')`
+}
+
+// rescueSince returns the moment, on the database clock, from which the
+// rescuer counts silence after trouble: when a look failed, the next look
+// first reads the database's time, and no sign counts as older than that
+// (see lastSignSQL). It returns nil while the rescuer has had no trouble.
+func (q *Queue) rescueSince(ctx context.Context) (*time.Time, error) {
+	if q.rescueTrouble.Load() {
+		var now time.Time
+		if err := q.pool.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+			return nil, err
+		}
+		q.since.Store(&now)
+		q.rescueTrouble.Store(false)
+	}
+	return q.since.Load(), nil
+}
 
 // findStale lists running attempts that have been silent for longer than
 // HeartbeatMisses of their heartbeat intervals, on the database clock.
 func (q *Queue) findStale(ctx context.Context) ([]staleAttempt, error) {
-	rows, err := q.pool.Query(ctx, `SELECT j.id, j.attempt`+silentSQL+`
-		ORDER BY `+lastSignSQL+`
-		LIMIT $4`, q.declaredKinds, q.declaredMicros, q.misses, rescueBatch)
+	since, err := q.rescueSince(ctx)
 	if err != nil {
+		return nil, fmt.Errorf("queue: finding silent attempts: %w", err)
+	}
+	rows, err := q.pool.Query(ctx, `SELECT j.id, j.attempt`+silentSQL("$5")+`
+		ORDER BY `+lastSignSQL("$5")+`
+		LIMIT $4`, q.declaredKinds, q.declaredMicros, q.misses, rescueBatch, since)
+	if err != nil {
+		q.rescueTrouble.Store(true)
 		return nil, fmt.Errorf("queue: finding silent attempts: %w", err)
 	}
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (staleAttempt, error) {
@@ -200,11 +231,11 @@ func (q *Queue) rescueOne(ctx context.Context, s staleAttempt) (bool, error) {
 		now       time.Time
 	)
 	err = tx.QueryRow(ctx, `
-		SELECT (extract(epoch FROM now() - `+lastSignSQL+`) * 1000000)::bigint,
+		SELECT (extract(epoch FROM now() - `+lastSignSQL("$6")+`) * 1000000)::bigint,
 		       (extract(epoch FROM COALESCE(p.heartbeat_interval, d.micros * interval '1 microsecond')) * 1000000)::bigint,
-		       now()`+silentSQL+`
+		       now()`+silentSQL("$6")+`
 		  AND j.id = $4 AND j.attempt = $5`,
-		q.declaredKinds, q.declaredMicros, q.misses, s.id, s.attempt).Scan((*micros)(&silentFor), (*micros)(&interval), &now)
+		q.declaredKinds, q.declaredMicros, q.misses, s.id, s.attempt, q.since.Load()).Scan((*micros)(&silentFor), (*micros)(&interval), &now)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil // it heartbeated meanwhile
 	}

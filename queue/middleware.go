@@ -219,7 +219,7 @@ func (q *Queue) attempt(ctx context.Context, job *rivertype.JobRow, doInner func
 			err = river.JobCancel(err)
 		}
 		cancel(nil)
-		if jc.touched.Load() {
+		if jc.touched.Load() && !superseded {
 			jc.clear()
 		}
 
@@ -277,19 +277,24 @@ func (q *Queue) attempt(ctx context.Context, job *rivertype.JobRow, doInner func
 // checked, so that a wrong claim cannot leave the job running with no
 // attempt). An attempt that went a whole heartbeat interval without
 // confirming that it owns its job (unconfirmed: cut off from the
-// database, its heartbeats and the watch's polls failed) is checked too:
-// the rescuer may have given its job to another attempt meanwhile, and
-// River's completer, which checks only that the job is running, would
-// write this attempt's outcome onto that one once the link returned. A
-// superseded attempt's outcome is tagged in River's metadata updates for
-// the pilot, which drops it. Either way it tells the pilot that an outcome
-// is on its way (see pilot.beforeReport). workCtx is the context River
-// gave the middleware, which holds those updates.
+// database, its heartbeats and the watch's polls failed) is checked too,
+// by endUnconfirmed: the rescuer may have given its job to another
+// attempt meanwhile, and River's completer, which checks only that the
+// job is running, would write this attempt's outcome onto that one once
+// the link returned. A superseded attempt's outcome is tagged in River's
+// metadata updates for the pilot, which drops it. Either way it tells the
+// pilot that an outcome is on its way (see pilot.beforeReport). workCtx is
+// the context River gave the middleware, which holds those updates.
 func (jc *jobContext) supersededOnReturn(workCtx context.Context, panicking bool, err error) bool {
 	superseded := jc.superseded.Load()
-	said := !panicking && errors.Is(err, ErrJobNotRunning)
-	if !superseded && (said || (!jc.claimed && jc.unconfirmed())) {
-		superseded = !jc.ownsOnReturn(workCtx)
+	switch {
+	case superseded:
+	case !panicking && errors.Is(err, ErrJobNotRunning):
+		// When the check fails, trust the worker: writing a superseded
+		// attempt's outcome could overwrite a live attempt's.
+		superseded = !jc.ownsOnReturn(workCtx, false)
+	case !jc.claimed && jc.unconfirmed():
+		superseded = !jc.endUnconfirmed(workCtx)
 	}
 	if jc.claimed {
 		// WorkClaimed records the outcome itself, fenced on the attempt.
@@ -306,27 +311,94 @@ func (jc *jobContext) supersededOnReturn(workCtx context.Context, panicking bool
 	return true
 }
 
-// ownsOnReturn reads whether the returning attempt still owns its job,
-// retrying a failed read for up to clearTimeout. When no read succeeds it
-// reports false: writing a superseded attempt's outcome could overwrite a
-// live attempt's, while dropping a live one's outcome only leaves its job
-// to the rescuer, which retries it.
-func (jc *jobContext) ownsOnReturn(workCtx context.Context) bool {
+// endedSQL ends the heartbeat of an attempt that still runs its job, in
+// one statement with the check: it locks the job row (as a heartbeat does,
+// so that the rescuer, which locks it first, cannot take the job between
+// the check and the write) and records the attempt's end, heartbeat_at
+// NULL and updated_at now. From then the rescuer leaves the job to River's
+// completer for 5 s (see lastSignSQL). It returns 0 when the job is not
+// running as this attempt.
+const endedSQL = `
+WITH j AS (
+	SELECT id, kind, attempt FROM river_job
+	WHERE id = $1 AND state = 'running' AND attempt = $2 AND attempted_at IS NOT DISTINCT FROM $3
+	FOR SHARE
+), up AS (
+	INSERT INTO braid_job_progress AS p (job_id, kind, attempt, heartbeat_at, heartbeat_interval, updated_at)
+	SELECT id, kind, attempt, NULL, $4::bigint * interval '1 microsecond', now() FROM j
+	ON CONFLICT (job_id) DO UPDATE SET
+		percent            = CASE WHEN p.attempt = excluded.attempt THEN p.percent END,
+		message            = CASE WHEN p.attempt = excluded.attempt THEN p.message END,
+		attempt            = excluded.attempt,
+		heartbeat_at       = NULL,
+		heartbeat_interval = excluded.heartbeat_interval,
+		updated_at         = now()
+	RETURNING p.job_id
+)
+SELECT count(*) FROM up`
+
+// endUnconfirmed checks, as an unconfirmed attempt returns, that it still
+// owns its job, and ends its heartbeat in the same statement (endedSQL),
+// retrying for up to clearTimeout. It reports whether the outcome may go
+// to River: true when the attempt owns its job, or finished it itself.
+//
+// When no statement succeeds in that time the database is out of reach,
+// which a rescue cannot tell from a restart of the server; it then lets
+// the outcome go, as River would: River's completer retries it, and while
+// the server is down no other attempt can take the job.
+func (jc *jobContext) endUnconfirmed(workCtx context.Context) bool {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(workCtx), clearTimeout)
 	defer cancel()
+	var n int
+	err := retry(ctx, func() error {
+		return jc.q.pool.QueryRow(ctx, endedSQL, jc.job.ID, jc.job.Attempt, jc.job.AttemptedAt, jc.interval.Microseconds()).Scan(&n)
+	})
+	if err != nil {
+		jc.q.logger.WarnContext(workCtx, "queue: cannot check whether a returning attempt still owns its job; letting its outcome go to River",
+			"job_id", jc.job.ID, "kind", jc.job.Kind, "attempt", jc.job.Attempt, "error", err)
+		return true
+	}
+	if n == 1 {
+		return true
+	}
+	return jc.ownsOnReturn(workCtx, false)
+}
+
+// ownsOnReturn reads whether the returning attempt still owns its job (or
+// finished it itself), retrying a failed read for up to clearTimeout, and
+// reports onError when no read succeeds.
+func (jc *jobContext) ownsOnReturn(workCtx context.Context, onError bool) bool {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(workCtx), clearTimeout)
+	defer cancel()
+	var o ownership
+	err := retry(ctx, func() error {
+		var err error
+		o, err = jc.ownership(ctx)
+		return err
+	})
+	if err != nil {
+		jc.q.logger.WarnContext(workCtx, "queue: cannot read whether a returning attempt still owns its job",
+			"job_id", jc.job.ID, "kind", jc.job.Kind, "attempt", jc.job.Attempt, "outcome_written", onError, "error", err)
+		return onError
+	}
+	return o != lost
+}
+
+// retry calls fn until it succeeds or ctx ends, pausing between calls
+// from 10 ms, doubling up to 500 ms. It returns fn's last error when ctx
+// ended first.
+func retry(ctx context.Context, fn func() error) error {
 	pause := 10 * time.Millisecond
 	for {
-		o, err := jc.ownership(ctx)
+		err := fn()
 		if err == nil {
-			return o != lost
+			return nil
 		}
 		t := time.NewTimer(pause)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			jc.q.logger.WarnContext(workCtx, "queue: cannot read whether a returning attempt still owns its job; dropping its outcome",
-				"job_id", jc.job.ID, "kind", jc.job.Kind, "attempt", jc.job.Attempt, "error", err)
-			return false
+			return err
 		case <-t.C:
 		}
 		pause = min(2*pause, 500*time.Millisecond)

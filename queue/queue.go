@@ -259,14 +259,19 @@ type Queue struct {
 	declaredKinds  []string
 	declaredMicros []int64
 	misses         int
-	check          time.Duration
-	rescueDelay    time.Duration
-	ageAfter       time.Duration
-	ageEvery       time.Duration
-	tasks          []MaintenanceTask
-	pilot          *pilot
-	driver         *driver
-	watchPolls     atomic.Int64 // ownership polls by attempt watches
+	// rescueTrouble is set when a look of the rescuer failed; since is
+	// then the database's time at the next look that could read it (see
+	// rescueSince).
+	rescueTrouble atomic.Bool
+	since         atomic.Pointer[time.Time]
+	check         time.Duration
+	rescueDelay   time.Duration
+	ageAfter      time.Duration
+	ageEvery      time.Duration
+	tasks         []MaintenanceTask
+	pilot         *pilot
+	driver        *driver
+	watchPolls    atomic.Int64 // ownership polls by attempt watches
 
 	mu        sync.Mutex
 	started   bool
