@@ -259,6 +259,7 @@ type Queue struct {
 	declaredKinds  []string
 	declaredMicros []int64
 	misses         int
+	middleware     []rivertype.Middleware // Config.Middleware
 	// rescueTrouble is set when a look of the rescuer failed; since is
 	// then the database's time at the next look that could read it (see
 	// rescueSince).
@@ -404,6 +405,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Queue, error) {
 	rc.MaxAttempts = cmp.Or(c.MaxAttempts, base.MaxAttempts, MaxAttemptsDefault)
 	rc.RetryPolicy = q.retry
 	rc.Middleware = append(append([]rivertype.Middleware{&middleware{q: q}}, c.Middleware...), base.Middleware...)
+	q.middleware = slices.Clone(c.Middleware)
 	rc.ID = cmp.Or(c.ID, base.ID)
 	rc.JobTimeout = cmp.Or(c.JobTimeout, base.JobTimeout)
 	rc.RescueStuckJobsAfter = cmp.Or(c.RescueStuckJobsAfter, base.RescueStuckJobsAfter)
@@ -433,6 +435,11 @@ func (q *Queue) Pool() *pgxpool.Pool { return q.pool }
 
 // Leases returns the lease manager the maintenance loop runs under.
 func (q *Queue) Leases() *leases.Manager { return q.leases }
+
+// Middleware returns Config.Middleware: the middleware installed after
+// braid's own. Other packages find theirs in it (the scheduler finds its
+// RecurringMiddleware there).
+func (q *Queue) Middleware() []rivertype.Middleware { return slices.Clone(q.middleware) }
 
 // Start starts working jobs (when Config.Workers is set), starts observing
 // the queue depth gauge, and starts competing for MaintenanceLease to run

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -450,11 +451,17 @@ RETURNING r.id, r.kind, r.key, r.args, r.queue, r.priority, due.previous, r.cons
 	if n == 0 {
 		return 0, nil
 	}
-	// A reclaimed row's run was lost: it counts as a failed run, and the
-	// row backs off (or is parked) rather than run at once.
+	// A reclaimed row's run was lost: unless its River job completed (the
+	// handler succeeded; only the write of its outcome was lost), it counts
+	// as a failed run, and the row backs off (or is parked) rather than
+	// run at once.
 	var run []claimedRow
 	for _, c := range claimed {
-		if c.previous == nil {
+		if c.previous == nil || strings.HasPrefix(c.lastJob, string(rivertype.JobStateCompleted)) {
+			if c.previous != nil {
+				s.logger.WarnContext(ctx, "scheduler: reclaimed a recurring job whose run completed without a recorded outcome; running it again",
+					slog.String("kind", c.kind), slog.String("key", c.key), slog.Time("running_since", *c.previous))
+			}
 			run = append(run, c)
 			continue
 		}

@@ -303,16 +303,19 @@ func TestStaleRunReclaimed(t *testing.T) {
 	if n := riverJobs(t, pool, "k"); n != 1 {
 		t.Fatalf("reclaimed while its job is still waiting: %d jobs", n)
 	}
-	// The job finished, but its outcome was never recorded (the process
-	// died after the handler): past the threshold the row is reclaimed,
-	// and the lost run counts as a failure that backs off.
+	// The job completed, but its outcome was never recorded (the process
+	// died after the handler): past the threshold the row is reclaimed and,
+	// the handler having succeeded, runs again at once, with no failure.
 	exec(t, pool, `UPDATE river_job SET state = 'completed', finalized_at = now()`)
 	tick(t, s)
-	if n := riverJobs(t, pool, "k"); n != 1 {
-		t.Fatalf("%d jobs, want 1: a reclaimed row backs off before it runs again", n)
+	if n := riverJobs(t, pool, "k"); n != 2 {
+		t.Fatalf("%d jobs, want 2 once the job completed unrecorded after the stale threshold", n)
 	}
 	r, _ := s.GetRecurring(ctx, "ping", "k")
-	checkLostRun(t, r, 1, "completed")
+	newest := queryValue[int64](t, pool, `SELECT max(id) FROM river_job`)
+	if r.JobID == nil || *r.JobID != newest || r.RunningSince == nil || r.ConsecutiveFailures != 0 {
+		t.Fatalf("reclaimed row: job %v since %v, %d failures; want job %d, running, none", r.JobID, r.RunningSince, r.ConsecutiveFailures, newest)
+	}
 
 	// The outcome of the old, reclaimed run is ignored.
 	close(release)
@@ -324,29 +327,18 @@ func TestStaleRunReclaimed(t *testing.T) {
 		t.Errorf("late outcome of a reclaimed run changed the row (-before +after):\n%s", diff)
 	}
 
-	// Once due again, the row runs again.
-	exec(t, pool, `UPDATE braid_recurring SET next_run_at = now()`)
-	tick(t, s)
-	if n := riverJobs(t, pool, "k"); n != 2 {
-		t.Fatalf("%d jobs, want 2 once the reclaimed row is due again", n)
-	}
-	r, _ = s.GetRecurring(ctx, "ping", "k")
-	newest := queryValue[int64](t, pool, `SELECT max(id) FROM river_job`)
-	if r.JobID == nil || *r.JobID != newest || r.RunningSince == nil {
-		t.Fatalf("row due again: job %v since %v; want job %d, running", r.JobID, r.RunningSince, newest)
-	}
-
 	// A job deleted from river_job is gone: the row is reclaimed once
-	// stale, and not before, and the lost run counts.
+	// stale, and not before, and the lost run counts as a failure that
+	// backs off.
 	exec(t, pool, `DELETE FROM river_job WHERE id = $1`, newest)
 	tick(t, s)
-	if r, _ := s.GetRecurring(ctx, "ping", "k"); r.RunningSince == nil || r.ConsecutiveFailures != 1 {
+	if r, _ := s.GetRecurring(ctx, "ping", "k"); r.RunningSince == nil || r.ConsecutiveFailures != 0 {
 		t.Fatalf("after deleting the live job: running since %v, %d failures; want still running, not stale yet", r.RunningSince, r.ConsecutiveFailures)
 	}
 	exec(t, pool, `UPDATE braid_recurring SET running_since = now() - interval '61 seconds'`)
 	tick(t, s)
 	r, _ = s.GetRecurring(ctx, "ping", "k")
-	checkLostRun(t, r, 2, "deleted")
+	checkLostRun(t, r, 1, "deleted")
 	if n := riverJobs(t, pool, "k"); n != 1 {
 		t.Fatalf("%d jobs, want 1: the reclaimed row backs off", n)
 	}
@@ -929,5 +921,28 @@ func TestRecurringJobRetriedByHand(t *testing.T) {
 	cancelled(work(second), "parked as a dead letter")
 	if calls != 3 {
 		t.Fatalf("a parked row's job ran the handler (%d calls)", calls)
+	}
+}
+
+// TestSchedulerFindsTheRecurringMiddlewareInItsQueue: without
+// Config.Recurring, a lost run counts under the policy of the
+// RecurringMiddleware in the queue's middleware, not the defaults.
+func TestSchedulerFindsTheRecurringMiddlewareInItsQueue(t *testing.T) {
+	t.Parallel()
+	pool := testdb.DB(t)
+	mw, err := NewRecurringMiddleware(pool, &RecurringConfig{MaxFailures: -1, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := queue.New(pool, &queue.Config{Logger: quietLogger(), Middleware: []rivertype.Middleware{mw}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newScheduler(t, pool, &Config{Queue: q})
+	if s.failures.MaxFailures != -1 {
+		t.Errorf("a lost run counts against MaxFailures %d, want the queue's middleware's -1 (never park)", s.failures.MaxFailures)
+	}
+	if s := newScheduler(t, pool, &Config{Queue: insertOnlyQueue(t, pool)}); s.failures.MaxFailures != RecurringMaxFailuresDefault {
+		t.Errorf("with no middleware: MaxFailures %d, want the default %d", s.failures.MaxFailures, RecurringMaxFailuresDefault)
 	}
 }

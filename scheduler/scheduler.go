@@ -156,10 +156,13 @@ type Config struct {
 	// middleware's Backoff, or is parked as a dead letter at its
 	// MaxFailures, as after a run that failed. A recurring job whose run
 	// kills its process every time thus reaches its dead letter rather
-	// than kill a process every RecurringStaleAfter for ever.
+	// than be run again, and kill its process again, for ever. A run whose
+	// River job completed (the handler succeeded, and only the write of
+	// its outcome was lost) is no failure: its row runs again at once.
 	//
-	// Defaults to the middleware defaults: RecurringMaxFailuresDefault and
-	// queue.DefaultBackoff.
+	// Defaults to the RecurringMiddleware in Queue's middleware
+	// (queue.Queue.Middleware), or, when it has none, to the middleware
+	// defaults: RecurringMaxFailuresDefault and queue.DefaultBackoff.
 	Recurring *RecurringMiddleware
 
 	// RecurringBatchSize is how many due recurring rows one transaction
@@ -271,6 +274,14 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Scheduler, error) {
 			return nil, fmt.Errorf("scheduler: creating lease manager: %w", err)
 		}
 		c.Leases = m
+	}
+	if c.Recurring == nil && c.Queue != nil {
+		for _, m := range c.Queue.Middleware() {
+			if rm, ok := m.(*RecurringMiddleware); ok {
+				c.Recurring = rm
+				break
+			}
+		}
 	}
 	failures := RecurringConfig{Logger: c.Logger}
 	if c.Recurring != nil {
