@@ -358,8 +358,9 @@
 //     state (braid_run_events);
 //  4. the run row.
 //
-// Turns, Cancel, Retry, the reconciler, retention and the delay processor
-// follow it. A turn job is cancelled through River only under a lock of its
+// Turns, Cancel, Retry, the reconciler, the decision of undecided DAG
+// nodes (its DAG's blocked nodes, then its root, by created_at DESC, id
+// DESC), retention and the delay processor follow it. A turn job is cancelled through River only under a lock of its
 // task that shows the task cancelled: in the transaction that cancels the
 // task, or, for the turns that transaction skipped and those of cancelled
 // children, one job at a time, in a transaction that locks the job and then

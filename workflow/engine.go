@@ -272,7 +272,8 @@ type Engine struct {
 	metrics  *engineMetrics
 	logger   *slog.Logger
 	notifier *notifier
-	// unknownLogged holds the names of unknown workflows already logged.
+	// unknownLogged holds the names of unknown workflows, and of unknown
+	// DAG nodes, already logged.
 	unknownLogged sync.Map
 	// filters caches the compiled filters of event waits.
 	filters filters

@@ -389,9 +389,13 @@ func (e *Engine) decide(ctx context.Context, tx pgx.Tx, cands []releaseCandidate
 			// This process does not know the DAG (a rolling deploy, or
 			// another service's DAG): the node stays blocked with nothing
 			// left to wait for, and a process that knows the DAG decides
-			// it (decideUndecidedNodes).
-			e.logger.WarnContext(ctx, "workflow: a DAG node's dependencies are final, but this process does not know its DAG; leaving it to a process that does",
-				"dag", c.dag, "node", c.key, "task.id", c.tr.taskID)
+			// it (decideUndecidedNodes). Logged once per node of a DAG:
+			// a process that knows the DAG but not the node (an older
+			// version of it) looks again every ReconcileInterval.
+			if _, logged := e.unknownLogged.LoadOrStore("dag node\x00"+c.dag+"\x00"+c.key, true); !logged {
+				e.logger.WarnContext(ctx, "workflow: a DAG node's dependencies are final, but this process does not know its DAG or the node; leaving it to a process that does",
+					"dag", c.dag, "node", c.key, "task.id", c.tr.taskID)
+			}
 			continue
 		}
 		run, reason, evalErr := n.decide(spec, deps[c.tr.taskID], inputs[c.rootID])
