@@ -360,26 +360,9 @@ func TestRestartLeavesAReturnedAttemptToTheCompleter(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	server := testdb.Private(t)
-	beats := make(chan struct{}, 1)
-	release := make(chan struct{})
-	workers := river.NewWorkers()
-	river.AddWorker(workers, river.WorkFunc(func(ctx context.Context, job *river.Job[liveArgs]) error {
-		for {
-			select {
-			case <-release:
-				return nil
-			case <-time.After(50 * time.Millisecond):
-			}
-			if Heartbeat(ctx) == nil { // fails while the server is down
-				select {
-				case beats <- struct{}{}:
-				default:
-				}
-			}
-		}
-	}))
+	w := newBeater()
 	q := startQueue(t, testdb.Pool(t, server.URL), &Config{
-		Workers:                workers,
+		Workers:                w.workers,
 		Heartbeats:             map[string]time.Duration{"hb_live": 500 * time.Millisecond},
 		HeartbeatMisses:        2,
 		HeartbeatCheckInterval: 20 * time.Millisecond,
@@ -389,10 +372,10 @@ func TestRestartLeavesAReturnedAttemptToTheCompleter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	recv(t, beats, "a heartbeat")
+	recv(t, w.beats, "a heartbeat")
 
 	server.Stop(t)
-	close(release)
+	close(w.release)
 	// Down for longer than the 2 intervals of 500 ms the rescuer allows.
 	time.Sleep(2 * time.Second)
 	server.Start(t)
@@ -415,27 +398,9 @@ func TestLongOutageKeepsAnUnconfirmedAttemptsOutcome(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	server := testdb.Private(t)
-	beats := make(chan struct{}, 1)
-	release, returned := make(chan struct{}), make(chan struct{})
-	workers := river.NewWorkers()
-	river.AddWorker(workers, river.WorkFunc(func(ctx context.Context, job *river.Job[liveArgs]) error {
-		defer close(returned)
-		for {
-			select {
-			case <-release:
-				return nil
-			case <-time.After(50 * time.Millisecond):
-			}
-			if Heartbeat(ctx) == nil {
-				select {
-				case beats <- struct{}{}:
-				default:
-				}
-			}
-		}
-	}))
+	w := newBeater()
 	q := startQueue(t, testdb.Pool(t, server.URL), &Config{
-		Workers:                workers,
+		Workers:                w.workers,
 		Heartbeats:             map[string]time.Duration{"hb_live": 300 * time.Millisecond},
 		HeartbeatMisses:        2,
 		HeartbeatCheckInterval: 20 * time.Millisecond,
@@ -445,12 +410,12 @@ func TestLongOutageKeepsAnUnconfirmedAttemptsOutcome(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	recv(t, beats, "a heartbeat")
+	recv(t, w.beats, "a heartbeat")
 
 	server.Stop(t)
 	time.Sleep(time.Second) // more than the 300 ms interval: unconfirmed
-	close(release)
-	recv(t, returned, "the worker to return")
+	close(w.release)
+	recv(t, w.returned, "the worker to return")
 	// Down for longer than the 5 s the return may spend on its check.
 	time.Sleep(6 * time.Second)
 	server.Start(t)
@@ -459,4 +424,34 @@ func TestLongOutageKeepsAnUnconfirmedAttemptsOutcome(t *testing.T) {
 	if job.State != rivertype.JobStateCompleted || len(job.Errors) != 0 {
 		t.Fatalf("after the outage: %s with errors %+v; want completed with none", job.State, job.Errors)
 	}
+}
+
+// beater works liveArgs: it heartbeats every 50 ms, sending on beats
+// (without blocking) each time a heartbeat is recorded, until release is
+// closed; then it returns successfully and closes returned.
+type beater struct {
+	workers           *river.Workers
+	beats             chan struct{}
+	release, returned chan struct{}
+}
+
+func newBeater() *beater {
+	w := &beater{workers: river.NewWorkers(), beats: make(chan struct{}, 1), release: make(chan struct{}), returned: make(chan struct{})}
+	river.AddWorker(w.workers, river.WorkFunc(func(ctx context.Context, job *river.Job[liveArgs]) error {
+		defer close(w.returned)
+		for {
+			select {
+			case <-w.release:
+				return nil
+			case <-time.After(50 * time.Millisecond):
+			}
+			if Heartbeat(ctx) == nil { // fails while the database is down
+				select {
+				case w.beats <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}))
+	return w
 }

@@ -506,16 +506,7 @@ func TestUndecidedNodeIsDecidedByAProcessThatKnowsTheDAG(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for {
-		if n := count(t, pool, `SELECT count(*) FROM braid_tasks WHERE run_id = $1 AND key = 'b' AND status = 'blocked' AND remaining = 0`, run.ID); n == 1 {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatal("node b never became undecided")
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	waitUndecided(ctx, t, pool, 1, `run_id = $1`, run.ID)
 	if err := old.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -567,13 +558,7 @@ func TestUndecidedNodesOfAnUnknownDAGHideNoOther(t *testing.T) {
 	if err := old.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for count(t, pool, `SELECT count(*) FROM braid_tasks WHERE key = 'b' AND status = 'blocked' AND remaining = 0`) < others+1 {
-		select {
-		case <-ctx.Done():
-			t.Fatal("the nodes b never all became undecided")
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	waitUndecided(ctx, t, pool, others+1, `true`)
 	if err := old.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -637,13 +622,7 @@ func TestUndecidedNodeIsDecidedByAProcessThatDoesNotLead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for count(t, pool, `SELECT count(*) FROM braid_tasks WHERE run_id = $1 AND key = 'b' AND status = 'blocked' AND remaining = 0`, run.ID) != 1 {
-		select {
-		case <-ctx.Done():
-			t.Fatal("node b never became undecided")
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	waitUndecided(ctx, t, pool, 1, `run_id = $1`, run.ID)
 	if err := owner.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -656,5 +635,18 @@ func TestUndecidedNodeIsDecidedByAProcessThatDoesNotLead(t *testing.T) {
 	}
 	if h := holder(); h != lead {
 		t.Errorf("the maintenance lease moved from %s to %s; the test needs its first holder to keep it", lead, h)
+	}
+}
+
+// waitUndecided waits until n nodes b that match where (with args) are
+// undecided: blocked with no dependency left to wait for.
+func waitUndecided(ctx context.Context, t *testing.T, pool *pgxpool.Pool, n int, where string, args ...any) {
+	t.Helper()
+	for count(t, pool, `SELECT count(*) FROM braid_tasks WHERE key = 'b' AND status = 'blocked' AND remaining = 0 AND `+where, args...) < n {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%d nodes b never became undecided", n)
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 }
