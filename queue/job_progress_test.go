@@ -358,21 +358,7 @@ func TestProgressOutsideJob(t *testing.T) {
 // its first attempt, with no error recorded.
 func TestRestartLeavesAReturnedAttemptToTheCompleter(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	server := testdb.Private(t)
-	w := newBeater()
-	q := startQueue(t, testdb.Pool(t, server.URL), &Config{
-		Workers:                w.workers,
-		Heartbeats:             map[string]time.Duration{"hb_live": 500 * time.Millisecond},
-		HeartbeatMisses:        2,
-		HeartbeatCheckInterval: 20 * time.Millisecond,
-		RescueRetryDelay:       time.Millisecond,
-	})
-	res, err := q.Insert(ctx, liveArgs{}, &InsertOpts{InsertOpts: river.InsertOpts{MaxAttempts: 3}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	recv(t, w.beats, "a heartbeat")
+	server, q, w, id := startBeating(t, 500*time.Millisecond, 3)
 
 	server.Stop(t)
 	close(w.release)
@@ -380,7 +366,7 @@ func TestRestartLeavesAReturnedAttemptToTheCompleter(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	server.Start(t)
 
-	job := waitState(t, q, res.Job.ID, rivertype.JobStateCompleted, rivertype.JobStateAvailable,
+	job := waitState(t, q, id, rivertype.JobStateCompleted, rivertype.JobStateAvailable,
 		rivertype.JobStateRetryable, rivertype.JobStateDiscarded)
 	if job.State != rivertype.JobStateCompleted || job.Attempt != 1 || len(job.Errors) != 0 {
 		t.Fatalf("after the restart: %s at attempt %d with errors %+v; want completed at attempt 1 with none",
@@ -396,21 +382,7 @@ func TestRestartLeavesAReturnedAttemptToTheCompleter(t *testing.T) {
 // dropped: the job completes at its first attempt once the server is back.
 func TestLongOutageKeepsAnUnconfirmedAttemptsOutcome(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	server := testdb.Private(t)
-	w := newBeater()
-	q := startQueue(t, testdb.Pool(t, server.URL), &Config{
-		Workers:                w.workers,
-		Heartbeats:             map[string]time.Duration{"hb_live": 300 * time.Millisecond},
-		HeartbeatMisses:        2,
-		HeartbeatCheckInterval: 20 * time.Millisecond,
-		RescueRetryDelay:       time.Millisecond,
-	})
-	res, err := q.Insert(ctx, liveArgs{}, &InsertOpts{InsertOpts: river.InsertOpts{MaxAttempts: 1}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	recv(t, w.beats, "a heartbeat")
+	server, q, w, id := startBeating(t, 300*time.Millisecond, 1)
 
 	server.Stop(t)
 	time.Sleep(time.Second) // more than the 300 ms interval: unconfirmed
@@ -420,7 +392,7 @@ func TestLongOutageKeepsAnUnconfirmedAttemptsOutcome(t *testing.T) {
 	time.Sleep(6 * time.Second)
 	server.Start(t)
 
-	job := waitState(t, q, res.Job.ID, rivertype.JobStateCompleted, rivertype.JobStateDiscarded)
+	job := waitState(t, q, id, rivertype.JobStateCompleted, rivertype.JobStateDiscarded)
 	if job.State != rivertype.JobStateCompleted || len(job.Errors) != 0 {
 		t.Fatalf("after the outage: %s with errors %+v; want completed with none", job.State, job.Errors)
 	}
@@ -454,4 +426,26 @@ func newBeater() *beater {
 		}
 	}))
 	return w
+}
+
+// startBeating starts, on a private server, a Queue whose beater works a
+// job of HeartbeatMisses 2 intervals and maxAttempts attempts, and returns
+// once the job has heartbeated.
+func startBeating(t *testing.T, interval time.Duration, maxAttempts int) (*testdb.Server, *Queue, *beater, int64) {
+	t.Helper()
+	server := testdb.Private(t)
+	w := newBeater()
+	q := startQueue(t, testdb.Pool(t, server.URL), &Config{
+		Workers:                w.workers,
+		Heartbeats:             map[string]time.Duration{"hb_live": interval},
+		HeartbeatMisses:        2,
+		HeartbeatCheckInterval: 20 * time.Millisecond,
+		RescueRetryDelay:       time.Millisecond,
+	})
+	res, err := q.Insert(context.Background(), liveArgs{}, &InsertOpts{InsertOpts: river.InsertOpts{MaxAttempts: maxAttempts}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recv(t, w.beats, "a heartbeat")
+	return server, q, w, res.Job.ID
 }
