@@ -488,8 +488,7 @@ func TestCancelADAGRun(t *testing.T) {
 func TestUndecidedNodeIsDecidedByAProcessThatKnowsTheDAG(t *testing.T) {
 	t.Parallel()
 	pool := testutil.DB(t)
-	a := workflow.Define("u_a", func(t *workflow.Task, in dagIn) (int, error) { return 1, nil })
-	b := workflow.Define("u_b", func(t *workflow.Task, in dagIn) (string, error) { return "b ran", nil })
+	a, b := nodeWorkflows("u")
 	bRef := workflow.Node("b", b, workflow.After("a"), workflow.When(`a == 1`))
 	dag := workflow.DAG[dagIn]("undecided_dag", workflow.Node("a", a), bRef)
 	ctx := ctxTimeout(t, 60*time.Second)
@@ -530,8 +529,7 @@ func TestUndecidedNodeIsDecidedByAProcessThatKnowsTheDAG(t *testing.T) {
 func TestUndecidedNodesOfAnUnknownDAGHideNoOther(t *testing.T) {
 	t.Parallel()
 	pool := testutil.DB(t)
-	a := workflow.Define("h_a", func(t *workflow.Task, in dagIn) (int, error) { return 1, nil })
-	b := workflow.Define("h_b", func(t *workflow.Task, in dagIn) (string, error) { return "b ran", nil })
+	a, b := nodeWorkflows("h")
 	hidden := workflow.DAG[dagIn]("hidden_dag", workflow.Node("a", a), workflow.Node("b", b, workflow.After("a")))
 	known := workflow.DAG[dagIn]("known_dag", workflow.Node("a", a), workflow.Node("b", b, workflow.After("a")))
 	ctx := ctxTimeout(t, 60*time.Second)
@@ -590,8 +588,7 @@ func TestUndecidedNodesOfAnUnknownDAGHideNoOther(t *testing.T) {
 func TestUndecidedNodeIsDecidedByAProcessThatDoesNotLead(t *testing.T) {
 	t.Parallel()
 	pool := testutil.DB(t)
-	a := workflow.Define("l_a", func(t *workflow.Task, in dagIn) (int, error) { return 1, nil })
-	b := workflow.Define("l_b", func(t *workflow.Task, in dagIn) (string, error) { return "b ran", nil })
+	a, b := nodeWorkflows("l")
 	bRef := workflow.Node("b", b, workflow.After("a"))
 	dag := workflow.DAG[dagIn]("leaderless_dag", workflow.Node("a", a), bRef)
 	ctx := ctxTimeout(t, 30*time.Second)
@@ -649,4 +646,12 @@ func waitUndecided(ctx context.Context, t *testing.T, pool *pgxpool.Pool, n int,
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// nodeWorkflows defines the node workflows of the undecided-node tests,
+// named prefix_a and prefix_b: a returns 1, b returns "b ran".
+func nodeWorkflows(prefix string) (*workflow.Workflow[dagIn, int], *workflow.Workflow[dagIn, string]) {
+	a := workflow.Define(prefix+"_a", func(t *workflow.Task, in dagIn) (int, error) { return 1, nil })
+	b := workflow.Define(prefix+"_b", func(t *workflow.Task, in dagIn) (string, error) { return "b ran", nil })
+	return a, b
 }
