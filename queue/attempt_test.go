@@ -231,9 +231,27 @@ func TestSupersededByWatch(t *testing.T) {
 // still cut off. Once the link is back, the first attempt's outcome must
 // not land on the second attempt: River's completer would write it, since
 // the job is running, and the job would complete under the second
-// attempt's feet.
+// attempt's feet. When the link is back at once, the returning attempt's
+// check finds it superseded; when it is back only after the check gave up
+// (5 s), the pilot's fence drops the outcome River's completer still
+// holds.
 func TestSupersededWhileCutOff(t *testing.T) {
 	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		after time.Duration // from the first attempt's return to the link's return
+	}{
+		{"the check finds it superseded", 0},
+		{"the pilot's fence drops it", clearTimeout + 500*time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			supersededWhileCutOff(t, tc.after)
+		})
+	}
+}
+
+func supersededWhileCutOff(t *testing.T, after time.Duration) {
 	ctx := context.Background()
 	u := testdb.URL(t)
 	cutPool, link := testdb.LinkedPool(t, u)
@@ -275,11 +293,17 @@ func TestSupersededWhileCutOff(t *testing.T) {
 			return fmt.Errorf("attempt %d reached the second process", job.Attempt)
 		}
 		close(secondStarted)
-		select {
-		case <-releaseSecond:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
+		for {
+			select {
+			case <-releaseSecond:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(20 * time.Millisecond):
+				if err := Heartbeat(ctx); err != nil {
+					return err
+				}
+			}
 		}
 	}))
 	startQueue(t, pool, &Config{
@@ -296,9 +320,11 @@ func TestSupersededWhileCutOff(t *testing.T) {
 
 	close(releaseFirst)
 	recv(t, firstReturned, "the first attempt to return")
+	time.Sleep(after)
 	link.Restore()
+	dropped := func() int64 { return cut.pilot.dropped.Load() + cut.pilot.fenceDropped.Load() }
 	eventually(t, "the first attempt's outcome to be dropped or written", func() (bool, error) {
-		if cut.pilot.dropped.Load() > 0 {
+		if dropped() > 0 {
 			return true, nil
 		}
 		var state string
@@ -312,8 +338,11 @@ func TestSupersededWhileCutOff(t *testing.T) {
 	if job.State != rivertype.JobStateRunning || job.Attempt != 2 {
 		t.Fatalf("after the cut-off attempt returned: %s at attempt %d; want running at attempt 2", job.State, job.Attempt)
 	}
-	if got := cut.pilot.dropped.Load(); got != 1 {
+	if got := dropped(); got != 1 {
 		t.Errorf("the cut-off process dropped %d outcomes, want 1", got)
+	}
+	if after > clearTimeout && cut.pilot.fenceDropped.Load() != 1 {
+		t.Errorf("the pilot's fence dropped %d outcomes, want 1", cut.pilot.fenceDropped.Load())
 	}
 
 	release()

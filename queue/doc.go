@@ -154,19 +154,18 @@
 // progress row written before the job's current start is ignored.
 //
 // No sign counts as older than 5 s after the database server's start
-// (pg_postmaster_start_time), nor than 5 s after the rescuer could read
-// the database again when a look of its own had failed (a crash restart
-// of the server, a failover to a standby, a network outage). While the
-// database is down or out of reach no attempt can heartbeat and no outcome
-// can be written; once it is back, every attempt has its full
-// HeartbeatMisses intervals to heartbeat again, and River's completer,
-// which retries a failed batch after 1, 2 and 4 s, has 5 s more to write
-// the outcomes it holds. A worker that returned meanwhile also retries the
-// end of its heartbeat for up to 5 s. A job that completed while the
-// database was down is thus recorded as completed, not rescued and run
-// again, provided River's completer still holds its outcome: River gives
-// a batch up after its third failed try, about 7 s after the first, and
-// the job is then rescued once silent.
+// (pg_postmaster_start_time), nor than 5 s after the rescuer's first look
+// in its term of the lease, nor than 5 s after its first look that
+// succeeded after one that failed (a crash restart of the server, a
+// failover to a standby, a network outage). While the database is down or
+// out of reach no attempt can heartbeat and no outcome can be written;
+// once it is back, every attempt has its full HeartbeatMisses intervals to
+// heartbeat again, and River's completer, which tries a failed batch again
+// 1 and 3 s after its first try and then gives it up, has 5 s more to
+// write the outcomes it holds. A job that completed while the database
+// was down is thus recorded as completed, not rescued and run again,
+// provided River's completer still held its outcome when the database came
+// back.
 //
 // While an attempt of a heartbeat kind runs, the middleware also watches
 // its job row a few times per interval (skipping the poll while a
@@ -185,10 +184,11 @@
 // goes to River, and in the same statement ends its heartbeat, so that the
 // rescuer then leaves the job to River's completer for 5 s. An attempt
 // found superseded has its outcome dropped. When the check fails for 5 s
-// the outcome goes to River as it would without the check: a client
-// cannot tell a server that is down, when no other attempt can take the
-// job and dropping a completed job's outcome would run it again, from a
-// link cut while the rescuer works.
+// the outcome goes to River fenced on the attempt: the pilot writes it
+// only if, under the job row's lock, the job still runs as that attempt.
+// (A client cannot tell a server that is down, when no other attempt can
+// take the job and dropping a completed job's outcome would run it again,
+// from a link cut while the rescuer works.)
 //
 // # Recovery time
 //
@@ -198,8 +198,11 @@
 //	HeartbeatMisses × interval + HeartbeatCheckInterval + RescueRetryDelay + FetchPollInterval
 //
 // of its last heartbeat (plus the statements' own time), provided the
-// maintenance lease is held by a live process (after the lease holder's
-// own death, add the lease's TTL). With the defaults (3 misses, 500 ms,
+// maintenance lease is held by a live process. After the lease holder's
+// own death, add the lease's TTL, and HeartbeatMisses × interval + 5 s
+// more: a new holder of the lease counts silence from its first look,
+// since it cannot tell the holder's death from an outage that silenced
+// every process. With the defaults (3 misses, 500 ms,
 // 1 s, 100 ms) and a 5 s heartbeat this is 15 s + 1.6 s = 16.6 s, within
 // the 17 s the workflow engine promises for its turns.
 //

@@ -445,6 +445,9 @@ func (jc *jobContext) watch(ctx context.Context) func() {
 }
 
 // JobProgress returns the latest progress and heartbeat recorded for a job.
+// An attempt of a heartbeat kind that returned after a heartbeat interval
+// without confirming that it owned its job records the end of its
+// heartbeat even if it never reported (percent and message empty).
 // It returns an error matching rivertype.ErrNotFound when the job never
 // reported.
 func (q *Queue) JobProgress(ctx context.Context, jobID int64) (*JobProgress, error) {

@@ -415,6 +415,8 @@ func newBeater() *beater {
 			select {
 			case <-w.release:
 				return nil
+			case <-ctx.Done():
+				return ctx.Err()
 			case <-time.After(50 * time.Millisecond):
 			}
 			if Heartbeat(ctx) == nil { // fails while the database is down

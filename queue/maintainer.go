@@ -38,6 +38,10 @@ const (
 // returns when ctx ends (the lease was lost or the Queue stops), after
 // every task has returned.
 func (q *Queue) maintain(ctx context.Context, _ *leases.Lease) error {
+	// A new term of the lease counts silence from its own first look: the
+	// lease may have changed hands because the database was out of reach
+	// of every process, this one's attempts included (see rescueSince).
+	q.rescueTrouble.Store(true)
 	ctx, cancel := context.WithCancel(ctx)
 	waitTasks := q.runTasks(ctx)
 	defer func() {
@@ -118,24 +122,24 @@ func silentSQL(since string) string {
 // the job is still rescued.
 //
 // No sign counts as older than 5 s after the database server's start
-// (pg_postmaster_start_time), nor than 5 s after the rescuer could first
-// read the database again after it could not (the parameter named by
-// since; NULL when it has had no trouble): while the server was down or
-// out of reach, after a restart, a crash restart or a failover, no
-// attempt could heartbeat and no outcome could be written. Every attempt
-// then gets its full HeartbeatMisses intervals to heartbeat again, and
-// River's completer, which retries a failed batch after 1, 2 and 4 s, its
-// 5 s to write what it holds, rather than the jobs being rescued the
-// moment the database is back.
+// (pg_postmaster_start_time), nor than 5 s after the rescuer's first look
+// in its term of the lease or after a look that failed (the parameter
+// named by since): while the server was down or out of reach, after a
+// restart, a crash restart or a failover, no attempt could heartbeat and
+// no outcome could be written. Every attempt then gets its full
+// HeartbeatMisses intervals to heartbeat again, and River's completer,
+// whose tries of a batch come 1 and 3 s after its first, its 5 s to write
+// what it holds, rather than the jobs being rescued the moment the
+// database is back.
 func lastSignSQL(since string) string {
 	return `greatest(COALESCE(p.heartbeat_at, p.updated_at + interval '5 seconds', j.attempted_at),
 	         pg_postmaster_start_time() + interval '5 seconds', ` + since + `::timestamptz + interval '5 seconds')`
 }
 
 // rescueSince returns the moment, on the database clock, from which the
-// rescuer counts silence after trouble: when a look failed, the next look
-// first reads the database's time, and no sign counts as older than that
-// (see lastSignSQL). It returns nil while the rescuer has had no trouble.
+// rescuer counts silence: at the first look of its term of the lease, and
+// at the first look after one that failed, it reads the database's time,
+// and no sign counts as older than that (see lastSignSQL).
 func (q *Queue) rescueSince(ctx context.Context) (*time.Time, error) {
 	if q.rescueTrouble.Load() {
 		var now time.Time

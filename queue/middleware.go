@@ -295,6 +295,9 @@ func (jc *jobContext) supersededOnReturn(workCtx context.Context, panicking bool
 		superseded = !jc.ownsOnReturn(workCtx, false)
 	case !jc.claimed && jc.unconfirmed():
 		superseded = !jc.endUnconfirmed(workCtx)
+		// endUnconfirmed ended the heartbeat, or could not reach the
+		// database for as long as clear would try.
+		jc.touched.Store(false)
 	}
 	if jc.claimed {
 		// WorkClaimed records the outcome itself, fenced on the attempt.
@@ -342,10 +345,13 @@ SELECT count(*) FROM up`
 // retrying for up to clearTimeout. It reports whether the outcome may go
 // to River: true when the attempt owns its job, or finished it itself.
 //
-// When no statement succeeds in that time the database is out of reach,
-// which a rescue cannot tell from a restart of the server; it then lets
-// the outcome go, as River would: River's completer retries it, and while
-// the server is down no other attempt can take the job.
+// When no statement succeeds in that time the database is out of reach:
+// the server may be down, when no other attempt can take the job and
+// dropping the outcome would run a completed job again, or this process
+// may be cut off while the rescuer works. The outcome then goes to River
+// tagged with the attempt (metadataFence), and the pilot writes it, once
+// River's completer reaches the database, only if the job still runs as
+// this attempt.
 func (jc *jobContext) endUnconfirmed(workCtx context.Context) bool {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(workCtx), clearTimeout)
 	defer cancel()
@@ -354,8 +360,16 @@ func (jc *jobContext) endUnconfirmed(workCtx context.Context) bool {
 		return jc.q.pool.QueryRow(ctx, endedSQL, jc.job.ID, jc.job.Attempt, jc.job.AttemptedAt, jc.interval.Microseconds()).Scan(&n)
 	})
 	if err != nil {
-		jc.q.logger.WarnContext(workCtx, "queue: cannot check whether a returning attempt still owns its job; letting its outcome go to River",
+		jc.q.logger.WarnContext(workCtx, "queue: cannot check whether a returning attempt still owns its job; its outcome goes to River fenced on the attempt",
 			"job_id", jc.job.ID, "kind", jc.job.Kind, "attempt", jc.job.Attempt, "error", err)
+		fence := attemptFence{Attempt: jc.job.Attempt}
+		if jc.job.AttemptedAt != nil {
+			fence.AttemptedAt = *jc.job.AttemptedAt
+		}
+		if err := river.MetadataSet(workCtx, metadataFence, fence); err != nil {
+			jc.q.logger.WarnContext(workCtx, "queue: cannot fence a returning attempt's outcome",
+				"job_id", jc.job.ID, "attempt", jc.job.Attempt, "error", err)
+		}
 		return true
 	}
 	if n == 1 {

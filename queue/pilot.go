@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,6 +25,20 @@ import (
 // reaches the database.
 const metadataSuperseded = "braid_superseded_attempt"
 
+// metadataFence is the key under which the middleware tags the outcome of
+// an attempt that could not check, as it returned, that it still owned
+// its job (see jobContext.endUnconfirmed): its value is the attempt's
+// fence, the attempt number and start. The pilot writes that outcome only
+// while the job runs as that attempt, and strips the key.
+const metadataFence = "braid_fence_attempt"
+
+// attemptFence names one execution of a job: River reuses an attempt
+// number after a snooze, so its start tells two apart.
+type attemptFence struct {
+	Attempt     int       `json:"attempt"`
+	AttemptedAt time.Time `json:"attempted_at"`
+}
+
 // driver is riverpgxv5's driver with braid's pilot. River asks a driver
 // for a pilot when the client is built (a driver plugin); everything else
 // is riverpgxv5's own, so river.JobCompleteTx[*riverpgxv5.Driver] and the
@@ -37,7 +52,9 @@ type driver struct {
 var _ riverdriver.Driver[pgx.Tx] = (*driver)(nil)
 
 func newDriver(pool *pgxpool.Pool, p *pilot) *driver {
-	return &driver{Driver: riverpgxv5.New(pool), pilot: p}
+	d := &driver{Driver: riverpgxv5.New(pool), pilot: p}
+	p.pool, p.unwrap = pool, d.Driver.UnwrapExecutor
+	return d
 }
 
 // PluginInit is part of River's driver plugin interface; braid's pilot
@@ -57,6 +74,10 @@ func (d *driver) PluginPilot() riverpilot.Pilot { return d.pilot }
 //     and taken by a later attempt cannot complete, fail or snooze that
 //     later attempt (River's statement checks only that the job is
 //     running, not which attempt runs it);
+//   - it writes an outcome tagged with its attempt (metadataFence: one
+//     whose attempt could not check that it still owned its job) only if
+//     the job still runs as that attempt, checked under the job row's lock
+//     in the transaction that writes it;
 //   - it sanitises every attempt error it writes (SanitizeErrorText on the
 //     error text and on the panic stack): one NUL byte would otherwise make
 //     PostgreSQL reject the whole batch, and River's completer retries a
@@ -65,6 +86,11 @@ type pilot struct {
 	riverpilot.StandardPilot
 
 	maxErrorBytes int
+
+	// pool and unwrap write fenced outcomes in a transaction of the
+	// pilot's own (set by newDriver).
+	pool   *pgxpool.Pool
+	unwrap func(pgx.Tx) riverdriver.ExecutorTx
 
 	mu sync.Mutex
 	// superseded maps a job ID to its attempt that lost the job while it
@@ -85,6 +111,9 @@ type pilot struct {
 	// it accounted for (settle).
 	changed chan struct{}
 	dropped atomic.Int64 // outcomes dropped, for tests
+	// fenceDropped counts fenced outcomes dropped because their job had
+	// gone to another attempt, for tests.
+	fenceDropped atomic.Int64
 }
 
 // reportWait bounds how long an attempt's return waits for another
@@ -162,11 +191,18 @@ func (p *pilot) isSuperseded(id int64, attempt int) bool {
 // has succeeded: River's completer retries a failed batch with the same
 // outcomes, which must then be judged the same way.
 func (p *pilot) JobSetStateIfRunningMany(ctx context.Context, exec riverdriver.Executor, params *riverdriver.JobSetStateIfRunningManyParams) ([]*rivertype.JobRow, error) {
+	// River's completer retries a failed batch with the same params: the
+	// tags stripped below must still be there for the retry.
+	params = cloneUpdates(params)
 	n := len(params.ID)
 	keep := make([]int, 0, n)
 	var seen []pilotSeen
+	fences := make(map[int]attemptFence)
 	p.mu.Lock()
 	for i := range n {
+		if f, ok := takeFence(params, i); ok {
+			fences[i] = f
+		}
 		drop, s := p.judgeLocked(params, i)
 		if s != (pilotSeen{}) {
 			seen = append(seen, s)
@@ -180,6 +216,22 @@ func (p *pilot) JobSetStateIfRunningMany(ctx context.Context, exec riverdriver.E
 		p.settle(seen)
 		return nil, nil
 	}
+	var fenced []int // positions in keep
+	for j, i := range keep {
+		if _, ok := fences[i]; ok {
+			fenced = append(fenced, j)
+		}
+	}
+	if len(fenced) > 0 {
+		return p.writeFenced(ctx, params, keep, fenced, fences, seen)
+	}
+	return p.write(ctx, exec, params, keep, seen)
+}
+
+// write writes the outcomes at keep of params through exec, then settles
+// seen.
+func (p *pilot) write(ctx context.Context, exec riverdriver.Executor, params *riverdriver.JobSetStateIfRunningManyParams, keep []int, seen []pilotSeen) ([]*rivertype.JobRow, error) {
+	n := len(params.ID)
 	out := params
 	if len(keep) < n {
 		out = &riverdriver.JobSetStateIfRunningManyParams{
@@ -217,6 +269,92 @@ func (p *pilot) JobSetStateIfRunningMany(ctx context.Context, exec riverdriver.E
 	}
 	p.settle(seen)
 	return rows, nil
+}
+
+// writeFenced writes the outcomes at keep of params in a transaction of its
+// own that first locks the jobs of the fenced ones (positions in keep) and
+// drops the outcome of each whose job no longer runs as its attempt: the
+// rescuer gave it to another attempt while its attempt could not check.
+func (p *pilot) writeFenced(ctx context.Context, params *riverdriver.JobSetStateIfRunningManyParams, keep, fenced []int, fences map[int]attemptFence, seen []pilotSeen) ([]*rivertype.JobRow, error) {
+	ids := make([]int64, len(fenced))
+	attempts := make([]int32, len(fenced))
+	starts := make([]time.Time, len(fenced))
+	for k, j := range fenced {
+		f := fences[keep[j]]
+		ids[k], attempts[k], starts[k] = params.ID[keep[j]], int32(f.Attempt), f.AttemptedAt
+	}
+	tx, err := p.pool.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	rows, err := tx.Query(ctx, `
+SELECT u.id FROM unnest($1::bigint[], $2::int[], $3::timestamptz[]) AS u(id, attempt, at)
+  JOIN river_job j ON j.id = u.id
+ WHERE j.state = 'running' AND (j.attempt <> u.attempt OR j.attempted_at IS DISTINCT FROM u.at)
+   FOR UPDATE OF j`, ids, attempts, starts)
+	if err != nil {
+		return nil, err
+	}
+	lost, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, err
+	}
+	if len(lost) > 0 {
+		kept := keep[:0:0]
+		for _, i := range keep {
+			if !slices.Contains(lost, params.ID[i]) {
+				kept = append(kept, i)
+			} else {
+				p.fenceDropped.Add(1)
+			}
+		}
+		keep = kept
+	}
+	var out []*rivertype.JobRow
+	if len(keep) > 0 {
+		// write settles seen only once the transaction has committed.
+		if out, err = p.write(ctx, p.unwrap(tx), params, keep, nil); err != nil {
+			return nil, err
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, err
+	}
+	p.settle(seen)
+	return out, nil
+}
+
+// cloneUpdates returns a copy of params whose slices of metadata updates
+// and errors are its own, so that changing an entry leaves params as it
+// was.
+func cloneUpdates(params *riverdriver.JobSetStateIfRunningManyParams) *riverdriver.JobSetStateIfRunningManyParams {
+	c := *params
+	c.MetadataUpdates = slices.Clone(params.MetadataUpdates)
+	c.MetadataDoMerge = slices.Clone(params.MetadataDoMerge)
+	c.ErrData = slices.Clone(params.ErrData)
+	return &c
+}
+
+// takeFence removes the fence tag from update i of params, and returns the
+// fence it carried.
+func takeFence(params *riverdriver.JobSetStateIfRunningManyParams, i int) (attemptFence, bool) {
+	if i >= len(params.MetadataUpdates) || !bytes.Contains(params.MetadataUpdates[i], []byte(`"`+metadataFence+`"`)) {
+		return attemptFence{}, false
+	}
+	var md map[string]json.RawMessage
+	if err := json.Unmarshal(params.MetadataUpdates[i], &md); err != nil {
+		return attemptFence{}, false
+	}
+	var f attemptFence
+	err := json.Unmarshal(md[metadataFence], &f)
+	delete(md, metadataFence)
+	if len(md) == 0 {
+		params.MetadataUpdates[i], params.MetadataDoMerge[i] = nil, false
+	} else if b, merr := json.Marshal(md); merr == nil {
+		params.MetadataUpdates[i] = b
+	}
+	return f, err == nil
 }
 
 // pilotSeen is what the pilot learned of one outcome in a batch, settled

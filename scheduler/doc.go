@@ -138,7 +138,9 @@
 // recurring job runs at most once at a time, even under a backlog: a
 // claimed row is claimed again only when its River job has finished
 // (completed, cancelled or discarded) or is gone from river_job, so at
-// most one job per row is ever live, however long it waits in its queue.
+// most one job per row is ever live, however long it waits in its queue
+// (but for an old job an operator retried by hand, which the middleware
+// cancels before its handler runs).
 // Normally the middleware (below) releases the row when the job ends.
 // Config.RecurringStaleAfter only guards a run that ended without its
 // outcome being recorded, say because the process died in the handler or
@@ -159,8 +161,8 @@
 // 1m·2^(n-1), capped at 24h, ±20% by default) and counts
 // consecutive_failures; after
 // RecurringConfig.MaxFailures in a row it is parked as a dead letter until
-// Revive. A reclaimed run counts as a failure in the same way, by the
-// middleware given as Config.Recurring. River itself never retries these
+// Revive. A reclaimed run whose River job did not complete counts as a
+// failure in the same way, by the middleware given as Config.Recurring. River itself never retries these
 // jobs: the row's backoff is the retry. A River job of a recurring job
 // retried by hand runs only as its row's run: when it is the row's last
 // job and the row is idle, enabled and not parked; otherwise the

@@ -87,8 +87,8 @@ type RecurringConfig struct {
 //     ends discarded) as any other. A panic never escapes.
 //
 // A row whose run was reclaimed as stale (the run then counts as a
-// failure; see Config.Recurring), or that was deleted, ignores the late
-// outcome of the old run.
+// failure unless its River job completed; see Config.Recurring), or that
+// was deleted, ignores the late outcome of the old run.
 //
 // Before the handler runs, the middleware checks that the job is its
 // row's run. A job retried by hand (from River's dead letters, say) runs

@@ -1081,28 +1081,24 @@ func IdempotencyKey(schedule string, slot time.Time) string {
 // (RunNow records its fire as the last, over a slot's fire that may still
 // run).
 func previousUnfinished(ctx context.Context, tx pgx.Tx, sch *Schedule) (bool, error) {
-	// Every fire's job carries the schedule's name in its metadata (River's
-	// GIN index on metadata finds them), and every fire's run has a key in
-	// the range of keyPrefix (braid_runs_open_keys holds the unfinished
-	// ones): RunNow's fires among them, whichever came last.
+	// Every fire's job carries the schedule's name in its metadata, and
+	// every fire's run has a key in the range of keyPrefix: RunNow's fires
+	// among them, whichever came last. Two partial indexes hold only the
+	// unfinished ones (migration 00112).
 	// The rest of a key must be a slot, so that schedule "a" does not take
 	// the runs of schedule "a:b" for its own.
 	// Counts, not EXISTS: an EXISTS that expects to stop at its first row
-	// gets a sequential scan of river_job, read to its end when, as usual,
-	// no fire is unfinished.
+	// may get a sequential scan, read to its end when, as usual, no fire
+	// is unfinished.
 	prefix := keyPrefix(sch.Name)
-	meta, err := json.Marshal(map[string]string{MetadataSchedule: sch.Name})
-	if err != nil {
-		return false, err
-	}
 	var busy bool
-	err = tx.QueryRow(ctx, `
-SELECT (SELECT count(*) FROM river_job WHERE metadata @> $1::jsonb
+	err := tx.QueryRow(ctx, `
+SELECT (SELECT count(*) FROM river_job WHERE metadata ? 'braid_schedule' AND metadata->>'braid_schedule' = $1
            AND state NOT IN ('completed', 'cancelled', 'discarded')) > 0
     OR (SELECT count(*) FROM braid_runs WHERE idempotency_key ~>=~ $2 AND idempotency_key ~<~ $3
            AND idempotency_key IS NOT NULL AND status IN ('pending', 'running', 'waiting')
            AND substr(idempotency_key, $4) ~ '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?Z$') > 0`,
-		meta, prefix, prefixEnd(prefix), utf8.RuneCountInString(prefix)+1).Scan(&busy)
+		sch.Name, prefix, prefixEnd(prefix), utf8.RuneCountInString(prefix)+1).Scan(&busy)
 	if err != nil {
 		return false, fmt.Errorf("scheduler: checking the previous fires of %q: %w", sch.Name, err)
 	}

@@ -141,7 +141,8 @@ type Config struct {
 	// process died during the handler or between its end and the write of
 	// the outcome. Such a row is reclaimed once it has been claimed for
 	// longer than RecurringStaleAfter, and the lost run counts as a
-	// failure (see Recurring). A row whose job is still live
+	// failure unless its job completed (see Recurring). A row whose job is
+	// still live
 	// (waiting in a backlog, scheduled, retryable or running) is never
 	// claimed again, however long it waits, so at most one job per row is
 	// ever live.
