@@ -318,7 +318,10 @@
 // the rescuer's check interval, the queue's RescueRetryDelay (1 s) and a
 // fetch. A crash on the last attempt fails the task within another
 // ReconcileInterval. A killed lease holder (delay processor, maintenance)
-// is replaced within the lease's TTL.
+// is replaced within the lease's TTL; the new holder of the maintenance
+// lease counts silence from its first look, so the turns of a killed
+// process that also held it wait that TTL and 3 × TurnHeartbeat + 5 s
+// more (see the queue package's "Recovery time").
 //
 // # One clock
 //
