@@ -199,10 +199,10 @@
 //
 // of its last heartbeat (plus the statements' own time), provided the
 // maintenance lease is held by a live process. After the lease holder's
-// own death, add the lease's TTL, and HeartbeatMisses × interval + 5 s
-// more: a new holder of the lease counts silence from its first look,
-// since it cannot tell the holder's death from an outage that silenced
-// every process. With the defaults (3 misses, 500 ms,
+// own death, the attempts of the holder's process are running again within
+// the lease's TTL + 5 s + that bound: a new holder of the lease counts
+// silence from its first look, since it cannot tell the holder's death
+// from an outage that silenced every process. With the defaults (3 misses, 500 ms,
 // 1 s, 100 ms) and a 5 s heartbeat this is 15 s + 1.6 s = 16.6 s, within
 // the 17 s the workflow engine promises for its turns.
 //

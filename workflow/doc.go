@@ -320,8 +320,8 @@
 // ReconcileInterval. A killed lease holder (delay processor, maintenance)
 // is replaced within the lease's TTL; the new holder of the maintenance
 // lease counts silence from its first look, so the turns of a killed
-// process that also held it wait that TTL and 3 × TurnHeartbeat + 5 s
-// more (see the queue package's "Recovery time").
+// process that also held it run again within the TTL + 5 s + 17 s (see
+// the queue package's "Recovery time").
 //
 // # One clock
 //
