@@ -99,6 +99,7 @@ type Manager struct {
 
 	mu      sync.Mutex
 	running map[string]chan struct{} // names with an active Run in this Manager
+	failed  time.Time                // see LastFailure
 }
 
 var _ Leaser = (*Manager)(nil)
@@ -342,6 +343,7 @@ func (m *Manager) acquire(ctx context.Context, name string) (*Lease, time.Time, 
 		if errors.As(err, &held) {
 			wait = min(wait, held.remaining)
 		} else {
+			m.fail()
 			m.logger.WarnContext(ctx, "leases: acquiring lease failed; retrying",
 				slog.String("lease", name), slog.String("holder", m.holder), slog.String("error", err.Error()))
 		}
@@ -349,6 +351,24 @@ func (m *Manager) acquire(ctx context.Context, name string) (*Lease, time.Time, 
 			return nil, time.Time{}, fmt.Errorf("leases: acquiring lease %q: %w", name, err)
 		}
 	}
+}
+
+// LastFailure returns when, by this process's clock, an acquisition or a
+// renewal of a lease last failed for a reason other than another holder:
+// the database was out of reach, or failed. It is the zero time when none
+// has. A new holder uses it to tell an outage that every process lived
+// through from its predecessor's death (the queue's heartbeat rescuer
+// then gives every attempt its full window again).
+func (m *Manager) LastFailure() time.Time {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.failed
+}
+
+func (m *Manager) fail() {
+	m.mu.Lock()
+	m.failed = time.Now()
+	m.mu.Unlock()
 }
 
 // jitter returns a random duration in [0, Heartbeat/10].
@@ -635,6 +655,7 @@ func (m *Manager) hold(ctx context.Context, lease *Lease, deadline time.Time, fn
 			cancel(lost)
 		default:
 			lastErr = err
+			m.fail()
 			m.logger.WarnContext(ctx, "leases: renewing lease failed; retrying",
 				slog.String("lease", current.Name), slog.Int64("generation", current.Generation),
 				slog.String("error", err.Error()))

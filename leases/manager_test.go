@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/braidflow/braid/internal/testdb"
 	"github.com/braidflow/braid/leases"
 	"github.com/braidflow/braid/testutil"
 )
@@ -839,5 +840,39 @@ func TestLead(t *testing.T) {
 	}
 	if n := calls.Load(); n < 6 {
 		t.Errorf("Lead ran %d terms, want it to keep going after errors and panics", n)
+	}
+}
+
+// TestLastFailure: an acquisition that fails because the database is out
+// of reach is recorded as a failure; one that waits for another holder is
+// not.
+func TestLastFailure(t *testing.T) {
+	t.Parallel()
+	u := testdb.URL(t)
+	pool, link := testdb.LinkedPool(t, u)
+	other := newManager(t, testdb.Pool(t, u), "other", time.Minute, time.Second)
+	m := newManager(t, pool, "me", time.Minute, 20*time.Millisecond)
+	if _, err := other.Acquire(context.Background(), "held"); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if _, err := m.Acquire(ctx, "held"); err == nil {
+		t.Fatal("acquired a lease another process holds")
+	}
+	if f := m.LastFailure(); !f.IsZero() {
+		t.Fatalf("waiting for another holder recorded a failure at %s", f)
+	}
+
+	link.Cut()
+	before := time.Now()
+	ctx, cancel = context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if _, err := m.Acquire(ctx, "free"); err == nil {
+		t.Fatal("acquired a lease while cut off from the database")
+	}
+	if f := m.LastFailure(); f.Before(before) {
+		t.Errorf("an acquisition cut off from the database: last failure %s, want after %s", f, before)
 	}
 }

@@ -14,11 +14,14 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/braidflow/braid/internal/testdb"
+	"github.com/braidflow/braid/leases"
 )
 
 // modeArgs is a job whose worker behaves as Mode says.
@@ -618,9 +621,23 @@ func TestWatchSkipsWhileHeartbeating(t *testing.T) {
 // with no restart of the server (a network outage, or a failover to a
 // server that started long ago). Once the database is back, the rescuer
 // must give the attempt time to heartbeat again rather than take its job
-// at its first look.
+// at its first look: the rescuer that held the maintenance lease
+// throughout, and another process that takes the lease because the
+// outage outlasted its TTL.
 func TestRescuerWaitsOutAnOutageOfItsOwn(t *testing.T) {
 	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		handover bool
+	}{{"the same rescuer", false}, {"a new holder of the lease", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			outageOfEveryProcess(t, tc.handover)
+		})
+	}
+}
+
+func outageOfEveryProcess(t *testing.T, handover bool) {
 	ctx := context.Background()
 	u := testdb.URL(t)
 	workerPool, workerLink := testdb.LinkedPool(t, u)
@@ -658,26 +675,68 @@ func TestRescuerWaitsOutAnOutageOfItsOwn(t *testing.T) {
 		t.Fatal(err)
 	}
 	recv(t, beats, "a heartbeat")
-	rescuerWorkers := river.NewWorkers()
-	river.AddWorker(rescuerWorkers, work)
-	startQueue(t, rescuerPool, &Config{
-		Workers:                rescuerWorkers,
-		Heartbeats:             heartbeats,
-		HeartbeatMisses:        2,
-		HeartbeatCheckInterval: 10 * time.Millisecond,
-		RescueRetryDelay:       time.Millisecond,
-	})
-	eventually(t, "the rescuer's process to hold the maintenance lease", func() (bool, error) {
-		var held bool
-		err := workerPool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM braid_leases WHERE name = $1 AND expires_at > now())`, MaintenanceLease).Scan(&held)
-		return held, err
-	})
+	// A rescuer, and for a handover a second one that waits for the
+	// lease; their leases expire within a second.
+	rescuer := func(name string, pool *pgxpool.Pool) {
+		lm, err := leases.New(pool, &leases.Config{Holder: name, TTL: time.Second, Heartbeat: 200 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rescuerWorkers := river.NewWorkers()
+		river.AddWorker(rescuerWorkers, work)
+		startQueue(t, pool, &Config{
+			Workers:                rescuerWorkers,
+			Heartbeats:             heartbeats,
+			HeartbeatMisses:        2,
+			HeartbeatCheckInterval: 10 * time.Millisecond,
+			RescueRetryDelay:       time.Millisecond,
+			Leases:                 lm,
+		})
+	}
+	holder := func() string {
+		var h string
+		eventually(t, "a rescuer to hold the maintenance lease", func() (bool, error) {
+			err := workerPool.QueryRow(ctx, `SELECT holder FROM braid_leases WHERE name = $1 AND expires_at > now()`, MaintenanceLease).Scan(&h)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return false, nil
+			}
+			return err == nil, err
+		})
+		return h
+	}
+	rescuer("first", rescuerPool)
+	if h := holder(); h != "first" {
+		t.Fatalf("the maintenance lease is held by %q, want the first rescuer", h)
+	}
+	links := []*testdb.Link{workerLink, rescuerLink}
+	rescuerCheck := testdb.Pool(t, u) // the test's own view, never cut
+	if handover {
+		standbyPool, standbyLink := testdb.LinkedPool(t, u)
+		rescuer("standby", standbyPool)
+		links = append(links, standbyLink)
+	}
 
-	workerLink.Cut()
-	rescuerLink.Cut()
-	time.Sleep(time.Second) // more than 2 intervals of 300 ms
-	rescuerLink.Restore()
-	workerLink.Restore()
+	for _, l := range links {
+		l.Cut()
+	}
+	// More than 2 intervals of 300 ms, and than the lease's TTL of 1 s.
+	time.Sleep(2 * time.Second)
+	if handover {
+		// The standby is back first and takes the lease, and looks
+		// for silent attempts a while before the worker is back.
+		links[2].Restore()
+		eventually(t, "the standby to take the lease", func() (bool, error) {
+			var h string
+			err := rescuerCheck.QueryRow(ctx, `SELECT holder FROM braid_leases WHERE name = $1 AND expires_at > now()`, MaintenanceLease).Scan(&h)
+			return err == nil && h == "standby", nil
+		})
+		time.Sleep(200 * time.Millisecond) // 20 looks
+		workerLink.Restore()
+		rescuerLink.Restore()
+	} else {
+		rescuerLink.Restore()
+		workerLink.Restore()
+	}
 	// The attempt heartbeats again; give the rescuer many looks meanwhile.
 	for range 3 {
 		recv(t, beats, "a heartbeat after the outage")

@@ -153,11 +153,11 @@
 // or else its start (River's attempted_at). River reuses an attempt number after a snooze, so a
 // progress row written before the job's current start is ignored.
 //
-// No sign counts as older than 5 s after the database server's start
+// No sign counts as older than the database server's start
 // (pg_postmaster_start_time), nor than 5 s after the rescuer's first look
-// in its term of the lease, nor than 5 s after its first look that
-// succeeded after one that failed (a crash restart of the server, a
-// failover to a standby, a network outage). While the database is down or
+// that succeeded after one that failed, or after an outage that its
+// leases lived through (a crash restart of the server, a failover to a
+// standby, a network outage). While the database is down or
 // out of reach no attempt can heartbeat and no outcome can be written;
 // once it is back, every attempt has its full HeartbeatMisses intervals to
 // heartbeat again, and River's completer, which tries a failed batch again
@@ -198,13 +198,13 @@
 //	HeartbeatMisses × interval + HeartbeatCheckInterval + RescueRetryDelay + FetchPollInterval
 //
 // of its last heartbeat (plus the statements' own time), provided the
-// maintenance lease is held by a live process. After the lease holder's
-// own death, the attempts of the holder's process are running again within
-// the lease's TTL + 5 s + that bound: a new holder of the lease counts
-// silence from its first look, since it cannot tell the holder's death
-// from an outage that silenced every process. With the defaults (3 misses, 500 ms,
+// maintenance lease is held by a live process (after the lease holder's
+// own death, add the lease's TTL). With the defaults (3 misses, 500 ms,
 // 1 s, 100 ms) and a 5 s heartbeat this is 15 s + 1.6 s = 16.6 s, within
-// the 17 s the workflow engine promises for its turns.
+// the 17 s the workflow engine promises for its turns. A new holder of the
+// lease whose own leases failed to reach the database lately
+// (leases.Manager.LastFailure) took over after an outage, not a death, and
+// counts silence from its first look, as after a failed look of its own.
 //
 // How this relates to River's own limits:
 //

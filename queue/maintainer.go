@@ -38,10 +38,15 @@ const (
 // returns when ctx ends (the lease was lost or the Queue stops), after
 // every task has returned.
 func (q *Queue) maintain(ctx context.Context, _ *leases.Lease) error {
-	// A new term of the lease counts silence from its own first look: the
-	// lease may have changed hands because the database was out of reach
-	// of every process, this one's attempts included (see rescueSince).
-	q.rescueTrouble.Store(true)
+	// A new term of the lease that follows an outage this process lived
+	// through (its leases failed to reach the database lately) counts
+	// silence from its own first look: the lease changed hands because the
+	// database was out of reach of every process, this one's attempts
+	// included (see rescueSince). After a mere death of the previous
+	// holder, its attempts are rescued as usual.
+	if f := q.leases.LastFailure(); !f.IsZero() && time.Since(f) < q.leases.TTL()+q.outageMemory() {
+		q.rescueTrouble.Store(true)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	waitTasks := q.runTasks(ctx)
 	defer func() {
@@ -121,10 +126,10 @@ func silentSQL(since string) string {
 // and retries a batch that failed. Were the process to die in between,
 // the job is still rescued.
 //
-// No sign counts as older than 5 s after the database server's start
+// No sign counts as older than the database server's start
 // (pg_postmaster_start_time), nor than 5 s after the rescuer's first look
-// in its term of the lease or after a look that failed (the parameter
-// named by since): while the server was down or out of reach, after a
+// after a look that failed, or after an outage its leases lived through
+// (the parameter named by since): while the server was down or out of reach, after a
 // restart, a crash restart or a failover, no attempt could heartbeat and
 // no outcome could be written. Every attempt then gets its full
 // HeartbeatMisses intervals to heartbeat again, and River's completer,
@@ -133,13 +138,26 @@ func silentSQL(since string) string {
 // database is back.
 func lastSignSQL(since string) string {
 	return `greatest(COALESCE(p.heartbeat_at, p.updated_at + interval '5 seconds', j.attempted_at),
-	         pg_postmaster_start_time() + interval '5 seconds', ` + since + `::timestamptz + interval '5 seconds')`
+	         pg_postmaster_start_time(), ` + since + `::timestamptz + interval '5 seconds')`
+}
+
+// outageMemory is how long after a failure of its leases a new term of
+// the maintenance lease still counts silence from its own first look: the
+// longest that an attempt's silence could span, HeartbeatMisses of the
+// longest declared heartbeat interval.
+func (q *Queue) outageMemory() time.Duration {
+	var longest time.Duration
+	for _, us := range q.declaredMicros {
+		longest = max(longest, time.Duration(us)*time.Microsecond)
+	}
+	return time.Duration(q.misses) * longest
 }
 
 // rescueSince returns the moment, on the database clock, from which the
-// rescuer counts silence: at the first look of its term of the lease, and
-// at the first look after one that failed, it reads the database's time,
-// and no sign counts as older than that (see lastSignSQL).
+// rescuer counts silence: at its first look after one that failed, or
+// after its leases failed to reach the database (see maintain), it reads
+// the database's time, and no sign counts as older than that (see
+// lastSignSQL).
 func (q *Queue) rescueSince(ctx context.Context) (*time.Time, error) {
 	if q.rescueTrouble.Load() {
 		var now time.Time

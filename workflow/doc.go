@@ -318,10 +318,7 @@
 // the rescuer's check interval, the queue's RescueRetryDelay (1 s) and a
 // fetch. A crash on the last attempt fails the task within another
 // ReconcileInterval. A killed lease holder (delay processor, maintenance)
-// is replaced within the lease's TTL; the new holder of the maintenance
-// lease counts silence from its first look, so the turns of a killed
-// process that also held it run again within the TTL + 5 s + 17 s (see
-// the queue package's "Recovery time").
+// is replaced within the lease's TTL.
 //
 // # One clock
 //
