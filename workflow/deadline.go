@@ -90,7 +90,10 @@ const nextDueSQL = `
 // deadlineLockTimeout bounds how long the delay processor waits for a row
 // lock while it cancels a run whose deadline passed. A run whose rows are
 // held longer (by a turn's outcome, Cancel, Retry) is left for the next
-// tick, so that it never holds back due delays and other deadlines.
+// tick, so that it never holds back other deadlines; and once as long has
+// passed since the delay processor last woke due delays, it wakes them
+// again before the next cancel, so that a pass of cancels that wait on
+// locks never holds back due delays either.
 const deadlineLockTimeout = 100 * time.Millisecond
 
 // cancelOverdueRuns is the delay processor's second duty: it cancels the
@@ -126,7 +129,16 @@ func (e *Engine) cancelOverdueRuns(ctx context.Context) (cancelled int, full, fa
 		}
 		return 0, false, true
 	}
+	woke := time.Now()
 	for _, r := range runs {
+		if time.Since(woke) >= deadlineLockTimeout {
+			// Cancels that wait on locks must not hold back the delays
+			// that fall due meanwhile: wake them between two cancels.
+			if _, err := e.fireDueDelays(ctx, nil); err != nil && ctx.Err() == nil {
+				e.logger.WarnContext(ctx, "workflow: waking due delays between deadline cancels; the next tick retries them", "error", err)
+			}
+			woke = time.Now()
+		}
 		cause := storedError{Kind: errKindTimeout, Message: timeoutMessage(time.Duration(r.timeout) * time.Microsecond)}
 		err := e.withTx(ctx, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, fmt.Sprintf(`SET LOCAL lock_timeout = '%dms'`, deadlineLockTimeout.Milliseconds())); err != nil {

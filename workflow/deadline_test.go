@@ -392,3 +392,84 @@ func TestRunDeadlineSurvivesAWorkerRestart(t *testing.T) {
 		t.Errorf("the step after the delay ran %d times", n)
 	}
 }
+
+// TestDeadlineCancelsHeldByLocksDoNotHoldBackDueDelays: the delay
+// processor starts a pass over many runs whose deadline has passed and
+// whose tasks another transaction holds, so that each cancel waits out its
+// lock timeout; one run after them is free. A delay falls due during the
+// pass. It must be woken before the pass reaches the free run, not after
+// the whole pass.
+func TestDeadlineCancelsHeldByLocksDoNotHoldBackDueDelays(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	sleeper := workflow.Define("deadline_held_sleeper", func(t *workflow.Task, _ struct{}) (struct{}, error) {
+		return struct{}{}, t.Delay("long", time.Hour)
+	})
+	waker := workflow.Define("deadline_held_waker", func(t *workflow.Task, at time.Time) (struct{}, error) {
+		return struct{}{}, t.DelayUntil("wake", at)
+	})
+	ctx := ctxTimeout(t, 60*time.Second)
+	// The runs start, and their deadlines pass, with no delay processor.
+	starterCfg := testConfig(sleeper, waker)
+	starterCfg.DisableDelayProcessor = true
+	starter := startEngine(t, pool, starterCfg)
+	const held = 20
+	var ids []string
+	for range held + 1 { // the last one is the free one, with the latest deadline
+		run, err := sleeper.Start(ctx, starter, struct{}{}, &workflow.StartOpts{Timeout: 500 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, run.ID)
+	}
+	free := ids[held]
+	for count(t, pool, `SELECT count(*) FROM braid_tasks WHERE status = 'waiting'`) < held+1 ||
+		count(t, pool, `SELECT count(*) FROM braid_runs WHERE deadline_at > now()`) > 0 {
+		select {
+		case <-ctx.Done():
+			t.Fatal("the runs never all waited past their deadlines")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM braid_tasks WHERE run_id::text = ANY($1) FOR UPDATE`, ids[:held]); err != nil {
+		t.Fatal(err)
+	}
+
+	// The delay processor starts its pass; the delay falls due 300 ms
+	// after it can have started, when 20 cancels of 100 ms each are far
+	// from done.
+	startEngine(t, pool, testConfig(sleeper, waker))
+	for count(t, pool, `SELECT count(*) FROM braid_leases WHERE name = $1 AND expires_at > now()`, workflow.DelayLease) == 0 {
+		select {
+		case <-ctx.Done():
+			t.Fatal("the delay processor never started")
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	var at time.Time
+	if err := pool.QueryRow(ctx, `SELECT clock_timestamp() + interval '300 milliseconds'`).Scan(&at); err != nil {
+		t.Fatal(err)
+	}
+	wake, err := waker.Start(ctx, starter, at, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wake.Result(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var beforeFree bool
+	if err := pool.QueryRow(ctx, `
+		SELECT s.finished_at < coalesce((SELECT finished_at FROM braid_runs WHERE id = $2), 'infinity')
+		  FROM braid_steps s JOIN braid_tasks t ON t.id = s.task_id
+		 WHERE t.run_id = $1 AND s.name = 'wake'`, wake.ID, free).Scan(&beforeFree); err != nil {
+		t.Fatal(err)
+	}
+	if !beforeFree {
+		t.Error("the due delay was woken only after the pass of deadline cancels reached the free run")
+	}
+}
