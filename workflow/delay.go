@@ -17,9 +17,9 @@ import (
 // the lease braid:delays: it wakes due delays in batches, each batch in one
 // transaction with the turns it inserts, then cancels the runs whose
 // deadline has passed (cancelOverdueRuns, which wakes the delays that fall
-// due meanwhile between two cancels that wait on locks), then sleeps until the earliest
-// waiting delay or deadline (at most DelayPollInterval), or until a NOTIFY
-// says a nearer one was written. A batch that fails is retried one delay
+// due meanwhile between two cancels that wait on locks), then sleeps until
+// the earliest waiting delay or deadline (at most DelayPollInterval), or
+// until a NOTIFY says a nearer one was written. A batch that fails is retried one delay
 // at a time, so one bad row never holds back the others, and after a
 // failure the processor sleeps a full poll interval rather than spin.
 func (e *Engine) processDelays(ctx context.Context, l *leases.Lease) error {
