@@ -157,6 +157,14 @@ func TestTurnJobsDoNotGrowRiversArgsIndex(t *testing.T) {
 		// the index use their space again.
 		execSQL(t, pool, `DELETE FROM river_job`)
 		execSQL(t, pool, `DELETE FROM braid_runs`)
+		// A snapshot that another session of this database holds (the
+		// engine's periodic work) would keep the vacuum from removing the
+		// deleted rows, and so their index entries: vacuum at a moment
+		// when none is held.
+		waitFor(t, "a moment with no other snapshot in the database", time.Minute, func() bool {
+			return count(t, pool, `SELECT count(*) FROM pg_stat_activity
+				WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_xmin IS NOT NULL`) == 0
+		})
 		execSQL(t, pool, `VACUUM river_job`)
 		if err := pool.QueryRow(ctx, `SELECT pg_relation_size('river_job_args_index')`).Scan(&sizes[r]); err != nil {
 			t.Fatal(err)
