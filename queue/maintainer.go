@@ -180,15 +180,20 @@ func (q *Queue) findStale(ctx context.Context) ([]staleAttempt, error) {
 	rows, err := q.pool.Query(ctx, `SELECT j.id, j.attempt`+silentSQL("$5")+`
 		ORDER BY `+lastSignSQL("$5")+`
 		LIMIT $4`, q.declaredKinds, q.declaredMicros, q.misses, rescueBatch, since)
+	var stale []staleAttempt
+	if err == nil {
+		stale, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (staleAttempt, error) {
+			var s staleAttempt
+			err := row.Scan(&s.id, &s.attempt)
+			return s, err
+		})
+	}
 	if err != nil {
+		// A statement can fail as it is sent or as its rows are read.
 		q.rescueTrouble.Store(true)
 		return nil, fmt.Errorf("queue: finding silent attempts: %w", err)
 	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (staleAttempt, error) {
-		var s staleAttempt
-		err := row.Scan(&s.id, &s.attempt)
-		return s, err
-	})
+	return stale, nil
 }
 
 // rescueStale finds silent attempts and rescues them, batch by batch.

@@ -305,8 +305,6 @@ SELECT u.id FROM unnest($1::bigint[], $2::int[], $3::timestamptz[]) AS u(id, att
 		for _, i := range keep {
 			if !slices.Contains(lost, params.ID[i]) {
 				kept = append(kept, i)
-			} else {
-				p.fenceDropped.Add(1)
 			}
 		}
 		keep = kept
@@ -321,6 +319,7 @@ SELECT u.id FROM unnest($1::bigint[], $2::int[], $3::timestamptz[]) AS u(id, att
 	if err := tx.Commit(ctx); err != nil {
 		return nil, err
 	}
+	p.fenceDropped.Add(int64(len(lost)))
 	p.settle(seen)
 	return out, nil
 }

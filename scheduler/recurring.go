@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -400,7 +399,8 @@ type claimedRow struct {
 	priority int16
 	previous *time.Time // running_since before the claim: set when reclaimed
 	failures int32      // consecutive_failures
-	lastJob  string     // the state of the row's last River job, and its last error
+	jobState string     // the state of the row's last River job, "deleted" when it is gone
+	jobError *string    // that job's last error
 }
 
 // claimRecurring claims due recurring jobs and inserts their River jobs in
@@ -433,15 +433,15 @@ WITH due AS (
 UPDATE braid_recurring r SET running_since = braid_now(), updated_at = braid_now()
 FROM due WHERE r.id = due.id
 RETURNING r.id, r.kind, r.key, r.args, r.queue, r.priority, due.previous, r.consecutive_failures,
-    (SELECT coalesce(j.state::text, 'deleted') || coalesce(': ' || (j.errors[cardinality(j.errors)]->>'error'), '')
-       FROM (SELECT 1) AS one LEFT JOIN river_job j ON j.id = r.job_id)`,
+    (SELECT coalesce(j.state::text, 'deleted') FROM (SELECT 1) AS one LEFT JOIN river_job j ON j.id = r.job_id),
+    (SELECT j.errors[cardinality(j.errors)]->>'error' FROM river_job j WHERE j.id = r.job_id)`,
 		s.cfg.RecurringStaleAfter.Microseconds(), s.cfg.RecurringBatchSize)
 	if err != nil {
 		return 0, fmt.Errorf("scheduler: claiming recurring jobs: %w", err)
 	}
 	claimed, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (claimedRow, error) {
 		var c claimedRow
-		err := row.Scan(&c.id, &c.kind, &c.key, &c.args, &c.queue, &c.priority, &c.previous, &c.failures, &c.lastJob)
+		err := row.Scan(&c.id, &c.kind, &c.key, &c.args, &c.queue, &c.priority, &c.previous, &c.failures, &c.jobState, &c.jobError)
 		return c, err
 	})
 	if err != nil {
@@ -457,7 +457,7 @@ RETURNING r.id, r.kind, r.key, r.args, r.queue, r.priority, due.previous, r.cons
 	// run at once.
 	var run []claimedRow
 	for _, c := range claimed {
-		if c.previous == nil || strings.HasPrefix(c.lastJob, string(rivertype.JobStateCompleted)) {
+		if c.previous == nil || c.jobState == string(rivertype.JobStateCompleted) {
 			if c.previous != nil {
 				s.logger.WarnContext(ctx, "scheduler: reclaimed a recurring job whose run completed without a recorded outcome; running it again",
 					slog.String("kind", c.kind), slog.String("key", c.key), slog.Time("running_since", *c.previous))
@@ -465,10 +465,14 @@ RETURNING r.id, r.kind, r.key, r.args, r.queue, r.priority, due.previous, r.cons
 			run = append(run, c)
 			continue
 		}
+		job := c.jobState
+		if c.jobError != nil {
+			job += ": " + *c.jobError
+		}
 		msg := fmt.Sprintf("the run claimed at %s ended without recording an outcome (its River job: %s); its process may have died",
-			c.previous.UTC().Format(time.RFC3339), c.lastJob)
+			c.previous.UTC().Format(time.RFC3339), job)
 		s.logger.WarnContext(ctx, "scheduler: reclaimed a recurring job whose run ended without a recorded outcome; counting it as a failure",
-			slog.String("kind", c.kind), slog.String("key", c.key), slog.Time("running_since", *c.previous), slog.String("river_job", c.lastJob))
+			slog.String("kind", c.kind), slog.String("key", c.key), slog.Time("running_since", *c.previous), slog.String("river_job", job))
 		if err := s.failures.recordFailure(ctx, tx, c.id, c.kind, int(c.failures)+1, msg); err != nil {
 			return 0, err
 		}
