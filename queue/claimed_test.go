@@ -7,8 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivershared/uniquestates"
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/braidflow/braid/internal/testdb"
@@ -354,5 +356,87 @@ func TestClaimsKeepToTheQueuesWorked(t *testing.T) {
 	})
 	if err != nil || len(jobs) != 0 {
 		t.Fatalf("ClaimAvailableTx on a queue not worked here: %+v, %v; want nothing", jobs, err)
+	}
+}
+
+// QueueInsertClaimed inserts jobs as River's insert and a claim in the same
+// transaction would leave them: running on their first attempt, attempted
+// at the moment of the statement by this client. A job whose unique key a
+// live job holds is left out, and a job this Queue may not claim is
+// refused before anything is queued.
+func TestInsertClaimed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q := claimQueue(t)
+	live := uniquestates.UniqueStatesToBitmask([]rivertype.JobState{
+		rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRunning,
+		rivertype.JobStateRetryable, rivertype.JobStateScheduled,
+	})
+	held, err := q.River().Insert(ctx, claimedArgs{}, &river.InsertOpts{UniqueOpts: river.UniqueOpts{ByArgs: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := func(key string) ClaimedInsert {
+		return ClaimedInsert{Kind: "claimed", EncodedArgs: []byte(`{"n":1}`), Queue: river.QueueDefault, Priority: 2, MaxAttempts: 7,
+			Tags: []string{"a", "b"}, UniqueKey: []byte(key), UniqueStates: live}
+	}
+	var jobs []*rivertype.JobRow
+	var txStart time.Time
+	err = pgx.BeginFunc(ctx, q.pool, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, `SELECT now(), pg_sleep(0.05)::text`).Scan(&txStart, new(string)); err != nil {
+			return err
+		}
+		b := &pgx.Batch{}
+		if err := q.QueueInsertClaimed(b, []ClaimedInsert{job("first"), job(string(held.Job.UniqueKey))}, func(j []*rivertype.JobRow) { jobs = j }); err != nil {
+			return err
+		}
+		return tx.SendBatch(ctx, b).Close()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(jobs) != 1 {
+		t.Fatalf("inserted %d jobs; want 1: the second one's key is held by job %d", len(jobs), held.Job.ID)
+	}
+	got, err := q.River().JobGet(ctx, jobs[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []any{rivertype.JobStateRunning, 1, []string{q.client.ID()}, 2, 7, []string{"a", "b"}, "first", river.QueueDefault, "claimed", `{"n": 1}`}
+	have := []any{got.State, got.Attempt, got.AttemptedBy, got.Priority, got.MaxAttempts, got.Tags, string(got.UniqueKey), got.Queue, got.Kind, string(got.EncodedArgs)}
+	if diff := cmp.Diff(want, have); diff != "" {
+		t.Fatalf("the inserted job (-want +got):\n%s", diff)
+	}
+	if len(got.UniqueStates) == 0 || got.AttemptedAt == nil || got.AttemptedAt.Sub(txStart) < 50*time.Millisecond {
+		t.Fatalf("unique states %v, attempted at %v with the transaction begun at %v; want the states kept and the statement's moment",
+			got.UniqueStates, got.AttemptedAt, txStart)
+	}
+	if jobs[0].ID != got.ID || jobs[0].Attempt != 1 || jobs[0].State != rivertype.JobStateRunning {
+		t.Fatalf("the job handed back: %+v", jobs[0])
+	}
+	// While it runs, its key stays taken.
+	var again []*rivertype.JobRow
+	err = pgx.BeginFunc(ctx, q.pool, func(tx pgx.Tx) error {
+		b := &pgx.Batch{}
+		if err := q.QueueInsertClaimed(b, []ClaimedInsert{job("first")}, func(j []*rivertype.JobRow) { again = j }); err != nil {
+			return err
+		}
+		return tx.SendBatch(ctx, b).Close()
+	})
+	if err != nil || len(again) != 0 {
+		t.Fatalf("a second job with a running job's key: %+v, %v; want none inserted", again, err)
+	}
+
+	for name, bad := range map[string]ClaimedInsert{
+		"unclaimable kind":  {Kind: "unclaimed", Queue: river.QueueDefault, Priority: 1, MaxAttempts: 1, EncodedArgs: []byte(`{}`)},
+		"queue not worked":  {Kind: "claimed", Queue: "elsewhere", Priority: 1, MaxAttempts: 1, EncodedArgs: []byte(`{}`)},
+		"no attempts":       {Kind: "claimed", Queue: river.QueueDefault, Priority: 1, MaxAttempts: 0, EncodedArgs: []byte(`{}`)},
+		"priority too high": {Kind: "claimed", Queue: river.QueueDefault, Priority: 5, MaxAttempts: 1, EncodedArgs: []byte(`{}`)},
+	} {
+		b := &pgx.Batch{}
+		err := q.QueueInsertClaimed(b, []ClaimedInsert{job("ok"), bad}, func([]*rivertype.JobRow) {})
+		if err == nil || b.Len() != 0 {
+			t.Errorf("%s: error %v with %d statements queued; want an error and nothing queued", name, err, b.Len())
+		}
 	}
 }

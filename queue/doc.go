@@ -70,6 +70,9 @@
 // it holds. [Queue.QueueComplete], [Queue.QueueClaim] and
 // [Queue.QueueClaimAvailable] queue the same statements on a pgx.Batch,
 // so that they share a round trip with the caller's own statements.
+// [Queue.QueueInsertClaimed] inserts new jobs already claimed, in one
+// statement: a caller that makes a job only to work it at once saves the
+// round trip of River's insert and the claim's own statement.
 //
 // # Tracing
 //

@@ -454,7 +454,8 @@ func (e *Engine) flushTx(ctx context.Context, batch []*outcome) (waits []waitSpa
 		// The batch's own jobs completed with its locks (see lock), before
 		// its new turns are inserted: a task woken here must not find its
 		// finished turn still live. The turns this batch will claim are
-		// inserted pending (see claimContinuations).
+		// inserted claimed, in its last round trip (see
+		// claimContinuations).
 		stopping := e.stopping.Load()
 		inserted, err := e.enqueueTurns(ctx, tx, st.wake, st.fresh, func(tr turn) bool {
 			_, known := e.registry[tr.workflow]
@@ -954,33 +955,55 @@ func (e *Engine) recordAttemptErrors(b *pgx.Batch, st *batchState) {
 // fetch loop. The claims go in the batch's last round trip, with the
 // statements queued on late and the commit.
 func (e *Engine) claimContinuations(ctx context.Context, tx *pipeTx, inserted []insertedTurn, st *batchState, late *pgx.Batch, stopping bool) error {
-	var ids []int64
-	var tasks, parents []uuid.UUID
-	picked := map[int64]*outcome{}
-	taskOf := map[int64]uuid.UUID{}
+	var (
+		claims         []queue.ClaimedInsert
+		tasks, parents []uuid.UUID
+		linked         []insertedTurn
+	)
+	picked := map[uuid.UUID]*outcome{}
 	taken := map[*outcome]bool{}
 	for _, it := range inserted {
-		// enqueueTurns inserted pending the turn to claim of each
-		// outcome that may claim one.
+		// enqueueTurns left to this batch the turn to claim of each
+		// outcome that may claim one: it is inserted claimed here.
 		if !it.claim {
 			continue
 		}
 		o := it.by
 		taken[o] = true
-		ids, tasks = append(ids, it.jobID), append(tasks, it.taskID)
+		args, err := json.Marshal(taskArgs{Workflow: it.workflow})
+		if err != nil {
+			return fmt.Errorf("workflow: encoding a turn of workflow %q: %w", it.workflow, err)
+		}
+		c := queue.ClaimedInsert{
+			Kind: TaskKind, EncodedArgs: args, Queue: it.tr.queue, Priority: int(it.tr.priority), MaxAttempts: it.tr.maxAttempts,
+			UniqueKey: turnKey(it.taskID), UniqueStates: turnLiveStates,
+		}
+		if it.first {
+			c.Tags = firstTurnTags
+		}
+		claims, tasks = append(claims, c), append(tasks, it.taskID)
+		if it.link != nil {
+			linked = append(linked, it)
+		}
 		// A claimed turn runs its first attempt.
 		if mayHaveChildren(it.first, e.registry[it.workflow]) {
 			parents = append(parents, it.taskID)
 		}
-		picked[it.jobID], taskOf[it.jobID] = o, it.taskID
+		picked[it.taskID] = o
 	}
-	// The claimed turns' tasks are read in the same round trip, as they
-	// stand once this batch has written them, so that the turns start
-	// without a load of their own: nothing else runs their tasks once the
-	// claim commits.
+	// The claimed turns, their links, and their tasks, read as they stand
+	// once this batch has written them, go in the same round trip, so that
+	// the turns start without a load of their own: nothing else runs their
+	// tasks once the batch commits.
 	var claimed []*rivertype.JobRow
 	var loaded map[uuid.UUID]*loadedTask
-	if e.queue.QueueClaim(late, ids, func(jobs []*rivertype.JobRow) { claimed = jobs }) {
+	if len(claims) > 0 {
+		if err := e.queue.QueueInsertClaimed(late, claims, func(jobs []*rivertype.JobRow) { claimed = jobs }); err != nil {
+			return fmt.Errorf("workflow: claiming %d turns: %w", len(claims), err)
+		}
+		if err := recordClaimedLinks(late, linked); err != nil {
+			return err
+		}
 		loaded = queueLoad(late, tasks, parents)
 	}
 	// A worker whose outcome made nothing runnable takes the next turn
@@ -1008,8 +1031,11 @@ func (e *Engine) claimContinuations(ctx context.Context, tx *pipeTx, inserted []
 		return fmt.Errorf("workflow: finishing the batch (runs, attempt errors, claims) and committing: %w", err)
 	}
 	for _, j := range claimed {
-		o := picked[j.ID]
-		o.next, o.nextTask = j, loaded[taskOf[j.ID]]
+		// Each claimed turn is the one this batch inserted for its task,
+		// which its unique key names.
+		if o := picked[uuid.UUID(j.UniqueKey)]; o != nil && len(j.UniqueKey) == len(uuid.UUID{}) {
+			o.next, o.nextTask = j, loaded[uuid.UUID(j.UniqueKey)]
+		}
 	}
 	return nil
 }

@@ -50,10 +50,14 @@ func (e *Engine) Cancel(ctx context.Context, runID string) error {
 		// transaction held it is cancelled now. Then wait for the turns to
 		// end, so that nothing of the run runs once Cancel returns.
 		id, _ := uuid.Parse(runID)
-		if err := e.cancelSkippedTurns(ctx, id, runID); err != nil {
+		cancelSkipped := func() error { return e.cancelSkippedTurns(ctx, id, runID) }
+		if err := cancelSkipped(); err != nil {
 			return err
 		}
-		return e.waitForTurnsToEnd(ctx, id, time.Now().Add(TurnEndWaitDefault))
+		// A job still held past cancelLockTimeout was left alone: it is
+		// tried again while the wait lasts, so that its turn is
+		// interrupted once its row is free.
+		return e.waitForTurnsToEnd(ctx, id, time.Now().Add(TurnEndWaitDefault), cancelSkipped)
 	}
 }
 
@@ -91,8 +95,10 @@ func (e *Engine) cancelSkippedTurns(ctx context.Context, id uuid.UUID, runID str
 // completer locks many job rows in no set order, so this one waits for
 // none of them); the jobs it skipped are then cancelled one per
 // transaction, each waiting for its rows. A job whose rows stay held
-// beyond cancelLockTimeout is left alone: its turn finds its task
-// cancelled all the same, and does nothing or records nothing.
+// beyond cancelLockTimeout is left alone for now: its turn finds its task
+// cancelled all the same, and does nothing or records nothing, and Cancel
+// tries the job again, once a cancelLockTimeout, while it waits for the
+// run's turns to end.
 func (e *Engine) cancelLiveTurns(ctx context.Context, query string, arg any) error {
 	rows, err := e.pool.Query(ctx, query, TaskKind, arg)
 	if err != nil {
@@ -350,7 +356,7 @@ func (e *Engine) Retry(ctx context.Context, runID string) error {
 	}
 	deadline := time.Now().Add(TurnEndWaitDefault)
 	for {
-		if err := e.waitForTurnsToEnd(ctx, id, deadline); err != nil {
+		if err := e.waitForTurnsToEnd(ctx, id, deadline, nil); err != nil {
 			return err
 		}
 		err := e.withTx(ctx, func(tx pgx.Tx) error { return e.retryTx(ctx, tx, id, runID) })
@@ -493,8 +499,10 @@ const runningTurnsSQL = `
 	   AND t.run_id = $2 AND t.status IN ('failed', 'cancelled')`
 
 // waitForTurnsToEnd waits until no turn of the run's failed or cancelled
-// tasks runs, until deadline at most.
-func (e *Engine) waitForTurnsToEnd(ctx context.Context, runID uuid.UUID, deadline time.Time) error {
+// tasks runs, until deadline at most. Meanwhile, when again is set, it
+// calls again once every cancelLockTimeout.
+func (e *Engine) waitForTurnsToEnd(ctx context.Context, runID uuid.UUID, deadline time.Time, again func() error) error {
+	last := time.Now()
 	for {
 		var running int
 		err := e.pool.QueryRow(ctx, `SELECT count(*)`+runningTurnsSQL, TaskKind, runID).Scan(&running)
@@ -506,6 +514,12 @@ func (e *Engine) waitForTurnsToEnd(ctx context.Context, runID uuid.UUID, deadlin
 		}
 		if time.Now().After(deadline) {
 			return &TurnsRunningError{RunID: runID.String(), Running: running, Waited: TurnEndWaitDefault}
+		}
+		if again != nil && time.Since(last) >= cancelLockTimeout {
+			if err := again(); err != nil {
+				return err
+			}
+			last = time.Now()
 		}
 		select {
 		case <-ctx.Done():

@@ -239,7 +239,7 @@
 // reads of the claimed turns' tasks. Its BEGIN travels with its first
 // round trip and its COMMIT with its last, so a batch sends no round trip
 // for either. A link of a chain, a turn that starts the next link as a
-// detached child and completes, costs four round trips in all, and the
+// detached child and completes, costs three round trips in all, and the
 // next link starts without a read of its own.
 //
 // The histograms [MetricBatchSize] and [MetricBatchDuration] record every
@@ -252,10 +252,12 @@
 //
 // When an outcome makes another task runnable (a child it starts, the
 // parent whose join it completes, its own next turn once every awaited
-// child has finished), the batch inserts that turn's River job, then
-// claims it for this process in the same transaction, exactly as River's
-// fetch claims a job: the job becomes running, the attempt is counted,
-// attempted_at and attempted_by are set. It does so when this process runs
+// child has finished), the batch inserts that turn's River job already
+// claimed for this process, in its last round trip
+// ([queue.Queue.QueueInsertClaimed]): the job is written as River's insert
+// and River's fetch together would leave it, running on its first attempt,
+// with attempted_at and attempted_by set, and with the turn's unique key,
+// so that a task never has two live turns. It does so when this process runs
 // that workflow, works the turn's queue (a queue that only some processes
 // work keeps its turns to them, as River's fetch does) and is not
 // stopping, for at most one turn per outcome, and only when the outcome's
@@ -263,10 +265,9 @@
 // finished in the batch, or it was itself a claimed turn, whose result
 // this process records before its worker goes on. A turn River fetched
 // that failed, or snoozes a step, has its result recorded by River as its
-// worker returns, so that worker returns first. A turn to be claimed is inserted pending, a River state that River's fetch
-// never takes, so no fetcher is woken for a job that no other process
-// could have; should the claim not take it, the same statement makes it
-// available. As soon as the batch commits, the worker that handed in the
+// worker returns, so that worker returns first. No fetcher is woken for a
+// job that no other process could have, and the batch saves the round trip
+// of River's insert. As soon as the batch commits, the worker that handed in the
 // outcome runs the claimed turn in the River worker slot it still holds
 // (a worker whose outcome deadline passes stops waiting for its batch,
 // unless the batch has already claimed it a next turn: only that worker
@@ -280,7 +281,10 @@
 //
 // This stays within River's model: the turn is a River job from insert to
 // finish, claimed once, by one attempt, like a fetched one. The only
-// difference is who claims it. A crash between the batch's commit and the
+// differences are who claims it, and that the insert and the claim are one
+// statement, which River's insert middleware and hooks do not see (the
+// engine's own, which give a turn its unique key, are applied by the
+// statement itself). A crash between the batch's commit and the
 // turn's end leaves the job running with no heartbeat, so the heartbeat
 // rescuer returns it to the queue and another process runs it, as with any
 // job whose process died. Turns bound their own timeout (the definition's,

@@ -749,3 +749,63 @@ func TestCancelCancelsTheTurnsItSkippedOnceTheirRowsAreFree(t *testing.T) {
 		t.Fatalf("Result = %v, want cancelled", err)
 	}
 }
+
+// TestCancelInterruptsATurnWhoseJobWasHeldPastItsLockTimeout holds a
+// running turn's job row while the run is cancelled, for longer than
+// Cancel waits for one row. Cancel leaves the job for the moment, tries it
+// again while it waits for the run's turns to end, and so interrupts the
+// turn once the row is free: it returns with the turn ended, not with a
+// *TurnsRunningError.
+func TestCancelInterruptsATurnWhoseJobWasHeldPastItsLockTimeout(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	started, ended := make(chan struct{}, 1), make(chan struct{}, 1)
+	stuck := workflow.Define("held_past_timeout", func(t *workflow.Task, _ int) (int, error) {
+		return workflow.Step(t, "wait", func(ctx context.Context) (int, error) {
+			started <- struct{}{}
+			<-ctx.Done()
+			ended <- struct{}{}
+			return 0, ctx.Err()
+		})
+	})
+	eng := startEngine(t, pool, testConfig(stuck))
+	ctx := ctxTimeout(t, 60*time.Second)
+	run, err := stuck.Start(ctx, eng, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	var job int64
+	if err := pool.QueryRow(ctx, `
+		SELECT j.id FROM river_job j JOIN braid_tasks k ON braid_turn_task(j.unique_key, j.args) = k.id
+		 WHERE k.run_id = $1 AND j.state = 'running'`, run.ID).Scan(&job); err != nil {
+		t.Fatal(err)
+	}
+	holder := holdRow(t, pool, "river_job", job)
+	cancelled := make(chan error, 1)
+	go func() { cancelled <- eng.Cancel(ctx, run.ID) }()
+	// Cancel waits for the row, then gives up on it for the moment.
+	waitFor(t, "Cancel to wait for the held turn job", 20*time.Second, func() bool { return waitsForALock(t, pool) })
+	waitFor(t, "Cancel to stop waiting for the held turn job", 20*time.Second, func() bool { return !waitsForALock(t, pool) })
+	select {
+	case err := <-cancelled:
+		t.Fatalf("Cancel returned %v while the run's turn ran", err)
+	case <-ended:
+		t.Fatal("the turn ended while its job row was held")
+	default:
+	}
+	if err := holder.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-cancelled; err != nil {
+		t.Fatalf("Cancel = %v; want the held turn interrupted once its row was free", err)
+	}
+	select {
+	case <-ended:
+	default:
+		t.Fatal("Cancel returned before the turn ended")
+	}
+	if _, err := run.Result(ctx); !errors.Is(err, workflow.ErrCancelled) {
+		t.Fatalf("Result = %v, want cancelled", err)
+	}
+}

@@ -242,6 +242,31 @@ func recordLinks(ctx context.Context, tx pgx.Tx, late *pgx.Batch, inserted []ins
 	return nil
 }
 
+// recordClaimedLinks queues on late, after the statement that inserts the
+// claimed turns (claimContinuations), the links of those among them that
+// have one, each with the ID its job was given: the task's one running
+// turn job.
+func recordClaimedLinks(late *pgx.Batch, turns []insertedTurn) error {
+	if len(turns) == 0 {
+		return nil
+	}
+	ids := make([]uuid.UUID, len(turns))
+	links := make([][]byte, len(turns))
+	for i, in := range turns {
+		b, err := json.Marshal(*in.link)
+		if err != nil {
+			return fmt.Errorf("workflow: encoding the link of task %s's turn: %w", in.taskID, err)
+		}
+		ids[i], links[i] = in.taskID, b
+	}
+	late.Queue(`
+		UPDATE braid_tasks t SET turn_link = u.link || jsonb_build_object('job', j.id)
+		  FROM unnest($1::uuid[], $2::jsonb[]) AS u(id, link)
+		  JOIN river_job j ON j.kind = '`+TaskKind+`' AND braid_turn_task(j.unique_key, j.args) = u.id AND j.state = 'running'
+		 WHERE t.id = u.id`, pgIDs(ids), links)
+	return nil
+}
+
 // linkOf is the link of the turn of job, kept on its task, if any.
 func linkOf(lt *loadedTask, job *rivertype.JobRow) (trace.Link, bool) {
 	if lt.link == nil || lt.link.Job != job.ID {
@@ -323,14 +348,18 @@ func (e *Engine) recordWaits(waits []waitSpan) {
 	}
 }
 
-// insertedTurn is a turn job enqueueTurns inserted.
+// insertedTurn is a turn job enqueueTurns inserted, or, with claim, one
+// it left for by's batch to insert claimed.
 type insertedTurn struct {
-	jobID    int64
+	jobID    int64 // 0 with claim: the job is inserted later
 	taskID   uuid.UUID
 	workflow string
 	by       *outcome
-	// claim: the turn was inserted pending, for by's batch to claim.
+	// claim: the turn is by's next, inserted claimed in by's batch's last
+	// round trip (claimContinuations), with tr's queue, priority and
+	// attempts.
 	claim bool
+	tr    turn
 	// first: the turn is its new task's first (tagFirstTurn).
 	first bool
 	// link is the turn's link, if any (recordLinks).
@@ -361,8 +390,9 @@ func (e *Engine) insertTurns(ctx context.Context, tx pgx.Tx, turns []turn) error
 // which tx holds. It returns the jobs it inserted.
 //
 // With claim, the first turn of each outcome (its by) for which claim
-// holds is inserted pending, to be claimed by the batch of that outcome
-// (claimContinuations): River's fetch never takes it, and no fetcher is
+// holds is not inserted here: it is returned with claim set, for the batch
+// of that outcome to insert already claimed, in its last round trip
+// (claimContinuations). River's fetch never sees it, and no fetcher is
 // woken for it. With late, the turns' links are written in that batch's
 // last round trip (recordLinks).
 func (e *Engine) enqueueTurns(ctx context.Context, tx pgx.Tx, wake, fresh []turn, claim func(turn) bool, late *pgx.Batch) ([]insertedTurn, error) {
@@ -397,47 +427,57 @@ func (e *Engine) enqueueTurns(ctx context.Context, tx pgx.Tx, wake, fresh []turn
 	if len(turns) == 0 {
 		return nil, nil
 	}
-	params := make([]river.InsertManyParams, len(turns))
-	claimed := make([]bool, len(turns))
+	var (
+		inserted []insertedTurn
+		params   []river.InsertManyParams
+		of       []int // of[i] is the index in turns of params[i]
+	)
 	taken := map[*outcome]bool{}
 	for i, tr := range turns {
+		first := i >= len(wake)
 		if claim != nil && tr.by != nil && !taken[tr.by] && claim(tr) {
-			taken[tr.by], claimed[i] = true, true
+			taken[tr.by] = true
+			inserted = append(inserted, insertedTurn{taskID: tr.taskID, workflow: tr.workflow, by: tr.by, claim: true, tr: tr, first: first, link: tr.link})
+			continue
 		}
-		params[i] = river.InsertManyParams{
+		p := river.InsertManyParams{
 			Args: taskArgs{Workflow: tr.workflow, task: tr.taskID},
 			InsertOpts: &river.InsertOpts{
 				Queue:       tr.queue,
 				Priority:    int(tr.priority),
 				MaxAttempts: tr.maxAttempts,
-				Pending:     claimed[i],
 			},
 		}
-		if i >= len(wake) {
-			params[i].InsertOpts.Tags = firstTurnTags
+		if first {
+			p.InsertOpts.Tags = firstTurnTags
 		}
+		params, of = append(params, p), append(of, i)
+	}
+	if len(params) == 0 {
+		return inserted, nil
 	}
 	res, err := e.queue.River().InsertManyTx(ctx, tx, params)
 	if err != nil {
-		return nil, fmt.Errorf("workflow: inserting %d turns: %w", len(turns), err)
+		return nil, fmt.Errorf("workflow: inserting %d turns: %w", len(params), err)
 	}
-	inserted := make([]insertedTurn, 0, len(res))
-	for i, r := range res {
+	var added []insertedTurn
+	for k, r := range res {
+		tr := turns[of[k]]
 		if r.UniqueSkippedAsDuplicate {
 			// The task has a live turn already (for example a late
 			// attempt that suspended after its job was rescued and
 			// retried). That turn will run the task: there is nothing to
 			// add and nothing to undo.
 			e.logger.WarnContext(ctx, "workflow: task already has a live turn; not inserting another",
-				"task.id", turns[i].taskID, "job.id", r.Job.ID)
+				"task.id", tr.taskID, "job.id", r.Job.ID)
 			continue
 		}
-		inserted = append(inserted, insertedTurn{jobID: r.Job.ID, taskID: turns[i].taskID, workflow: turns[i].workflow, by: turns[i].by, claim: claimed[i], first: i >= len(wake), link: turns[i].link})
+		added = append(added, insertedTurn{jobID: r.Job.ID, taskID: tr.taskID, workflow: tr.workflow, by: tr.by, first: of[k] >= len(wake), link: tr.link})
 	}
-	if err := recordLinks(ctx, tx, late, inserted); err != nil {
+	if err := recordLinks(ctx, tx, late, added); err != nil {
 		return nil, err
 	}
-	return inserted, nil
+	return append(inserted, added...), nil
 }
 
 // stoppedTurnSnooze is how long a turn that Engine.Stop cancelled waits
