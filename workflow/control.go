@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -50,14 +52,14 @@ func (e *Engine) Cancel(ctx context.Context, runID string) error {
 		// transaction held it is cancelled now. Then wait for the turns to
 		// end, so that nothing of the run runs once Cancel returns.
 		id, _ := uuid.Parse(runID)
-		cancelSkipped := func() error { return e.cancelSkippedTurns(ctx, id, runID) }
-		if err := cancelSkipped(); err != nil {
+		if err := e.cancelSkippedTurns(ctx, id, runID); err != nil {
 			return err
 		}
 		// A job still held past cancelLockTimeout was left alone: it is
-		// tried again while the wait lasts, so that its turn is
-		// interrupted once its row is free.
-		return e.waitForTurnsToEnd(ctx, id, time.Now().Add(TurnEndWaitDefault), cancelSkipped)
+		// tried again while the wait lasts (as the engine's own loop does,
+		// if it runs), so that its turn is interrupted once its row is
+		// free.
+		return e.waitForTurnsToEnd(ctx, id, time.Now().Add(TurnEndWaitDefault), e.retryHeldCancels)
 	}
 }
 
@@ -96,9 +98,8 @@ func (e *Engine) cancelSkippedTurns(ctx context.Context, id uuid.UUID, runID str
 // none of them); the jobs it skipped are then cancelled one per
 // transaction, each waiting for its rows. A job whose rows stay held
 // beyond cancelLockTimeout is left alone for now: its turn finds its task
-// cancelled all the same, and does nothing or records nothing, and Cancel
-// tries the job again, once a cancelLockTimeout, while it waits for the
-// run's turns to end.
+// cancelled all the same, and does nothing or records nothing, and the job
+// is kept among the held cancels (retryHeldCancels), to be tried again.
 func (e *Engine) cancelLiveTurns(ctx context.Context, query string, arg any) error {
 	rows, err := e.pool.Query(ctx, query, TaskKind, arg)
 	if err != nil {
@@ -133,7 +134,8 @@ func (e *Engine) cancelLiveTurns(ctx context.Context, query string, arg any) err
 		switch {
 		case err == nil:
 		case isLockNotAvailable(err):
-			e.logger.DebugContext(ctx, "workflow: turn job held too long to cancel; its turn finds its task cancelled", "job.id", jid)
+			e.logger.DebugContext(ctx, "workflow: turn job held too long to cancel; tried again in a moment", "job.id", jid)
+			e.held.add(jid)
 		default:
 			return fmt.Errorf("cancelling turn job %d: %w", jid, err)
 		}
@@ -174,6 +176,81 @@ func (e *Engine) cancelTurnJobsTx(ctx context.Context, tx pgx.Tx, jobs []int64, 
 		}
 	}
 	return locked, nil
+}
+
+// heldCancels are the turn jobs whose cancel found their row held past
+// cancelLockTimeout by another transaction (a heartbeat, River's
+// completer), and so left them alone. retryHeldCancels tries them again.
+type heldCancels struct {
+	mu   sync.Mutex
+	jobs map[int64]bool
+	// pass is held by the one pass of retryHeldCancels that runs at a time.
+	pass sync.Mutex
+}
+
+func (h *heldCancels) add(job int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.jobs == nil {
+		h.jobs = map[int64]bool{}
+	}
+	h.jobs[job] = true
+}
+
+// retryHeldCancels tries again the cancel of each held turn job, as
+// cancelLiveTurns does, one job per transaction. A job is forgotten once a
+// transaction locks it: cancelled then if its task is still cancelled, or
+// left to the turn that a Retry gave its task, or found finished. A job
+// still held stays for the next pass. The engine runs a pass once every
+// cancelLockTimeout while it runs, and Cancel while it waits for a run's
+// turns to end, so that a running turn's context ends once its row is free.
+// Passes do not overlap: one that finds another running returns at once.
+func (e *Engine) retryHeldCancels(ctx context.Context) error {
+	h := &e.held
+	if !h.pass.TryLock() {
+		return nil
+	}
+	defer h.pass.Unlock()
+	h.mu.Lock()
+	jobs := make([]int64, 0, len(h.jobs))
+	for jid := range h.jobs {
+		jobs = append(jobs, jid)
+	}
+	h.mu.Unlock()
+	slices.Sort(jobs)
+	for _, jid := range jobs {
+		err := e.withTx(ctx, func(tx pgx.Tx) error {
+			_, err := e.cancelTurnJobsTx(ctx, tx, []int64{jid}, "")
+			return err
+		})
+		switch {
+		case err == nil:
+			h.mu.Lock()
+			delete(h.jobs, jid)
+			h.mu.Unlock()
+		case isLockNotAvailable(err):
+		default:
+			return fmt.Errorf("workflow: cancelling turn job %d again: %w", jid, err)
+		}
+	}
+	return nil
+}
+
+// retryHeldCancelsEvery runs retryHeldCancels once every interval until
+// ctx ends.
+func (e *Engine) retryHeldCancelsEvery(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := e.retryHeldCancels(ctx); err != nil && ctx.Err() == nil {
+			e.logger.WarnContext(ctx, "workflow: cancelling held turn jobs again failed; the next pass retries them", "error", err)
+		}
+	}
 }
 
 // isLockNotAvailable reports whether err is PostgreSQL's
@@ -501,7 +578,7 @@ const runningTurnsSQL = `
 // waitForTurnsToEnd waits until no turn of the run's failed or cancelled
 // tasks runs, until deadline at most. Meanwhile, when again is set, it
 // calls again once every cancelLockTimeout.
-func (e *Engine) waitForTurnsToEnd(ctx context.Context, runID uuid.UUID, deadline time.Time, again func() error) error {
+func (e *Engine) waitForTurnsToEnd(ctx context.Context, runID uuid.UUID, deadline time.Time, again func(context.Context) error) error {
 	last := time.Now()
 	for {
 		var running int
@@ -516,7 +593,7 @@ func (e *Engine) waitForTurnsToEnd(ctx context.Context, runID uuid.UUID, deadlin
 			return &TurnsRunningError{RunID: runID.String(), Running: running, Waited: TurnEndWaitDefault}
 		}
 		if again != nil && time.Since(last) >= cancelLockTimeout {
-			if err := again(); err != nil {
+			if err := again(ctx); err != nil {
 				return err
 			}
 			last = time.Now()

@@ -368,7 +368,10 @@
 // task that shows the task cancelled: in the transaction that cancels the
 // task, or, for the turns that transaction skipped and those of cancelled
 // children, one job at a time, in a transaction that locks the job and then
-// its task with a share lock. So a Retry that has reset a task never loses
+// its task with a share lock, waiting a second at most for the job's row: a
+// job held longer is tried again once a second, by the engine while it
+// runs and by Cancel while it waits for the run's turns to end, so that a
+// running turn's context ends once its row is free. So a Retry that has reset a task never loses
 // the turn it left the task to, and Retry, holding the tasks it resets,
 // refuses to reset one whose turn is running and waits for that turn to
 // end. A step's record holds only a share lock of its task's row, in one

@@ -280,6 +280,9 @@ type Engine struct {
 	// stopping is set while Stop runs: a turn cancelled by it is put back
 	// rather than failed, and no outcome claims a continuation.
 	stopping atomic.Bool
+	// held are the turn jobs whose cancel is to be tried again
+	// (retryHeldCancels).
+	held heldCancels
 	// batcher commits turns' outcomes together; loader reads their tasks
 	// together, and recorder writes their steps' records together.
 	batcher  *batcher
@@ -546,6 +549,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	if len(e.dagNames) > 0 {
 		e.wg.Go(func() { e.decideNodesEvery(runCtx, e.cfg.ReconcileInterval) })
 	}
+	e.wg.Go(func() { e.retryHeldCancelsEvery(runCtx, cancelLockTimeout) })
 	return nil
 }
 

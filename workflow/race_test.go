@@ -809,3 +809,74 @@ func TestCancelInterruptsATurnWhoseJobWasHeldPastItsLockTimeout(t *testing.T) {
 		t.Fatalf("Result = %v, want cancelled", err)
 	}
 }
+
+// TestOrphanTurnHeldPastItsLockTimeoutIsStillInterrupted holds the job row
+// of a running child's turn while its parent completes without awaiting
+// it. The batch cancels the child, but its turn job stays held longer than
+// one cancel waits for a row; the cancel is tried again, so that the
+// child's turn is interrupted once its row is free.
+func TestOrphanTurnHeldPastItsLockTimeoutIsStillInterrupted(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	started, ended, finish := make(chan struct{}, 1), make(chan struct{}, 1), make(chan struct{})
+	stuck := workflow.Define("held_orphan", func(t *workflow.Task, _ int) (int, error) {
+		return workflow.Step(t, "wait", func(ctx context.Context) (int, error) {
+			started <- struct{}{}
+			<-ctx.Done()
+			ended <- struct{}{}
+			return 0, ctx.Err()
+		})
+	})
+	parent := workflow.Define("held_orphan_parent", func(t *workflow.Task, _ int) (int, error) {
+		workflow.Go(t, "stuck", stuck, 0)
+		if err := t.Delay("let it start", time.Millisecond); err != nil {
+			return 0, err
+		}
+		return workflow.Step(t, "finish", func(ctx context.Context) (int, error) {
+			select {
+			case <-finish:
+				return 1, nil
+			case <-ctx.Done():
+				return 0, ctx.Err()
+			}
+		})
+	})
+	eng := startEngine(t, pool, testConfig(parent, stuck))
+	ctx := ctxTimeout(t, 60*time.Second)
+	run, err := parent.Start(ctx, eng, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	var job int64
+	if err := pool.QueryRow(ctx, `
+		SELECT j.id FROM river_job j JOIN braid_tasks k ON braid_turn_task(j.unique_key, j.args) = k.id
+		 WHERE k.run_id = $1 AND k.key = 'stuck' AND j.state = 'running'`, run.ID).Scan(&job); err != nil {
+		t.Fatal(err)
+	}
+	holder := holdRow(t, pool, "river_job", job)
+	close(finish)
+	if _, err := run.Result(ctx); err != nil {
+		t.Fatalf("Result = %v", err)
+	}
+	// The cancel of the child's turn waits for the row, then gives up on
+	// it for the moment.
+	waitFor(t, "the child's cancel to wait for its turn job", 20*time.Second, func() bool { return waitsForALock(t, pool) })
+	waitFor(t, "the child's cancel to stop waiting", 20*time.Second, func() bool { return !waitsForALock(t, pool) })
+	select {
+	case <-ended:
+		t.Fatal("the child's turn ended while its job row was held")
+	default:
+	}
+	if err := holder.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ended:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the cancelled child's turn kept running after its job row was free")
+	}
+	if n := count(t, pool, `SELECT count(*) FROM braid_tasks WHERE run_id = $1 AND key = 'stuck' AND status = 'cancelled'`, run.ID); n != 1 {
+		t.Fatal("the child is not cancelled")
+	}
+}
