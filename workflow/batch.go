@@ -1008,8 +1008,8 @@ func (e *Engine) claimContinuations(ctx context.Context, tx *pipeTx, inserted []
 	}
 	// A worker whose outcome made nothing runnable takes the next turn
 	// waiting in its queue, as River's fetch would give its slot, without
-	// waiting for the fetch loop. (The claim above comes first in the
-	// round trip, so this one never takes a turn it claims.)
+	// waiting for the fetch loop. (The turns inserted claimed above are
+	// never available, so this claim cannot take one.)
 	idle := map[string][]*outcome{}
 	var queues []string
 	for _, o := range st.owned {
@@ -1033,9 +1033,20 @@ func (e *Engine) claimContinuations(ctx context.Context, tx *pipeTx, inserted []
 	for _, j := range claimed {
 		// Each claimed turn is the one this batch inserted for its task,
 		// which its unique key names.
-		if o := picked[uuid.UUID(j.UniqueKey)]; o != nil && len(j.UniqueKey) == len(uuid.UUID{}) {
-			o.next, o.nextTask = j, loaded[uuid.UUID(j.UniqueKey)]
+		if len(j.UniqueKey) != len(uuid.UUID{}) {
+			continue
 		}
+		task := uuid.UUID(j.UniqueKey)
+		if o := picked[task]; o != nil {
+			o.next, o.nextTask = j, loaded[task]
+			delete(picked, task)
+		}
+	}
+	for task := range picked {
+		// The task had a live turn already (a late attempt that
+		// suspended after its job was rescued and retried): that turn
+		// runs it.
+		e.logger.WarnContext(ctx, "workflow: task already has a live turn; not inserting another", "task.id", task)
 	}
 	return nil
 }

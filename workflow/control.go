@@ -55,11 +55,13 @@ func (e *Engine) Cancel(ctx context.Context, runID string) error {
 		if err := e.cancelSkippedTurns(ctx, id, runID); err != nil {
 			return err
 		}
-		// A job still held past cancelLockTimeout was left alone: it is
-		// tried again while the wait lasts (as the engine's own loop does,
-		// if it runs), so that its turn is interrupted once its row is
-		// free.
-		return e.waitForTurnsToEnd(ctx, id, time.Now().Add(TurnEndWaitDefault), e.retryHeldCancels)
+		// A job of the run still held past cancelLockTimeout was left
+		// alone: it is tried again while the wait lasts (as the engine's
+		// own loop does, if it runs), so that its turn is interrupted once
+		// its row is free.
+		return e.waitForTurnsToEnd(ctx, id, time.Now().Add(TurnEndWaitDefault), func(ctx context.Context) error {
+			return e.cancelSkippedTurns(ctx, id, runID)
+		})
 	}
 }
 
@@ -201,9 +203,11 @@ func (h *heldCancels) add(job int64) {
 // cancelLiveTurns does, one job per transaction. A job is forgotten once a
 // transaction locks it: cancelled then if its task is still cancelled, or
 // left to the turn that a Retry gave its task, or found finished. A job
-// still held stays for the next pass. The engine runs a pass once every
-// cancelLockTimeout while it runs, and Cancel while it waits for a run's
-// turns to end, so that a running turn's context ends once its row is free.
+// still held, or whose transaction failed, stays for the next pass; the
+// pass goes on to the others and returns the failures. The engine runs a
+// pass once every cancelLockTimeout from Start until its turns have ended
+// in Stop, so that a running turn's context ends once its row is free.
+// (Cancel, waiting for a run's turns, tries that run's jobs itself.)
 // Passes do not overlap: one that finds another running returns at once.
 func (e *Engine) retryHeldCancels(ctx context.Context) error {
 	h := &e.held
@@ -218,7 +222,11 @@ func (e *Engine) retryHeldCancels(ctx context.Context) error {
 	}
 	h.mu.Unlock()
 	slices.Sort(jobs)
+	var errs []error
 	for _, jid := range jobs {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
 		err := e.withTx(ctx, func(tx pgx.Tx) error {
 			_, err := e.cancelTurnJobsTx(ctx, tx, []int64{jid}, "")
 			return err
@@ -230,10 +238,10 @@ func (e *Engine) retryHeldCancels(ctx context.Context) error {
 			h.mu.Unlock()
 		case isLockNotAvailable(err):
 		default:
-			return fmt.Errorf("workflow: cancelling turn job %d again: %w", jid, err)
+			errs = append(errs, fmt.Errorf("workflow: cancelling turn job %d again: %w", jid, err))
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // retryHeldCancelsEvery runs retryHeldCancels once every interval until
@@ -577,7 +585,8 @@ const runningTurnsSQL = `
 
 // waitForTurnsToEnd waits until no turn of the run's failed or cancelled
 // tasks runs, until deadline at most. Meanwhile, when again is set, it
-// calls again once every cancelLockTimeout.
+// calls again once every cancelLockTimeout; an error of again is logged,
+// and the wait goes on.
 func (e *Engine) waitForTurnsToEnd(ctx context.Context, runID uuid.UUID, deadline time.Time, again func(context.Context) error) error {
 	last := time.Now()
 	for {
@@ -593,8 +602,8 @@ func (e *Engine) waitForTurnsToEnd(ctx context.Context, runID uuid.UUID, deadlin
 			return &TurnsRunningError{RunID: runID.String(), Running: running, Waited: TurnEndWaitDefault}
 		}
 		if again != nil && time.Since(last) >= cancelLockTimeout {
-			if err := again(ctx); err != nil {
-				return err
+			if err := again(ctx); err != nil && ctx.Err() == nil {
+				e.logger.WarnContext(ctx, "workflow: cancelling a run's held turn jobs again failed; retrying", "run.id", runID, "error", err)
 			}
 			last = time.Now()
 		}

@@ -282,9 +282,10 @@
 // This stays within River's model: the turn is a River job from insert to
 // finish, claimed once, by one attempt, like a fetched one. The only
 // differences are who claims it, and that the insert and the claim are one
-// statement, which River's insert middleware and hooks do not see (the
-// engine's own, which give a turn its unique key, are applied by the
-// statement itself). A crash between the batch's commit and the
+// statement, which River's insert middleware and hooks do not see: neither
+// the engine's own (which give a turn its unique key, as the statement
+// itself does) nor any in Config.Queue.Middleware. Turns that no worker of
+// this process takes next are inserted through River, as before. A crash between the batch's commit and the
 // turn's end leaves the job running with no heartbeat, so the heartbeat
 // rescuer returns it to the queue and another process runs it, as with any
 // job whose process died. Turns bound their own timeout (the definition's,

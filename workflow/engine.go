@@ -281,8 +281,11 @@ type Engine struct {
 	// rather than failed, and no outcome claims a continuation.
 	stopping atomic.Bool
 	// held are the turn jobs whose cancel is to be tried again
-	// (retryHeldCancels).
-	held heldCancels
+	// (retryHeldCancels), by a loop that stopHeld stops and that closes
+	// heldDone as it returns.
+	held     heldCancels
+	stopHeld context.CancelFunc
+	heldDone chan struct{}
 	// batcher commits turns' outcomes together; loader reads their tasks
 	// together, and recorder writes their steps' records together.
 	batcher  *batcher
@@ -549,7 +552,15 @@ func (e *Engine) Start(ctx context.Context) error {
 	if len(e.dagNames) > 0 {
 		e.wg.Go(func() { e.decideNodesEvery(runCtx, e.cfg.ReconcileInterval) })
 	}
-	e.wg.Go(func() { e.retryHeldCancelsEvery(runCtx, cancelLockTimeout) })
+	// The held cancels are tried again until Stop has seen the turns
+	// end, not only until it stops the loops above.
+	heldCtx, stopHeld := context.WithCancel(context.WithoutCancel(ctx))
+	e.stopHeld = stopHeld
+	e.heldDone = make(chan struct{})
+	go func() {
+		defer close(e.heldDone)
+		e.retryHeldCancelsEvery(heldCtx, cancelLockTimeout)
+	}()
 	return nil
 }
 
@@ -580,6 +591,8 @@ func (e *Engine) Stop(ctx context.Context) error {
 	stopAfter()
 	e.cancelTurns()
 	e.batcher.halt()
+	e.stopHeld()
+	<-e.heldDone
 	e.recorder.halt()
 	e.loader.halt()
 	e.notifier.stop()

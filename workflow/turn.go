@@ -244,8 +244,10 @@ func recordLinks(ctx context.Context, tx pgx.Tx, late *pgx.Batch, inserted []ins
 
 // recordClaimedLinks queues on late, after the statement that inserts the
 // claimed turns (claimContinuations), the links of those among them that
-// have one, each with the ID its job was given: the task's one running
-// turn job.
+// have one, each with the ID its job was given: the task's running turn
+// job that this transaction inserted (its xmin; the batch takes no
+// savepoint). A turn the insert left out, its task having a live turn
+// already, gets no link, as with River's insert.
 func recordClaimedLinks(late *pgx.Batch, turns []insertedTurn) error {
 	if len(turns) == 0 {
 		return nil
@@ -263,6 +265,7 @@ func recordClaimedLinks(late *pgx.Batch, turns []insertedTurn) error {
 		UPDATE braid_tasks t SET turn_link = u.link || jsonb_build_object('job', j.id)
 		  FROM unnest($1::uuid[], $2::jsonb[]) AS u(id, link)
 		  JOIN river_job j ON j.kind = '`+TaskKind+`' AND braid_turn_task(j.unique_key, j.args) = u.id AND j.state = 'running'
+		                  AND j.xmin = pg_current_xact_id()::xid
 		 WHERE t.id = u.id`, pgIDs(ids), links)
 	return nil
 }
