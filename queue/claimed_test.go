@@ -407,9 +407,11 @@ func TestInsertClaimed(t *testing.T) {
 	if diff := cmp.Diff(want, have); diff != "" {
 		t.Fatalf("the inserted job (-want +got):\n%s", diff)
 	}
-	if len(got.UniqueStates) == 0 || got.AttemptedAt == nil || got.AttemptedAt.Sub(txStart) < 50*time.Millisecond {
-		t.Fatalf("unique states %v, attempted at %v with the transaction begun at %v; want the states kept and the statement's moment",
-			got.UniqueStates, got.AttemptedAt, txStart)
+	if diff := cmp.Diff(uniquestates.UniqueBitmaskToStates(live), got.UniqueStates); diff != "" {
+		t.Fatalf("the inserted job's unique states, as River reads them (-want +got):\n%s", diff)
+	}
+	if got.AttemptedAt == nil || got.AttemptedAt.Sub(txStart) < 50*time.Millisecond {
+		t.Fatalf("attempted at %v with the transaction begun at %v; want the statement's moment", got.AttemptedAt, txStart)
 	}
 	if jobs[0].ID != got.ID || jobs[0].Attempt != 1 || jobs[0].State != rivertype.JobStateRunning {
 		t.Fatalf("the job handed back: %+v", jobs[0])

@@ -182,21 +182,34 @@ func (e *Engine) cancelTurnJobsTx(ctx context.Context, tx pgx.Tx, jobs []int64, 
 
 // heldCancels are the turn jobs whose cancel found their row held past
 // cancelLockTimeout by another transaction (a heartbeat, River's
-// completer), and so left them alone. retryHeldCancels tries them again.
+// completer), and so left them alone. retryHeldCancels tries them again,
+// while the engine's loop runs: an engine that is not started records
+// none, since nothing would try them (its Cancel tries its run's jobs
+// itself).
 type heldCancels struct {
-	mu   sync.Mutex
-	jobs map[int64]bool
-	// pass is held by the one pass of retryHeldCancels that runs at a time.
-	pass sync.Mutex
+	mu      sync.Mutex
+	running bool
+	jobs    map[int64]bool
 }
 
 func (h *heldCancels) add(job int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if !h.running {
+		return
+	}
 	if h.jobs == nil {
 		h.jobs = map[int64]bool{}
 	}
 	h.jobs[job] = true
+}
+
+// setRunning starts (true) or ends (false) the recording of held jobs; it
+// forgets those recorded.
+func (h *heldCancels) setRunning(running bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.running, h.jobs = running, nil
 }
 
 // retryHeldCancels tries again the cancel of each held turn job, as
@@ -208,13 +221,8 @@ func (h *heldCancels) add(job int64) {
 // pass once every cancelLockTimeout from Start until its turns have ended
 // in Stop, so that a running turn's context ends once its row is free.
 // (Cancel, waiting for a run's turns, tries that run's jobs itself.)
-// Passes do not overlap: one that finds another running returns at once.
 func (e *Engine) retryHeldCancels(ctx context.Context) error {
 	h := &e.held
-	if !h.pass.TryLock() {
-		return nil
-	}
-	defer h.pass.Unlock()
 	h.mu.Lock()
 	jobs := make([]int64, 0, len(h.jobs))
 	for jid := range h.jobs {

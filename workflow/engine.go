@@ -555,6 +555,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	// The held cancels are tried again until Stop has seen the turns
 	// end, not only until it stops the loops above.
 	heldCtx, stopHeld := context.WithCancel(context.WithoutCancel(ctx))
+	e.held.setRunning(true)
 	e.stopHeld = stopHeld
 	e.heldDone = make(chan struct{})
 	go func() {
@@ -593,6 +594,7 @@ func (e *Engine) Stop(ctx context.Context) error {
 	e.batcher.halt()
 	e.stopHeld()
 	<-e.heldDone
+	e.held.setRunning(false)
 	e.recorder.halt()
 	e.loader.halt()
 	e.notifier.stop()

@@ -245,8 +245,9 @@ func recordLinks(ctx context.Context, tx pgx.Tx, late *pgx.Batch, inserted []ins
 // recordClaimedLinks queues on late, after the statement that inserts the
 // claimed turns (claimContinuations), the links of those among them that
 // have one, each with the ID its job was given: the task's running turn
-// job that this transaction inserted (its xmin; the batch takes no
-// savepoint). A turn the insert left out, its task having a live turn
+// job that this transaction wrote (its xmin; the batch takes no
+// savepoint), which is the one it inserted: the batch's own turn jobs are
+// finished before. A turn the insert left out, its task having a live turn
 // already, gets no link, as with River's insert.
 func recordClaimedLinks(late *pgx.Batch, turns []insertedTurn) error {
 	if len(turns) == 0 {
