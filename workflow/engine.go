@@ -556,10 +556,10 @@ func (e *Engine) Start(ctx context.Context) error {
 	// end, not only until it stops the loops above.
 	heldCtx, stopHeld := context.WithCancel(context.WithoutCancel(ctx))
 	e.held.setRunning(true)
-	e.stopHeld = stopHeld
-	e.heldDone = make(chan struct{})
+	heldDone := make(chan struct{})
+	e.stopHeld, e.heldDone = stopHeld, heldDone
 	go func() {
-		defer close(e.heldDone)
+		defer close(heldDone)
 		e.retryHeldCancelsEvery(heldCtx, cancelLockTimeout)
 	}()
 	return nil
