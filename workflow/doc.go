@@ -257,27 +257,27 @@
 // ([queue.Queue.QueueInsertClaimed]): the job is written as River's insert
 // and River's fetch together would leave it, running on its first attempt,
 // with attempted_at and attempted_by set, and with the turn's unique key,
-// so that a task never has two live turns. It does so when this process runs
-// that workflow, works the turn's queue (a queue that only some processes
-// work keeps its turns to them, as River's fetch does) and is not
+// so that a task never has two live turns. It does so when this process
+// runs that workflow, works the turn's queue (a queue that only some
+// processes work keeps its turns to them, as River's fetch does) and is not
 // stopping, for at most one turn per outcome, and only when the outcome's
 // own turn has its result on record once the batch commits: its job
-// finished in the batch, or it was itself a claimed turn, whose result
-// this process records before its worker goes on. A turn River fetched
-// that failed, or snoozes a step, has its result recorded by River as its
-// worker returns, so that worker returns first. No fetcher is woken for a
-// job that no other process could have, and the batch saves the round trip
-// of River's insert. As soon as the batch commits, the worker that handed in the
-// outcome runs the claimed turn in the River worker slot it still holds
+// finished in the batch, or it was itself a claimed turn, whose result this
+// process records before its worker goes on. A turn River fetched that
+// failed, or snoozes a step, has its result recorded by River as its worker
+// returns, so that worker returns first. No fetcher is woken for a job that
+// no other process could have, and the batch saves the round trip of
+// River's insert. As soon as the batch commits, the worker that handed in
+// the outcome runs the claimed turn in the River worker slot it still holds
 // (a worker whose outcome deadline passes stops waiting for its batch,
 // unless the batch has already claimed it a next turn: only that worker
-// would run it, so it waits),
-// so no more turns run at once than River's MaxWorkers allow, through the
-// queue's middleware (spans, metrics, heartbeats, the ownership watch), and
-// then records its outcome as River's executor would, fenced on the
-// attempt ([queue.Queue.WorkClaimed]). The batch that claims the turn
-// also reads its task, steps and children, as they stand once the batch
-// has written them, so the turn starts without a read of its own.
+// would run it, so it waits), so no more turns run at once than River's
+// MaxWorkers allow, through the queue's middleware (spans, metrics,
+// heartbeats, the ownership watch), and then records its outcome as River's
+// executor would, fenced on the attempt ([queue.Queue.WorkClaimed]). The
+// batch that claims the turn also reads its task, steps and children, as
+// they stand once the batch has written them, so the turn starts without a
+// read of its own.
 //
 // This stays within River's model: the turn is a River job from insert to
 // finish, claimed once, by one attempt, like a fetched one. The only
@@ -285,12 +285,12 @@
 // statement, which River's insert middleware and hooks do not see: neither
 // the engine's own (which give a turn its unique key, as the statement
 // itself does) nor any in Config.Queue.Middleware. Turns that no worker of
-// this process takes next are inserted through River, as before. A crash between the batch's commit and the
-// turn's end leaves the job running with no heartbeat, so the heartbeat
-// rescuer returns it to the queue and another process runs it, as with any
-// job whose process died. Turns bound their own timeout (the definition's,
-// or the queue's job timeout), so that a worker slot can run several turns
-// one after another.
+// this process takes next are inserted through River. A crash between the
+// batch's commit and the turn's end leaves the job running with no
+// heartbeat, so the heartbeat rescuer returns it to the queue and another
+// process runs it, as with any job whose process died. Turns bound their
+// own timeout (the definition's, or the queue's job timeout), so that a
+// worker slot can run several turns one after another.
 //
 // # The reconciler: no run is stranded
 //
@@ -363,38 +363,39 @@
 //     state (braid_run_events);
 //  4. the run row.
 //
-// Turns, Cancel, Retry, the reconciler, the decision of undecided DAG
-// nodes (its DAG's blocked nodes, then its root, by created_at DESC, id
-// DESC), retention and the delay processor follow it. A turn job is cancelled through River only under a lock of its
-// task that shows the task cancelled: in the transaction that cancels the
-// task, or, for the turns that transaction skipped and those of cancelled
-// children, one job at a time, in a transaction that locks the job and then
-// its task with a share lock, waiting a second at most for the job's row: a
-// job held longer is tried again once a second, by the engine while it
-// runs and by Cancel while it waits for the run's turns to end, so that a
-// running turn's context ends once its row is free. So a Retry that has reset a task never loses
-// the turn it left the task to, and Retry, holding the tasks it resets,
-// refuses to reset one whose turn is running and waits for that turn to
-// end. A step's record holds only a share lock of its task's row, in one
-// statement; records written together skip the rows others hold. A path
-// that needs a lock earlier in the order than one it holds takes it with
-// SKIP LOCKED or NOWAIT, never waiting: Cancel takes the run's turn jobs
-// last with SKIP LOCKED (a turn it skips finds its task cancelled and does
-// nothing), and locks children created while it waited for their parent
-// with NOWAIT, starting over when one is held; a batch that cancels the
-// children a finished task leaves locks those created while its lock
-// statement waited with NOWAIT, and fails, to be recorded again one
-// outcome at a time, when one is held; the delay processor claims
-// delays and their tasks with SKIP LOCKED, and cancels a run whose deadline
-// passed as Cancel does, under a short lock timeout, leaving a run whose
-// rows are held for its next tick; the reconciler, holding the task it
-// fails, locks that task's DAG nodes and parent with NOWAIT and looks again
-// later when one is held; retention skips a batch whose tasks are locked;
-// waking an existing task first checks, with a plain read, that it has no
-// live turn, so River's unique insert never waits on a job row.
-// The run row is only ever updated, never locked FOR UPDATE, so the key
-// share locks that inserting children takes on it block nothing; and no
-// child's turn touches its run: only the root task settles the run.
+// Turns, Cancel, Retry, the reconciler, the decision of undecided DAG nodes
+// (its DAG's blocked nodes, then its root, by created_at DESC, id DESC),
+// retention and the delay processor follow it. A turn job is cancelled
+// through River only under a lock of its task that shows the task
+// cancelled: in the transaction that cancels the task, or, for the turns
+// that transaction skipped and those of cancelled children, one job at a
+// time, in a transaction that locks the job and then its task with a share
+// lock, waiting a second at most for the job's row: a job held longer is
+// tried again once a second, by the engine while it runs and by Cancel
+// while it waits for the run's turns to end, so that a running turn's
+// context ends once its row is free. So a Retry that has reset a task never
+// loses the turn it left the task to, and Retry, holding the tasks it
+// resets, refuses to reset one whose turn is running and waits for that
+// turn to end. A step's record holds only a share lock of its task's row,
+// in one statement; records written together skip the rows others hold. A
+// path that needs a lock earlier in the order than one it holds takes it
+// with SKIP LOCKED or NOWAIT, never waiting: Cancel takes the run's turn
+// jobs last with SKIP LOCKED (a turn it skips finds its task cancelled and
+// does nothing), and locks children created while it waited for their
+// parent with NOWAIT, starting over when one is held; a batch that cancels
+// the children a finished task leaves locks those created while its lock
+// statement waited with NOWAIT, and fails, to be recorded again one outcome
+// at a time, when one is held; the delay processor claims delays and their
+// tasks with SKIP LOCKED, and cancels a run whose deadline passed as Cancel
+// does, under a short lock timeout, leaving a run whose rows are held for
+// its next tick; the reconciler, holding the task it fails, locks that
+// task's DAG nodes and parent with NOWAIT and looks again later when one is
+// held; retention skips a batch whose tasks are locked; waking an existing
+// task first checks, with a plain read, that it has no live turn, so
+// River's unique insert never waits on a job row. The run row is only ever
+// updated, never locked FOR UPDATE, so the key share locks that inserting
+// children takes on it block nothing; and no child's turn touches its run:
+// only the root task settles the run.
 //
 // # Pool size
 //
