@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/braidflow/braid/testutil"
 	"github.com/braidflow/braid/workflow"
@@ -629,4 +630,54 @@ func supersedeHeldAttempt(t *testing.T, pool *pgxpool.Pool, runs *atomic.Int64, 
 	execSQL(t, pool, `UPDATE river_job SET attempt = attempt + 1, attempted_at = now() WHERE kind = 'braid_task'`)
 	close(release)
 	time.Sleep(time.Second)
+}
+
+// TestReconcilerFinishesACommitThatStopCutsOff fails a stranded task while
+// the reconciler's context ends during its COMMIT (a deferred trigger
+// holds the commit): the transaction runs to its end, so the run is failed
+// and counted once, not left to a later look with its commit cut off.
+func TestReconcilerFinishesACommitThatStopCutsOff(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	execSQL(t, pool, `
+		CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+		    PERFORM pg_sleep(0.5);
+		    RETURN NULL;
+		END $$;
+		CREATE CONSTRAINT TRIGGER slow_commit AFTER UPDATE ON braid_runs
+		    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION slow_commit();`)
+	wf := workflow.Define("cut_off", func(t *workflow.Task, in int) (int, error) { return in, nil })
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	cfg := testConfig(wf)
+	cfg.MeterProvider = mp
+	// Not started: the reconciler runs only when the test calls it.
+	eng := newEngine(t, pool, cfg)
+	ctx := ctxTimeout(t, 30*time.Second)
+	run, err := wf.Start(ctx, eng, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	execSQL(t, pool, `
+		UPDATE river_job SET state = 'discarded', attempt = max_attempts, attempted_at = now(), finalized_at = now()
+		 WHERE kind = $1 AND braid_turn_task(unique_key, args) = (SELECT id FROM braid_tasks WHERE run_id = $2)`,
+		workflow.TaskKind, run.ID)
+
+	lookCtx, stop := context.WithCancel(ctx)
+	looked := make(chan error, 1)
+	go func() { looked <- workflow.Reconcile(lookCtx, eng) }()
+	waitFor(t, "the reconciler's commit to wait on the deferred trigger", 10*time.Second, func() bool {
+		return count(t, pool, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event = 'PgSleep'`) > 0
+	})
+	stop()
+	<-looked
+
+	if n := count(t, pool, `SELECT count(*) FROM braid_runs WHERE id = $1 AND status = 'failed'`, run.ID); n != 1 {
+		t.Fatal("the run is not failed: the reconciler's commit was cut off")
+	}
+	if got := collectEngineMetrics(t, reader).counters[workflow.MetricRunsFailed]; got != 1 {
+		t.Errorf("%s counted %d runs, want 1", workflow.MetricRunsFailed, got)
+	}
 }

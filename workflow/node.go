@@ -748,49 +748,63 @@ func (e *Engine) decideUndecidedNodes(ctx context.Context) error {
 	}
 	var errs []error
 	for _, r := range refs {
+		if ctx.Err() != nil {
+			return errors.Join(append(errs, ctx.Err())...)
+		}
 		if e.dagSpecOf(r.dag) == nil {
 			continue
 		}
-		var fin finishedRuns
-		err := e.withTx(ctx, func(tx pgx.Tx) error {
-			fin = finishedRuns{}
-			if _, err := tx.Exec(ctx, `
-				SELECT 1 FROM braid_tasks WHERE id = $1 OR (parent_task_id = $1 AND status = 'blocked')
-				 ORDER BY created_at DESC, id DESC FOR UPDATE`, r.root); err != nil {
-				return err
-			}
-			rows, err := tx.Query(ctx, `
-				SELECT id, workflow, queue, priority, max_attempts, run_id, key FROM braid_tasks
-				 WHERE parent_task_id = $1 AND status = 'blocked' AND remaining = 0 AND dependents IS NOT NULL`, r.root)
-			if err != nil {
-				return err
-			}
-			cands, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (releaseCandidate, error) {
-				c := releaseCandidate{rootID: r.root, dag: r.dag}
-				var prio int16
-				err := row.Scan(&c.tr.taskID, &c.tr.workflow, &c.tr.queue, &prio, &c.tr.maxAttempts, &c.runID, &c.key)
-				c.tr.priority = queue.Priority(prio)
-				c.by = c.tr.taskID
-				return c, err
-			})
-			if err != nil {
-				return err
-			}
-			released, final, err := e.decide(ctx, tx, cands)
-			if err != nil {
-				return err
-			}
-			wake, err := e.settleTx(ctx, tx, final, true, nil, &fin)
-			if err != nil {
-				return err
-			}
-			return e.wakeTurns(ctx, tx, append(released, wake...))
-		})
-		if err != nil {
-			errs = append(errs, fmt.Errorf("workflow: deciding the nodes of DAG %q (root task %s): %w", r.dag, r.root, err))
-			continue
+		if err := e.decideDAG(ctx, r.root, r.dag); err != nil {
+			errs = append(errs, err)
 		}
-		fin.record(ctx, e.metrics)
 	}
 	return errors.Join(errs...)
+}
+
+// decideDAG decides the undecided nodes of the DAG dag whose root task is
+// root, in one transaction. As the reconciler's, it runs to its end even
+// when ctx ends meanwhile, bounded by OutcomeTimeout (see reconcileTask).
+func (e *Engine) decideDAG(ctx context.Context, root uuid.UUID, dag string) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.OutcomeTimeout)
+	defer cancel()
+	var fin finishedRuns
+	err := e.withTx(ctx, func(tx pgx.Tx) error {
+		fin = finishedRuns{}
+		if _, err := tx.Exec(ctx, `
+			SELECT 1 FROM braid_tasks WHERE id = $1 OR (parent_task_id = $1 AND status = 'blocked')
+			 ORDER BY created_at DESC, id DESC FOR UPDATE`, root); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `
+			SELECT id, workflow, queue, priority, max_attempts, run_id, key FROM braid_tasks
+			 WHERE parent_task_id = $1 AND status = 'blocked' AND remaining = 0 AND dependents IS NOT NULL`, root)
+		if err != nil {
+			return err
+		}
+		cands, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (releaseCandidate, error) {
+			c := releaseCandidate{rootID: root, dag: dag}
+			var prio int16
+			err := row.Scan(&c.tr.taskID, &c.tr.workflow, &c.tr.queue, &prio, &c.tr.maxAttempts, &c.runID, &c.key)
+			c.tr.priority = queue.Priority(prio)
+			c.by = c.tr.taskID
+			return c, err
+		})
+		if err != nil {
+			return err
+		}
+		released, final, err := e.decide(ctx, tx, cands)
+		if err != nil {
+			return err
+		}
+		wake, err := e.settleTx(ctx, tx, final, true, nil, &fin)
+		if err != nil {
+			return err
+		}
+		return e.wakeTurns(ctx, tx, append(released, wake...))
+	})
+	if err != nil {
+		return fmt.Errorf("workflow: deciding the nodes of DAG %q (root task %s): %w", dag, root, err)
+	}
+	fin.record(ctx, e.metrics)
+	return nil
 }

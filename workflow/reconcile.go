@@ -89,6 +89,9 @@ func (e *Engine) reconcileFrom(ctx context.Context, query string, arg int64) err
 		var errs []error
 		settled := 0
 		for _, id := range ids {
+			if ctx.Err() != nil {
+				return errors.Join(append(errs, ctx.Err())...)
+			}
 			ok, err := e.reconcileTask(ctx, id)
 			if err != nil {
 				errs = append(errs, err)
@@ -107,7 +110,15 @@ func (e *Engine) reconcileFrom(ctx context.Context, query string, arg int64) err
 // reconcileTask settles one task found without a live turn. Under the
 // task's row lock, which everything that gives a task a turn holds, it
 // looks again: a task that got a turn meanwhile is left alone.
+//
+// Its transaction runs to its end even when ctx ends meanwhile (the
+// maintenance loop stopping), bounded by OutcomeTimeout as a batch is: a
+// commit cut off while in flight may have committed all the same, and
+// what follows it (the finished runs' metrics, the cancel of orphaned
+// turns) would then be lost.
 func (e *Engine) reconcileTask(ctx context.Context, taskID uuid.UUID) (bool, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.OutcomeTimeout)
+	defer cancel()
 	var (
 		settled bool
 		msg     string

@@ -23,11 +23,13 @@ func TestStepRecordFailureFailsOnlyItsStep(t *testing.T) {
 	pool := testutil.Pool(t, testutil.URL(t))
 	// While the test holds advisory lock 4242, every step record waits
 	// in the trigger, so that the records handed in meanwhile queue up
-	// and go in one statement once it is released.
+	// and go in one statement once it is released. The second plug's
+	// record waits on lock 4243 instead, so that the plugs' statements
+	// end one after the other.
 	execSQL(t, pool, `
 		CREATE FUNCTION poison_step() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN
-		    PERFORM pg_advisory_xact_lock_shared(4242);
+		    PERFORM pg_advisory_xact_lock_shared(CASE WHEN NEW.output::text LIKE '%second plug%' THEN 4243 ELSE 4242 END);
 		    IF NEW.output::text LIKE '%poison%' THEN
 		        RAISE EXCEPTION 'poisoned step of task %', NEW.task_id;
 		    END IF;
@@ -40,15 +42,15 @@ func TestStepRecordFailureFailsOnlyItsStep(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer holder.Release()
-	if _, err := holder.Exec(ctx, `SELECT pg_advisory_lock(4242)`); err != nil {
+	if _, err := holder.Exec(ctx, `SELECT pg_advisory_lock(4242), pg_advisory_lock(4243)`); err != nil {
 		t.Fatal(err)
 	}
-	waiting := func(n int) func() bool {
+	waiting := func(lock, n int) func() bool {
 		return func() bool {
 			return count(t, pool, `
 				SELECT count(*) FROM pg_locks
-				 WHERE locktype = 'advisory' AND objid = 4242 AND NOT granted
-				   AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`) == n
+				 WHERE locktype = 'advisory' AND objid = $1 AND NOT granted
+				   AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`, lock) == n
 		}
 	}
 
@@ -69,11 +71,10 @@ func TestStepRecordFailureFailsOnlyItsStep(t *testing.T) {
 	}
 	// Two plugs keep both statements that write step records busy, one
 	// each: the second starts once the first one's statement waits.
-	var plugs []*workflow.Run[string]
-	for i := range 2 {
-		plugs = append(plugs, start("plug"))
-		waitFor(t, "a plug's record to wait on the lock", 20*time.Second, waiting(i+1))
-	}
+	plugs := []*workflow.Run[string]{start("plug")}
+	waitFor(t, "the first plug's record to wait on its lock", 20*time.Second, waiting(4242, 1))
+	plugs = append(plugs, start("second plug"))
+	waitFor(t, "the second plug's record to wait on its lock", 20*time.Second, waiting(4243, 1))
 	const n = 8
 	runs := make([]*workflow.Run[string], n)
 	for i := range runs {
@@ -84,13 +85,21 @@ func TestStepRecordFailureFailsOnlyItsStep(t *testing.T) {
 		runs[i] = start(in)
 	}
 	waitFor(t, "eight records queued", 20*time.Second, func() bool { return workflow.StepsQueued(eng) == n })
+	// The second plug's statement ends first: its statement slot takes
+	// the eight records at once, and their statement waits on the first
+	// lock beside the first plug's.
+	if _, err := holder.Exec(ctx, `SELECT pg_advisory_unlock(4243)`); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the eight records' statement to wait on the lock", 20*time.Second, waiting(4242, 2))
 	if _, err := holder.Exec(ctx, `SELECT pg_advisory_unlock(4242)`); err != nil {
 		t.Fatal(err)
 	}
 
-	for _, r := range plugs {
-		if out, err := r.Result(ctx); err != nil || out != "plug" {
-			t.Fatalf("plug: %q, %v; want it completed", out, err)
+	for i, r := range plugs {
+		want := []string{"plug", "second plug"}[i]
+		if out, err := r.Result(ctx); err != nil || out != want {
+			t.Fatalf("plug %d: %q, %v; want it completed", i, out, err)
 		}
 	}
 	for i, r := range runs {
