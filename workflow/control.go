@@ -255,18 +255,11 @@ func (e *Engine) retryHeldCancels(ctx context.Context) error {
 // retryHeldCancelsEvery runs retryHeldCancels once every interval until
 // ctx ends.
 func (e *Engine) retryHeldCancelsEvery(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	every(ctx, interval, func() {
 		if err := e.retryHeldCancels(ctx); err != nil && ctx.Err() == nil {
 			e.logger.WarnContext(ctx, "workflow: cancelling held turn jobs again failed; the next pass retries them", "error", err)
 		}
-	}
+	})
 }
 
 // isLockNotAvailable reports whether err is PostgreSQL's

@@ -693,6 +693,15 @@ func (e *Engine) retryNodesTx(ctx context.Context, tx pgx.Tx, runID uuid.UUID) (
 // lease's holder: services that share a database each know their own
 // DAGs, and the holder may know none of another's.
 func (e *Engine) decideNodesEvery(ctx context.Context, interval time.Duration) {
+	every(ctx, interval, func() {
+		if err := e.decideUndecidedNodes(ctx); err != nil && ctx.Err() == nil {
+			e.logger.ErrorContext(ctx, "workflow: deciding undecided DAG nodes failed", "error", err)
+		}
+	})
+}
+
+// every runs fn once every interval until ctx ends.
+func every(ctx context.Context, interval time.Duration, fn func()) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -701,9 +710,7 @@ func (e *Engine) decideNodesEvery(ctx context.Context, interval time.Duration) {
 			return
 		case <-t.C:
 		}
-		if err := e.decideUndecidedNodes(ctx); err != nil && ctx.Err() == nil {
-			e.logger.ErrorContext(ctx, "workflow: deciding undecided DAG nodes failed", "error", err)
-		}
+		fn()
 	}
 }
 
