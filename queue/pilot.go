@@ -288,15 +288,27 @@ func (p *pilot) writeFenced(ctx context.Context, params *riverdriver.JobSetState
 		return nil, err
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	// Every fenced job is locked, the ones still at their attempt too: the
+	// rescuer must not give one to another attempt between this check and
+	// the write.
 	rows, err := tx.Query(ctx, `
-SELECT u.id FROM unnest($1::bigint[], $2::int[], $3::timestamptz[]) AS u(id, attempt, at)
+SELECT u.id, j.state = 'running' AND (j.attempt <> u.attempt OR j.attempted_at IS DISTINCT FROM u.at)
+  FROM unnest($1::bigint[], $2::int[], $3::timestamptz[]) AS u(id, attempt, at)
   JOIN river_job j ON j.id = u.id
- WHERE j.state = 'running' AND (j.attempt <> u.attempt OR j.attempted_at IS DISTINCT FROM u.at)
+ ORDER BY j.id
    FOR UPDATE OF j`, ids, attempts, starts)
 	if err != nil {
 		return nil, err
 	}
-	lost, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	var lost []int64
+	var id int64
+	var gone bool
+	_, err = pgx.ForEachRow(rows, []any{&id, &gone}, func() error {
+		if gone {
+			lost = append(lost, id)
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}

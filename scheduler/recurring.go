@@ -418,14 +418,15 @@ func (s *Scheduler) claimRecurring(ctx context.Context, lease *leases.Lease) (in
 	}
 	rows, err := tx.Query(ctx, `
 WITH due AS (
-    SELECT r.id, r.running_since AS previous FROM braid_recurring r
+    SELECT r.id, r.running_since AS previous,
+           coalesce(j.state::text, 'deleted') AS job_state, j.errors[cardinality(j.errors)]->>'error' AS job_error
+      FROM braid_recurring r LEFT JOIN river_job j ON j.id = r.job_id
     WHERE r.enabled AND r.dead_at IS NULL AND r.next_run_at <= braid_now()
       AND (r.running_since IS NULL OR (
           r.running_since <= braid_now() - $1::bigint * interval '1 microsecond'
           -- Never while the claimed run's job is live (available, scheduled,
           -- pending, retryable or running), however long it waits.
-          AND NOT EXISTS (SELECT 1 FROM river_job j WHERE j.id = r.job_id
-                          AND j.state NOT IN ('completed', 'cancelled', 'discarded'))))
+          AND (j.id IS NULL OR j.state IN ('completed', 'cancelled', 'discarded'))))
     ORDER BY r.next_run_at
     LIMIT $2
     FOR UPDATE OF r SKIP LOCKED
@@ -433,8 +434,7 @@ WITH due AS (
 UPDATE braid_recurring r SET running_since = braid_now(), updated_at = braid_now()
 FROM due WHERE r.id = due.id
 RETURNING r.id, r.kind, r.key, r.args, r.queue, r.priority, due.previous, r.consecutive_failures,
-    (SELECT coalesce(j.state::text, 'deleted') FROM (SELECT 1) AS one LEFT JOIN river_job j ON j.id = r.job_id),
-    (SELECT j.errors[cardinality(j.errors)]->>'error' FROM river_job j WHERE j.id = r.job_id)`,
+    due.job_state, due.job_error`,
 		s.cfg.RecurringStaleAfter.Microseconds(), s.cfg.RecurringBatchSize)
 	if err != nil {
 		return 0, fmt.Errorf("scheduler: claiming recurring jobs: %w", err)
