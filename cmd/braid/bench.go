@@ -43,6 +43,7 @@ func benchCmd(ctx context.Context, c *cli, args []string) error {
 	fs.DurationVar(&cfg.FetchPollInterval, "fetch-poll-interval", queue.FetchPollIntervalDefault, "River FetchPollInterval, on both sides")
 	fs.IntVar(&cfg.PoolMaxConns, "conns", bench.PoolMaxConnsDefault, "connection pool size, on both sides")
 	fs.IntVar(&cfg.Sizes.Runs, "runs", 0, "runs and River jobs of the runs scenario (default 5000, quick 500)")
+	fs.IntVar(&cfg.Sizes.Trials, "trials", 0, "trials of each side in the runs and fanout scenarios, alternately; each figure is their median (default 3, quick 1)")
 	fs.IntVar(&cfg.Sizes.Chains, "chains", 0, "chains of the hop scenario (default 10, quick 3)")
 	fs.IntVar(&cfg.Sizes.Fanout, "children", 0, "children of the fanout scenario (default 10000, quick 1000)")
 	fs.IntVar(&cfg.Sizes.DAGChains, "dag-chains", 0, "chain DAGs of the dag scenario (default 10, quick 3)")
@@ -111,6 +112,15 @@ func benchCmd(ctx context.Context, c *cli, args []string) error {
 	return enc.Encode(rep)
 }
 
+// trialsOf says, in a scenario's line of the plan, how many trials each
+// side has, when it has more than one.
+func trialsOf(n int) string {
+	if n < 2 {
+		return ""
+	}
+	return fmt.Sprintf(": %d trials a side, alternately, each figure their median", n)
+}
+
 // benchPlan says what a benchmark with cfg would do: its scenarios with
 // their sizes, where it would run, and what it prints.
 func benchPlan(cfg bench.Config) (string, error) {
@@ -130,6 +140,7 @@ func benchPlan(cfg bench.Config) (string, error) {
 	}
 	o := cfg.Sizes
 	over(&sz.Runs, o.Runs)
+	over(&sz.Trials, o.Trials)
 	over(&sz.Chains, o.Chains)
 	over(&sz.Fanout, o.Fanout)
 	over(&sz.DAGChains, o.DAGChains)
@@ -148,9 +159,9 @@ func benchPlan(cfg bench.Config) (string, error) {
 		rate = fmt.Sprintf("%g runs a second", o.SustainedRate)
 	}
 	what := map[string]string{
-		bench.ScenarioRuns:       fmt.Sprintf("%d single-task runs, and as many River jobs", sz.Runs),
+		bench.ScenarioRuns:       fmt.Sprintf("%d single-task runs, and as many River jobs%s", sz.Runs, trialsOf(sz.Trials)),
 		bench.ScenarioHop:        fmt.Sprintf("%d chains of %d hops", sz.Chains, sz.Hops),
-		bench.ScenarioFanout:     fmt.Sprintf("a Map over %d children, and as many River jobs", sz.Fanout),
+		bench.ScenarioFanout:     fmt.Sprintf("a Map over %d children, and as many River jobs%s", sz.Fanout, trialsOf(sz.Trials)),
 		bench.ScenarioDAG:        fmt.Sprintf("%d chain DAGs of %d nodes and a diamond DAG %d wide, and River chains and a River diamond", sz.DAGChains, bench.DAGChainNodes, sz.DAGWidth),
 		bench.ScenarioDelay:      fmt.Sprintf("%d delays of %s to %s, and as many scheduled River jobs", sz.Delays, sz.DelayMin, sz.DelayMax),
 		bench.ScenarioDelayBurst: fmt.Sprintf("%d delays due at one instant, and as many River jobs", sz.BurstDelays),

@@ -11,7 +11,7 @@ import (
 func TestBenchPrintsOneJSONObject(t *testing.T) {
 	t.Parallel()
 	code, out, errOut := braid(t, "bench", "--run", "--database-url", testutil.URL(t),
-		"--scenarios", "runs,steps", "--runs", "10", "--step-tasks", "2", "--workers", "10")
+		"--scenarios", "runs,steps", "--runs", "10", "--trials", "2", "--step-tasks", "2", "--workers", "10")
 	if code != 0 {
 		t.Fatalf("bench: code %d\n%s", code, errOut)
 	}
@@ -23,7 +23,7 @@ func TestBenchPrintsOneJSONObject(t *testing.T) {
 		Config struct {
 			Workers int `json:"workers"`
 		} `json:"config"`
-		Scenarios map[string]map[string]float64 `json:"scenarios"`
+		Scenarios map[string]map[string]any `json:"scenarios"`
 	}
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("stdout is not one JSON object: %v\n%s", err, out)
@@ -31,10 +31,20 @@ func TestBenchPrintsOneJSONObject(t *testing.T) {
 	if rep.Machine.CPUs < 1 || rep.Machine.Postgres == "" || rep.Config.Workers != 10 {
 		t.Errorf("machine or config missing: %+v\n%s", rep, out)
 	}
-	if rep.Scenarios["runs"]["n"] != 10 || rep.Scenarios["runs"]["braid_per_sec"] <= 0 || rep.Scenarios["runs"]["river_per_sec"] <= 0 {
+	// num is a figure of the report, or -1 when it is not a number.
+	num := func(scenario, figure string) float64 {
+		if x, ok := rep.Scenarios[scenario][figure].(float64); ok {
+			return x
+		}
+		return -1
+	}
+	if num("runs", "n") != 10 || num("runs", "braid_per_sec") <= 0 || num("runs", "river_per_sec") <= 0 || num("runs", "trials") != 2 {
 		t.Errorf("runs scenario: %v", rep.Scenarios["runs"])
 	}
-	if rep.Scenarios["steps"]["braid_steps_per_sec"] <= 0 {
+	if trials, _ := rep.Scenarios["runs"]["braid_trials_s"].([]any); len(trials) != 2 {
+		t.Errorf("runs scenario: braid_trials_s %v, want 2 trials", rep.Scenarios["runs"]["braid_trials_s"])
+	}
+	if num("steps", "braid_steps_per_sec") <= 0 {
 		t.Errorf("steps scenario: %v", rep.Scenarios["steps"])
 	}
 	if _, ok := rep.Scenarios["fanout"]; ok {
@@ -76,7 +86,7 @@ func TestBenchWithoutRunSaysWhatItWouldDo(t *testing.T) {
 	}{
 		{nil, []string{
 			"at the full sizes:\n",
-			"  runs         5000 single-task runs, and as many River jobs\n",
+			"  runs         5000 single-task runs, and as many River jobs: 3 trials a side, alternately, each figure their median\n",
 			"  fanout       a Map over 10000 children",
 			"  dag          10 chain DAGs of 20 nodes and a diamond DAG 1000 wide, and River chains and a River diamond\n",
 			"  sustained    runs offered at 70% of braid's runs throughput for 1m0s on each side\n",
@@ -93,6 +103,9 @@ func TestBenchWithoutRunSaysWhatItWouldDo(t *testing.T) {
 		{[]string{"--quick", "--scenarios", "dag", "--dag-chains", "4", "--dag-width", "50"}, []string{
 			"  dag  4 chain DAGs of 20 nodes and a diamond DAG 50 wide, and River chains and a River diamond\n",
 		}, []string{"fanout", "  runs"}},
+		{[]string{"--quick", "--scenarios", "fanout", "--trials", "5"}, []string{
+			"  fanout  a Map over 1000 children, and as many River jobs: 5 trials a side, alternately, each figure their median\n",
+		}, []string{"  runs"}},
 		{[]string{"--long", "--sustained-rate", "50"}, []string{
 			"runs offered at 50 runs a second for 10m0s on each side",
 		}, nil},

@@ -65,6 +65,12 @@ type Sizes struct {
 	// Runs is how many single-task runs, and River jobs, the runs scenario
 	// starts and completes.
 	Runs int
+	// Trials is how many times the runs and fanout scenarios measure each
+	// side, alternately: River, braid, River, braid, and so on. Each of
+	// their figures is the median of its side's trials, so that a moment
+	// when a shared machine is busy moves one trial and not the figure; the
+	// trials' times are reported beside it. Default 3 (quick 1).
+	Trials int
 	// Hops is the length of one chain in the hop scenario, in hops: a
 	// chain has Hops+1 tasks, or jobs.
 	Hops int
@@ -122,7 +128,7 @@ type Sizes struct {
 
 // FullSizes are the sizes of a full benchmark.
 var FullSizes = Sizes{
-	Runs: 5000, Hops: 20, Chains: 10, Fanout: 10_000, DAGChains: 10, DAGWidth: 1000,
+	Runs: 5000, Trials: 3, Hops: 20, Chains: 10, Fanout: 10_000, DAGChains: 10, DAGWidth: 1000,
 	Delays: 1000, DelayMin: 500 * time.Millisecond, DelayMax: 3 * time.Second, DelaySpread: riverSchedulerInterval,
 	StepTasks: 200, StepsPerTask: 10, PoolRuns: 300,
 	BurstDelays: 1000, BurstLead: 2 * time.Second,
@@ -134,7 +140,7 @@ var FullSizes = Sizes{
 // shorter than the 30-second interval of River's job cleaner, so the
 // retention of river_job does not show in a quick run.
 var QuickSizes = Sizes{
-	Runs: 500, Hops: 20, Chains: 3, Fanout: 1000, DAGChains: 3, DAGWidth: 1000,
+	Runs: 500, Trials: 1, Hops: 20, Chains: 3, Fanout: 1000, DAGChains: 3, DAGWidth: 1000,
 	Delays: 200, DelayMin: 500 * time.Millisecond, DelayMax: 3 * time.Second, DelaySpread: riverSchedulerInterval,
 	StepTasks: 50, StepsPerTask: 10, PoolRuns: 300,
 	BurstDelays: 1000, BurstLead: 2 * time.Second,
@@ -261,16 +267,22 @@ type ScenarioSet struct {
 
 // RunsResult is the throughput of no-op single-task runs against no-op
 // River jobs. Ratio is braid over River. Commits are per run, and per
-// River job.
+// River job. Each side ran Trials times (Sizes.Trials); its time and
+// commits are the medians of its trials, and its per-second figure is N
+// over that median time. BraidTrialsS and RiverTrialsS are the trials'
+// times, in the order they ran.
 type RunsResult struct {
-	N                  int     `json:"n"`
-	BraidPerSec        float64 `json:"braid_per_sec"`
-	RiverPerSec        float64 `json:"river_per_sec"`
-	Ratio              float64 `json:"ratio"`
-	BraidS             float64 `json:"braid_s"`
-	RiverS             float64 `json:"river_s"`
-	BraidCommitsPerRun float64 `json:"braid_commits_per_run"`
-	RiverCommitsPerRun float64 `json:"river_commits_per_run"`
+	N                  int       `json:"n"`
+	BraidPerSec        float64   `json:"braid_per_sec"`
+	RiverPerSec        float64   `json:"river_per_sec"`
+	Ratio              float64   `json:"ratio"`
+	BraidS             float64   `json:"braid_s"`
+	RiverS             float64   `json:"river_s"`
+	BraidCommitsPerRun float64   `json:"braid_commits_per_run"`
+	RiverCommitsPerRun float64   `json:"river_commits_per_run"`
+	Trials             int       `json:"trials"`
+	BraidTrialsS       []float64 `json:"braid_trials_s"`
+	RiverTrialsS       []float64 `json:"river_trials_s"`
 }
 
 // HopResult is the latency of one hop in a chain of tasks, each continuing
@@ -292,14 +304,19 @@ type HopResult struct {
 
 // FanoutResult is the time of a Map over no-op children until the parent
 // completes, against River burning down as many no-op jobs. Ratio is braid
-// over River. Commits are per child, and per River job.
+// over River. Commits are per child, and per River job. As in RunsResult,
+// each side's time and commits are the medians of its Trials trials,
+// whose times BraidTrialsS and RiverTrialsS list in the order they ran.
 type FanoutResult struct {
-	Children           int     `json:"children"`
-	BraidS             float64 `json:"braid_s"`
-	RiverS             float64 `json:"river_s"`
-	Ratio              float64 `json:"ratio"`
-	BraidCommitsPerRun float64 `json:"braid_commits_per_run"`
-	RiverCommitsPerRun float64 `json:"river_commits_per_run"`
+	Children           int       `json:"children"`
+	BraidS             float64   `json:"braid_s"`
+	RiverS             float64   `json:"river_s"`
+	Ratio              float64   `json:"ratio"`
+	BraidCommitsPerRun float64   `json:"braid_commits_per_run"`
+	RiverCommitsPerRun float64   `json:"river_commits_per_run"`
+	Trials             int       `json:"trials"`
+	BraidTrialsS       []float64 `json:"braid_trials_s"`
+	RiverTrialsS       []float64 `json:"river_trials_s"`
 }
 
 // DelayResult is the lateness of delays: the start of the turn after the
@@ -447,6 +464,7 @@ func newBench(cfg Config) (*bench, error) {
 		}
 	}
 	fill(&s.Runs, base.Runs)
+	fill(&s.Trials, base.Trials)
 	fill(&s.Hops, base.Hops)
 	fill(&s.Chains, base.Chains)
 	fill(&s.Fanout, base.Fanout)
@@ -477,7 +495,7 @@ func newBench(cfg Config) (*bench, error) {
 		name string
 		v    int
 	}{
-		{"Runs", s.Runs}, {"Hops", s.Hops}, {"Chains", s.Chains}, {"Fanout", s.Fanout},
+		{"Runs", s.Runs}, {"Trials", s.Trials}, {"Hops", s.Hops}, {"Chains", s.Chains}, {"Fanout", s.Fanout},
 		{"DAGChains", s.DAGChains}, {"DAGWidth", s.DAGWidth},
 		{"Delays", s.Delays}, {"StepTasks", s.StepTasks}, {"StepsPerTask", s.StepsPerTask}, {"PoolRuns", s.PoolRuns},
 		{"BurstDelays", s.BurstDelays},

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -20,7 +21,7 @@ func TestMain(m *testing.M) { testutil.Main(m) }
 // tiny are sizes that run every scenario in a few seconds. River's
 // scheduled jobs still wait for its scheduler's tick, up to 5s.
 var tiny = Sizes{
-	Runs: 20, Hops: 3, Chains: 1, Fanout: 20, DAGChains: 1, DAGWidth: 5,
+	Runs: 20, Trials: 2, Hops: 3, Chains: 1, Fanout: 20, DAGChains: 1, DAGWidth: 5,
 	Delays: 5, DelayMin: 10 * time.Millisecond, DelayMax: 50 * time.Millisecond, DelaySpread: 50 * time.Millisecond,
 	StepTasks: 3, StepsPerTask: 2, PoolRuns: 5,
 	BurstDelays: 5,
@@ -127,6 +128,35 @@ func TestRunReportsEveryField(t *testing.T) {
 		tiny.Delays, tiny.BurstDelays, tiny.StepsPerTask, tiny.StepTasks, tiny.PoolRuns}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("sizes (-want +got):\n%s", diff)
+	}
+	// The runs and fanout scenarios ran each side once a trial, and report
+	// the median (of two: their mean) of the trials' times.
+	for _, tr := range []struct {
+		name                     string
+		trials                   int
+		braid, river             []float64
+		braidMedian, riverMedian float64
+	}{
+		{"runs", s.Runs.Trials, s.Runs.BraidTrialsS, s.Runs.RiverTrialsS, s.Runs.BraidS, s.Runs.RiverS},
+		{"fanout", s.Fanout.Trials, s.Fanout.BraidTrialsS, s.Fanout.RiverTrialsS, s.Fanout.BraidS, s.Fanout.RiverS},
+	} {
+		if tr.trials != tiny.Trials || len(tr.braid) != tiny.Trials || len(tr.river) != tiny.Trials {
+			t.Errorf("%s: %d trials, braid %v, river %v; want %d of each", tr.name, tr.trials, tr.braid, tr.river, tiny.Trials)
+			continue
+		}
+		for side, c := range map[string]struct {
+			trials []float64
+			median float64
+		}{
+			"braid": {tr.braid, tr.braidMedian}, "river": {tr.river, tr.riverMedian},
+		} {
+			if mean := (c.trials[0] + c.trials[1]) / 2; math.Abs(c.median-mean) > 0.0015 {
+				t.Errorf("%s: %s time %v, want the median of its trials %v", tr.name, side, c.median, c.trials)
+			}
+		}
+	}
+	if got := strings.Count(progress.String(), "runs: trial "); got != tiny.Trials {
+		t.Errorf("%d progress lines for the runs scenario's trials, want %d:\n%s", got, tiny.Trials, progress.String())
 	}
 	// Every side committed transactions: starts, inserts, outcomes.
 	for _, path := range commitFields {
@@ -465,6 +495,7 @@ func TestRunRejectsBadConfig(t *testing.T) {
 	}{
 		{Config{Scenarios: []string{"runs", "sideways"}}, `unknown scenario "sideways"`},
 		{Config{Sizes: Sizes{Runs: -1}}, "Sizes.Runs is -1"},
+		{Config{Sizes: Sizes{Trials: -2}}, "Sizes.Trials is -2"},
 		{Config{Sizes: Sizes{DelayMin: 2 * time.Second, DelayMax: time.Second}}, "delay lengths 2s to 1s"},
 		{Config{Sizes: Sizes{DelaySpread: -time.Second}}, "Sizes.DelaySpread -1s is negative"},
 		{Config{Sizes: Sizes{BurstDelays: -1}}, "Sizes.BurstDelays is -1"},
@@ -568,5 +599,28 @@ func TestNextPollIsFastOnlyNearTheEnd(t *testing.T) {
 		if got := nextPoll(tc.elapsed, tc.done, tc.want); got != tc.poll {
 			t.Errorf("nextPoll(%s, %d, %d) = %s, want %s", tc.elapsed, tc.done, tc.want, got, tc.poll)
 		}
+	}
+}
+
+func TestMedianTakesEachFigureOnItsOwn(t *testing.T) {
+	t.Parallel()
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	for _, tc := range []struct {
+		ps   []phase
+		want phase
+	}{
+		{[]phase{{ms(7), 3}}, phase{ms(7), 3}},
+		// Odd: the middle value of each, from different trials.
+		{[]phase{{ms(900), 10}, {ms(300), 50}, {ms(500), 30}}, phase{ms(500), 30}},
+		{[]phase{{ms(100), 90}, {ms(300), 10}, {ms(200), 40}}, phase{ms(200), 40}},
+		// Even: the mean of the middle two.
+		{[]phase{{ms(400), 8}, {ms(100), 2}, {ms(200), 4}, {ms(1000), 100}}, phase{ms(300), 6}},
+	} {
+		if got := median(tc.ps); got != tc.want {
+			t.Errorf("median(%v) = %v, want %v", tc.ps, got, tc.want)
+		}
+	}
+	if got, want := seconds([]phase{{ms(1500), 0}, {1234567 * time.Microsecond, 0}}), []float64{1.5, 1.235}; !slices.Equal(got, want) {
+		t.Errorf("seconds = %v, want %v", got, want)
 	}
 }

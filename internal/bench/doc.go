@@ -10,6 +10,13 @@
 // Config.FetchCooldown, Config.FetchPollInterval, Config.PoolMaxConns), and
 // reports both and, where it makes sense, their ratio.
 //
+// The runs and fanout scenarios, whose sides last a second or two, measure
+// each side Sizes.Trials times (3; quick 1), alternately: River, braid,
+// River, braid, River, braid. Each side's figure is the median of its
+// trials, so that a busy moment of the machine moves one trial and not the
+// figure, and no side gets all the quiet moments; the trials' times are in
+// the report beside it.
+//
 // # Scenarios
 //
 //   - runs: N no-op single-task workflow runs started (StartMany, a hundred

@@ -8,28 +8,28 @@ import (
 )
 
 // fanout measures a Map over no-op children until the parent completes,
-// against River burning down as many no-op jobs inserted at once.
+// against River burning down as many no-op jobs inserted at once: the
+// median of Sizes.Trials trials on each side.
 func (b *bench) fanout(ctx context.Context) (*FanoutResult, error) {
 	n := b.sizes.Fanout
 	b.say("fanout: Map over %d no-op children against %d no-op River jobs", n, n)
 	res := &FanoutResult{Children: n}
 
-	river, err := b.riverBurn(ctx, ScenarioFanout, n, n)
+	t, err := b.measureTrials(ScenarioFanout,
+		func() (phase, error) { return b.riverBurn(ctx, ScenarioFanout, n, n) },
+		func() (phase, error) { return b.braidFanout(ctx, n) })
 	if err != nil {
 		return nil, err
 	}
+	river, braid := median(t.river), median(t.braid)
+	res.Trials, res.RiverTrialsS, res.BraidTrialsS = b.sizes.Trials, seconds(t.river), seconds(t.braid)
 	res.RiverS = round(river.elapsed.Seconds(), 3)
 	res.RiverCommitsPerRun = perUnit(river.commits, n)
-	b.say("fanout: river %d jobs in %s, %.2f commits per job", n, river.elapsed.Round(time.Millisecond), res.RiverCommitsPerRun)
-
-	braid, err := b.braidFanout(ctx, n)
-	if err != nil {
-		return nil, err
-	}
 	res.BraidS = round(braid.elapsed.Seconds(), 3)
 	res.Ratio = ratio(res.BraidS, res.RiverS)
 	res.BraidCommitsPerRun = perUnit(braid.commits, n)
-	b.say("fanout: braid %d children in %s, ratio %.3f, %.2f commits per child", n, braid.elapsed.Round(time.Millisecond), res.Ratio, res.BraidCommitsPerRun)
+	b.say("fanout: river %d jobs in %s, %.2f commits per job%s", n, river.elapsed.Round(time.Millisecond), res.RiverCommitsPerRun, medianOf(res.Trials))
+	b.say("fanout: braid %d children in %s, ratio %.3f, %.2f commits per child%s", n, braid.elapsed.Round(time.Millisecond), res.Ratio, res.BraidCommitsPerRun, medianOf(res.Trials))
 	return res, nil
 }
 

@@ -37,31 +37,30 @@ type phase struct {
 
 // runs measures the throughput of no-op single-task runs against no-op
 // River jobs: the time from the first start (insert) to the last
-// completion.
+// completion, the median of Sizes.Trials trials on each side.
 func (b *bench) runs(ctx context.Context) (*RunsResult, error) {
 	n := b.sizes.Runs
 	b.say("runs: %d no-op runs against %d no-op River jobs", n, n)
 	res := &RunsResult{N: n}
 
-	river, err := b.riverBurn(ctx, ScenarioRuns, n, startBatch)
+	t, err := b.measureTrials(ScenarioRuns,
+		func() (phase, error) { return b.riverBurn(ctx, ScenarioRuns, n, startBatch) },
+		func() (phase, error) { return b.braidRuns(ctx, ScenarioRuns, n) })
 	if err != nil {
 		return nil, err
 	}
+	river, braid := median(t.river), median(t.braid)
+	res.Trials, res.RiverTrialsS, res.BraidTrialsS = b.sizes.Trials, seconds(t.river), seconds(t.braid)
 	res.RiverS = round(river.elapsed.Seconds(), 3)
 	res.RiverPerSec = round(float64(n)/river.elapsed.Seconds(), 1)
 	res.RiverCommitsPerRun = perUnit(river.commits, n)
-	b.say("runs: river %d jobs in %s (%.0f/s), %.2f commits per job", n, river.elapsed.Round(time.Millisecond), res.RiverPerSec, res.RiverCommitsPerRun)
-
-	braid, err := b.braidRuns(ctx, ScenarioRuns, n)
-	if err != nil {
-		return nil, err
-	}
 	res.BraidS = round(braid.elapsed.Seconds(), 3)
 	res.BraidPerSec = round(float64(n)/braid.elapsed.Seconds(), 1)
 	res.Ratio = ratio(res.BraidPerSec, res.RiverPerSec)
 	res.BraidCommitsPerRun = perUnit(braid.commits, n)
+	b.say("runs: river %d jobs in %s (%.0f/s), %.2f commits per job%s", n, river.elapsed.Round(time.Millisecond), res.RiverPerSec, res.RiverCommitsPerRun, medianOf(res.Trials))
 	b.runsPerSec = res.BraidPerSec
-	b.say("runs: braid %d runs in %s (%.0f/s), ratio %.3f, %.2f commits per run", n, braid.elapsed.Round(time.Millisecond), res.BraidPerSec, res.Ratio, res.BraidCommitsPerRun)
+	b.say("runs: braid %d runs in %s (%.0f/s), ratio %.3f, %.2f commits per run%s", n, braid.elapsed.Round(time.Millisecond), res.BraidPerSec, res.Ratio, res.BraidCommitsPerRun, medianOf(res.Trials))
 	return res, nil
 }
 
