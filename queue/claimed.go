@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"regexp"
 	"runtime/debug"
 	"strings"
 	"time"
@@ -97,7 +98,8 @@ type ClaimedInsert struct {
 	Priority int
 	// MaxAttempts is how many attempts the job gets, at least 1.
 	MaxAttempts int
-	// Tags are the job's tags.
+	// Tags are the job's tags, each as River's insert accepts them (see
+	// claimedTag).
 	Tags []string
 	// UniqueKey and UniqueStates are River's unique key and the bitmask of
 	// the states in which it is unique. A job whose key is taken by a job
@@ -105,6 +107,14 @@ type ClaimedInsert struct {
 	UniqueKey    []byte
 	UniqueStates byte
 }
+
+// claimedTag and maxTagBytes are the rule River's insert applies to a
+// tag, which QueueInsertClaimed applies in its place. The statement also
+// relies on it: it sends each job's tags joined by commas, which a tag
+// never holds.
+var claimedTag = regexp.MustCompile(`\A[\w][\w\-]+[\w]\z`)
+
+const maxTagBytes = 255
 
 // QueueInsertClaimed queues on b one statement that inserts jobs already
 // claimed by this process: running, on their first attempt, attempted now
@@ -141,6 +151,11 @@ func (q *Queue) QueueInsertClaimed(b *pgx.Batch, jobs []ClaimedInsert, claimed f
 		}
 		if j.MaxAttempts < 1 || j.Priority < 1 || j.Priority > 4 {
 			return fmt.Errorf("queue: a claimed job of kind %q needs max attempts of at least 1 (got %d) and a priority of 1 to 4 (got %d)", j.Kind, j.MaxAttempts, j.Priority)
+		}
+		for _, tag := range j.Tags {
+			if len(tag) > maxTagBytes || !claimedTag.MatchString(tag) {
+				return fmt.Errorf("queue: a claimed job of kind %q has tag %q: a tag has at most %d bytes and must match %s, as River's insert requires", j.Kind, tag, maxTagBytes, claimedTag)
+			}
 		}
 		kinds[i], queues[i], args[i], keys[i] = j.Kind, j.Queue, j.EncodedArgs, j.UniqueKey
 		prios[i], maxAttempts[i], states[i] = int16(j.Priority), int16(min(j.MaxAttempts, math.MaxInt16)), int32(j.UniqueStates)

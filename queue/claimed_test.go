@@ -378,7 +378,7 @@ func TestInsertClaimed(t *testing.T) {
 	}
 	job := func(key string) ClaimedInsert {
 		return ClaimedInsert{Kind: "claimed", EncodedArgs: []byte(`{"n":1}`), Queue: river.QueueDefault, Priority: 2, MaxAttempts: 7,
-			Tags: []string{"a", "b"}, UniqueKey: []byte(key), UniqueStates: live}
+			Tags: []string{"alpha", "beta-2"}, UniqueKey: []byte(key), UniqueStates: live}
 	}
 	var jobs []*rivertype.JobRow
 	var txStart time.Time
@@ -402,7 +402,7 @@ func TestInsertClaimed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []any{rivertype.JobStateRunning, 1, []string{q.client.ID()}, 2, 7, []string{"a", "b"}, "first", river.QueueDefault, "claimed", `{"n": 1}`}
+	want := []any{rivertype.JobStateRunning, 1, []string{q.client.ID()}, 2, 7, []string{"alpha", "beta-2"}, "first", river.QueueDefault, "claimed", `{"n": 1}`}
 	have := []any{got.State, got.Attempt, got.AttemptedBy, got.Priority, got.MaxAttempts, got.Tags, string(got.UniqueKey), got.Queue, got.Kind, string(got.EncodedArgs)}
 	if diff := cmp.Diff(want, have); diff != "" {
 		t.Fatalf("the inserted job (-want +got):\n%s", diff)
@@ -434,6 +434,8 @@ func TestInsertClaimed(t *testing.T) {
 		"queue not worked":  {Kind: "claimed", Queue: "elsewhere", Priority: 1, MaxAttempts: 1, EncodedArgs: []byte(`{}`)},
 		"no attempts":       {Kind: "claimed", Queue: river.QueueDefault, Priority: 1, MaxAttempts: 0, EncodedArgs: []byte(`{}`)},
 		"priority too high": {Kind: "claimed", Queue: river.QueueDefault, Priority: 5, MaxAttempts: 1, EncodedArgs: []byte(`{}`)},
+		"tag with a comma":  {Kind: "claimed", Queue: river.QueueDefault, Priority: 1, MaxAttempts: 1, EncodedArgs: []byte(`{}`), Tags: []string{"a,b"}},
+		"tag too long":      {Kind: "claimed", Queue: river.QueueDefault, Priority: 1, MaxAttempts: 1, EncodedArgs: []byte(`{}`), Tags: []string{strings.Repeat("t", 256)}},
 	} {
 		b := &pgx.Batch{}
 		err := q.QueueInsertClaimed(b, []ClaimedInsert{job("ok"), bad}, func([]*rivertype.JobRow) {})
