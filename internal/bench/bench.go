@@ -269,20 +269,26 @@ type ScenarioSet struct {
 // River jobs. Ratio is braid over River. Commits are per run, and per
 // River job. Each side ran Trials times (Sizes.Trials); its time and
 // commits are the medians of its trials, and its per-second figure is N
-// over that median time. BraidTrialsS and RiverTrialsS are the trials'
-// times, in the order they ran.
+// over that median time.
 type RunsResult struct {
-	N                  int       `json:"n"`
-	BraidPerSec        float64   `json:"braid_per_sec"`
-	RiverPerSec        float64   `json:"river_per_sec"`
-	Ratio              float64   `json:"ratio"`
-	BraidS             float64   `json:"braid_s"`
-	RiverS             float64   `json:"river_s"`
-	BraidCommitsPerRun float64   `json:"braid_commits_per_run"`
-	RiverCommitsPerRun float64   `json:"river_commits_per_run"`
-	Trials             int       `json:"trials"`
-	BraidTrialsS       []float64 `json:"braid_trials_s"`
-	RiverTrialsS       []float64 `json:"river_trials_s"`
+	N                  int     `json:"n"`
+	BraidPerSec        float64 `json:"braid_per_sec"`
+	RiverPerSec        float64 `json:"river_per_sec"`
+	Ratio              float64 `json:"ratio"`
+	BraidS             float64 `json:"braid_s"`
+	RiverS             float64 `json:"river_s"`
+	BraidCommitsPerRun float64 `json:"braid_commits_per_run"`
+	RiverCommitsPerRun float64 `json:"river_commits_per_run"`
+	TrialTimes
+}
+
+// TrialTimes are the trials of a scenario that measures each side
+// Sizes.Trials times: how many, and each side's trials' times in seconds,
+// in the order they ran.
+type TrialTimes struct {
+	Trials       int       `json:"trials"`
+	BraidTrialsS []float64 `json:"braid_trials_s"`
+	RiverTrialsS []float64 `json:"river_trials_s"`
 }
 
 // HopResult is the latency of one hop in a chain of tasks, each continuing
@@ -305,18 +311,15 @@ type HopResult struct {
 // FanoutResult is the time of a Map over no-op children until the parent
 // completes, against River burning down as many no-op jobs. Ratio is braid
 // over River. Commits are per child, and per River job. As in RunsResult,
-// each side's time and commits are the medians of its Trials trials,
-// whose times BraidTrialsS and RiverTrialsS list in the order they ran.
+// each side's time and commits are the medians of its Trials trials.
 type FanoutResult struct {
-	Children           int       `json:"children"`
-	BraidS             float64   `json:"braid_s"`
-	RiverS             float64   `json:"river_s"`
-	Ratio              float64   `json:"ratio"`
-	BraidCommitsPerRun float64   `json:"braid_commits_per_run"`
-	RiverCommitsPerRun float64   `json:"river_commits_per_run"`
-	Trials             int       `json:"trials"`
-	BraidTrialsS       []float64 `json:"braid_trials_s"`
-	RiverTrialsS       []float64 `json:"river_trials_s"`
+	Children           int     `json:"children"`
+	BraidS             float64 `json:"braid_s"`
+	RiverS             float64 `json:"river_s"`
+	Ratio              float64 `json:"ratio"`
+	BraidCommitsPerRun float64 `json:"braid_commits_per_run"`
+	RiverCommitsPerRun float64 `json:"river_commits_per_run"`
+	TrialTimes
 }
 
 // DelayResult is the lateness of delays: the start of the turn after the

@@ -22,7 +22,7 @@ func (b *bench) fanout(ctx context.Context) (*FanoutResult, error) {
 		return nil, err
 	}
 	river, braid := median(t.river), median(t.braid)
-	res.Trials, res.RiverTrialsS, res.BraidTrialsS = b.sizes.Trials, seconds(t.river), seconds(t.braid)
+	res.TrialTimes = t.times()
 	res.RiverS = round(river.elapsed.Seconds(), 3)
 	res.RiverCommitsPerRun = perUnit(river.commits, n)
 	res.BraidS = round(braid.elapsed.Seconds(), 3)

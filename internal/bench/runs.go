@@ -50,7 +50,7 @@ func (b *bench) runs(ctx context.Context) (*RunsResult, error) {
 		return nil, err
 	}
 	river, braid := median(t.river), median(t.braid)
-	res.Trials, res.RiverTrialsS, res.BraidTrialsS = b.sizes.Trials, seconds(t.river), seconds(t.braid)
+	res.TrialTimes = t.times()
 	res.RiverS = round(river.elapsed.Seconds(), 3)
 	res.RiverPerSec = round(float64(n)/river.elapsed.Seconds(), 1)
 	res.RiverCommitsPerRun = perUnit(river.commits, n)

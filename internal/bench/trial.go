@@ -58,6 +58,11 @@ func middle[T time.Duration | int64](xs []T) T {
 	return (s[n/2-1] + s[n/2]) / 2
 }
 
+// times are the trials' times, for a result.
+func (t trials) times() TrialTimes {
+	return TrialTimes{Trials: len(t.braid), BraidTrialsS: seconds(t.braid), RiverTrialsS: seconds(t.river)}
+}
+
 // seconds lists the elapsed times of ps in seconds, to the millisecond.
 func seconds(ps []phase) []float64 {
 	out := make([]float64, len(ps))
