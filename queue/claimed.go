@@ -246,7 +246,7 @@ func (q *Queue) QueueClaimAvailable(b *pgx.Batch, name string, n int, kinds []st
 		   SET state = 'running', attempt = j.attempt + 1, attempted_at = clock_timestamp(),
 		       attempted_by = array_append(j.attempted_by, $3::text)
 		  FROM next
-		 WHERE j.id = next.id AND j.kind = ANY($4)
+		 WHERE j.id = ANY(ARRAY(SELECT id FROM next)) AND j.id = next.id AND (j.kind = ANY($4)) IS TRUE
 		RETURNING j.id, j.args, j.attempt, j.attempted_at, j.attempted_by, j.created_at, j.kind, j.max_attempts,
 		          j.metadata, j.priority, j.queue, j.scheduled_at, j.tags, j.unique_key`,
 		name, n, q.client.ID(), claimable).Query(func(rows pgx.Rows) error {

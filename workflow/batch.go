@@ -915,9 +915,13 @@ func (e *Engine) suspendTasks(ctx context.Context, tx pgx.Tx, suspends []*outcom
 	}
 	rows.Close()
 	if len(roots) > 0 {
+		// The runs are read by key: the status is tested as no index
+		// condition (IS TRUE), which the batch's generic plan could
+		// otherwise prefer while the table is young (see "Plans of the
+		// turns' statements").
 		if _, err := tx.Exec(ctx, `
 			UPDATE braid_runs SET status = 'waiting', started_at = coalesce(started_at, braid_now()), updated_at = braid_now()
-			 WHERE id = ANY($1) AND status IN ('pending', 'running')`, roots); err != nil {
+			 WHERE id = ANY($1) AND (status IN ('pending', 'running')) IS TRUE`, roots); err != nil {
 			return nil, fmt.Errorf("workflow: marking %d runs waiting: %w", len(roots), err)
 		}
 	}

@@ -251,12 +251,16 @@ func childOutput[Out any](key string, c *childRecord) (Out, error) {
 // unfinishedDescendantsSQL selects the unfinished descendants of the
 // tasks given by param, however deep, as a parenthesized subquery. Use
 // it as id = ANY(ARRAY…): an IN over it lets the planner scan every task
-// for the few it names.
+// for the few it names. Each level reads the children of the one before
+// by their parent's key (a lateral subquery that OFFSET 0 keeps from
+// being folded into a join), so that no plan reads every unfinished task
+// to find a few.
 func unfinishedDescendantsSQL(param string) string {
 	return `(WITH RECURSIVE d AS (
 	    SELECT k.id FROM braid_tasks k WHERE k.parent_task_id = ANY(` + param + `) AND k.status NOT IN ` + finalStatuses + `
 	    UNION
-	    SELECT k.id FROM braid_tasks k JOIN d ON k.parent_task_id = d.id WHERE k.status NOT IN ` + finalStatuses + `
+	    SELECT k.id FROM d CROSS JOIN LATERAL (
+	        SELECT k.id FROM braid_tasks k WHERE k.parent_task_id = d.id AND k.status NOT IN ` + finalStatuses + ` OFFSET 0) k
 	) SELECT id FROM d)`
 }
 

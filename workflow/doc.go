@@ -452,6 +452,35 @@
 // table's lock, less than PostgreSQL lets a session wait before it cancels
 // the autovacuum in its way.
 //
+// # Plans of the turns' statements
+//
+// A turn's statements, the load that starts it and the outcome batch that
+// ends it, read and write their rows by key. PostgreSQL plans a prepared
+// statement anew, for its arguments, at each of its first five executions
+// on a connection, and after that whenever its generic plan looks dearer
+// than those, as it does for keys passed in an array, whose generic plan
+// counts on ten of them. Planning such a statement costs more than running
+// it, and a new connection plans each statement five times over. So the
+// loads and the batches run on generic plans made with index scans: each
+// sets plan_cache_mode to force_generic_plan and enable_seqscan to off
+// first (with its BEGIN, for a batch), for its own transaction only
+// (set_config with is_local, which ends with the transaction, or with the
+// implicit one of a pipeline sent without BEGIN), so that no other
+// statement on the connection, braid's or the application's, is planned
+// differently.
+//
+// A generic plan is kept until its tables are analyzed again (see above),
+// and one made while a table held a few rows may read it whole. So each of
+// these statements reads every table it touches by an index condition on
+// the keys it is given or has just read: a run's trace by a subquery on
+// the run's key rather than a join; a DAG's blocked nodes by their
+// parents' keys; the unfinished descendants of a task level by level,
+// each level's children by their parent's key (a lateral subquery that
+// OFFSET 0 keeps from being folded into a join). A test plans every
+// statement that a varied workload ran on generic plans again, on an
+// empty database and on one of a few rows, and fails on any that reads a
+// table otherwise.
+//
 // # Joins
 //
 // A task that waits on children resumes when every child it has started

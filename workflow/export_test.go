@@ -54,3 +54,11 @@ func Reconcile(ctx context.Context, e *Engine) error { return e.reconcile(ctx) }
 
 // DecideUndecidedNodes runs one look for the DAG nodes left undecided.
 func DecideUndecidedNodes(ctx context.Context, e *Engine) error { return e.decideUndecidedNodes(ctx) }
+
+// LoadStatements are the statements of a load of starting turns' tasks,
+// each taking the tasks' IDs as $1.
+var LoadStatements = map[string]string{"tasks": loadTasksSQL, "steps": loadStepsSQL, "children": loadChildrenSQL}
+
+// KeyedPlansSQL is the statement that puts the rest of its transaction on
+// generic plans with index scans.
+const KeyedPlansSQL = keyedPlansSQL

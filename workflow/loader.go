@@ -66,7 +66,7 @@ func (e *Engine) load(ctx context.Context, id uuid.UUID, children bool) (*loaded
 }
 
 // loadTasks reads the batch's tasks, their steps and, for those that ask,
-// their children, in one round trip.
+// their children, in one round trip, on generic plans (keyedPlansSQL).
 func (e *Engine) loadTasks(ctx context.Context, batch []*gathered[loadRequest, *loadedTask]) error {
 	ids := make([]uuid.UUID, len(batch))
 	var parents []uuid.UUID
@@ -77,6 +77,7 @@ func (e *Engine) loadTasks(ctx context.Context, batch []*gathered[loadRequest, *
 		}
 	}
 	b := &pgx.Batch{}
+	b.Queue(keyedPlansSQL)
 	tasks := queueLoad(b, ids, parents)
 	if err := e.pool.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("workflow: loading %d tasks: %w", len(ids), err)
@@ -86,6 +87,21 @@ func (e *Engine) loadTasks(ctx context.Context, batch []*gathered[loadRequest, *
 	}
 	return nil
 }
+
+// The statements of a load read the tasks, the steps and the children of
+// the tasks whose IDs are $1. Each reads its table by an index condition
+// on those keys, and the run's trace by a subquery on the run's key, so
+// that its generic plan (keyedPlansSQL) reads by key whatever the size of
+// the table when the plan was made.
+const (
+	loadTasksSQL = `
+		SELECT t.id, t.run_id, t.parent_task_id, t.key, t.workflow, t.status, t.input, t.suspended_span,
+		       (SELECT r.trace_parent FROM braid_runs r WHERE r.id = t.run_id), t.turn_link, ` + nodeDAGSQL + `
+		  FROM braid_tasks t
+		 WHERE t.id = ANY($1)`
+	loadStepsSQL    = `SELECT task_id, name, kind, status, output, error, attempts, position FROM braid_steps WHERE task_id = ANY($1)`
+	loadChildrenSQL = `SELECT parent_task_id, id, key, workflow, status, output, error, position, call FROM braid_tasks WHERE parent_task_id = ANY($1)`
+)
 
 // queueLoad queues on b the statements that read the tasks ids, their
 // steps, and the children of those among them in parents. Once b is
@@ -99,10 +115,7 @@ func (e *Engine) loadTasks(ctx context.Context, batch []*gathered[loadRequest, *
 func queueLoad(b *pgx.Batch, ids, parents []uuid.UUID) map[uuid.UUID]*loadedTask {
 	tasks := make(map[uuid.UUID]*loadedTask, len(ids))
 	args := pgIDs(ids)
-	b.Queue(`
-		SELECT t.id, t.run_id, t.parent_task_id, t.key, t.workflow, t.status, t.input, t.suspended_span, r.trace_parent, t.turn_link, `+nodeDAGSQL+`
-		  FROM braid_tasks t JOIN braid_runs r ON r.id = t.run_id
-		 WHERE t.id = ANY($1)`, args).Query(func(rows pgx.Rows) error {
+	b.Queue(loadTasksSQL, args).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var id uuid.UUID
 			lt := &loadedTask{steps: map[string]*stepRecord{}, children: map[string]*childRecord{}, history: map[int]call{}}
@@ -113,7 +126,7 @@ func queueLoad(b *pgx.Batch, ids, parents []uuid.UUID) map[uuid.UUID]*loadedTask
 		}
 		return rows.Err()
 	})
-	b.Queue(`SELECT task_id, name, kind, status, output, error, attempts, position FROM braid_steps WHERE task_id = ANY($1)`, args).Query(func(rows pgx.Rows) error {
+	b.Queue(loadStepsSQL, args).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var id uuid.UUID
 			var name string
@@ -138,7 +151,7 @@ func queueLoad(b *pgx.Batch, ids, parents []uuid.UUID) map[uuid.UUID]*loadedTask
 	if len(parents) == 0 {
 		return tasks
 	}
-	b.Queue(`SELECT parent_task_id, id, key, workflow, status, output, error, position, call FROM braid_tasks WHERE parent_task_id = ANY($1)`, pgIDs(parents)).Query(func(rows pgx.Rows) error {
+	b.Queue(loadChildrenSQL, pgIDs(parents)).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var parent uuid.UUID
 			var key string

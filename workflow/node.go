@@ -123,8 +123,9 @@ const nodeDAGSQL = `CASE WHEN t.dependents IS NOT NULL THEN (SELECT p.workflow F
 // The batch locks them in its one ordered lock statement, so that its
 // locks keep the lock order (invariant 9).
 func lockNodesSQL(param string) string {
-	return `SELECT s.id FROM braid_tasks f JOIN braid_tasks s ON s.parent_task_id = f.parent_task_id
-	 WHERE f.id = ANY(` + param + `) AND f.dependents IS NOT NULL AND s.status = 'blocked'`
+	return `SELECT s.id FROM braid_tasks s
+	 WHERE s.parent_task_id = ANY(ARRAY(SELECT f.parent_task_id FROM braid_tasks f WHERE f.id = ANY(` + param + `) AND f.dependents IS NOT NULL))
+	   AND s.status = 'blocked'`
 }
 
 // lockSettling locks, in the lock order, the parents of settled and the
@@ -259,7 +260,7 @@ func (e *Engine) countOffDependents(ctx context.Context, tx pgx.Tx, frontier []s
 		)
 		UPDATE braid_tasks d SET remaining = greatest(d.remaining - c.n, 0), updated_at = braid_now()
 		  FROM c
-		 WHERE d.id = c.dep AND d.status = 'blocked'
+		 WHERE d.id = ANY(ARRAY(SELECT dep FROM c)) AND d.id = c.dep AND d.status = 'blocked'
 		RETURNING d.id, d.workflow, d.queue, d.priority, d.max_attempts, d.run_id, d.parent_task_id, d.key, c.origin,
 		          CASE WHEN d.remaining = 0 THEN (SELECT p.workflow FROM braid_tasks p WHERE p.id = d.parent_task_id) END`, pgIDs(ids), pgIDs(origin))
 	if err != nil {

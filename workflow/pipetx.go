@@ -16,6 +16,10 @@ import (
 // transaction, and only Config.OutcomeFlushes batches commit at once, so
 // their latency bounds how many turns a process finishes per second.
 //
+// Its BEGIN brings keyedPlansSQL along: the batch's statements read and
+// write their rows by key, on generic plans (see "Plans of the turns'
+// statements" in the package documentation).
+//
 // It is a pgx.Tx for the statements it sends, as pgx's own is, and it
 // sends them the same way; it has no nested transactions and no large
 // objects, which the batch does not use.
@@ -48,7 +52,8 @@ func (e *Engine) withPipeTx(ctx context.Context, fn func(tx *pipeTx) error) erro
 	return tx.Commit(ctx)
 }
 
-// begin sends BEGIN on its own, for a statement that cannot carry it.
+// begin sends BEGIN and keyedPlansSQL on their own, for a statement that
+// cannot carry them.
 func (t *pipeTx) begin(ctx context.Context) error {
 	if t.committed {
 		return pgx.ErrTxClosed
@@ -56,15 +61,12 @@ func (t *pipeTx) begin(ctx context.Context) error {
 	if t.begun {
 		return nil
 	}
-	if _, err := t.conn.Exec(ctx, "BEGIN"); err != nil {
-		return err
-	}
-	t.begun = true
-	return nil
+	return t.SendBatch(ctx, &pgx.Batch{}).Close()
 }
 
-// SendBatch sends b, led by BEGIN when it is the transaction's first round
-// trip. Its results are b's alone: BEGIN's is read first and not shown.
+// SendBatch sends b, led by BEGIN and keyedPlansSQL when it is the
+// transaction's first round trip. Its results are b's alone: those of the
+// two leading statements are read first and not shown.
 func (t *pipeTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	if t.committed {
 		return &failedResults{err: pgx.ErrTxClosed}
@@ -72,8 +74,9 @@ func (t *pipeTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	if t.begun {
 		return t.conn.SendBatch(ctx, b)
 	}
-	led := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, b.Len()+1)}
+	led := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, b.Len()+2)}
 	led.Queue("BEGIN")
+	led.Queue(keyedPlansSQL)
 	led.QueuedQueries = append(led.QueuedQueries, b.QueuedQueries...)
 	t.begun = true
 	return &begunResults{BatchResults: t.conn.SendBatch(ctx, led)}
@@ -166,8 +169,9 @@ func (t *pipeTx) LargeObjects() pgx.LargeObjects { return pgx.LargeObjects{} }
 
 func (t *pipeTx) Conn() *pgx.Conn { return t.conn }
 
-// begunResults are the results of a batch led by BEGIN: BEGIN's result is
-// read before the first of the batch's own.
+// begunResults are the results of a batch led by BEGIN and
+// keyedPlansSQL, whose results are read before the first of the batch's
+// own.
 type begunResults struct {
 	pgx.BatchResults
 	read bool
@@ -177,8 +181,11 @@ type begunResults struct {
 func (r *begunResults) skipBegin() error {
 	if !r.read {
 		r.read = true
-		if _, err := r.BatchResults.Exec(); err != nil {
-			r.err = fmt.Errorf("workflow: beginning the transaction: %w", err)
+		for range 2 {
+			if _, err := r.BatchResults.Exec(); err != nil {
+				r.err = fmt.Errorf("workflow: beginning the transaction: %w", err)
+				break
+			}
 		}
 	}
 	return r.err

@@ -388,7 +388,8 @@ func (e *Engine) insertTurns(ctx context.Context, tx pgx.Tx, turns []turn) error
 // new tasks (fresh), at most one live turn per task. An existing task
 // that has a live turn job already (a turn left over from a rescue or a
 // cancel that skipped it) is left to that turn. Checking first, with a
-// plain read, keeps River's unique insert from meeting the live job, which
+// plain read of River's unique index (the live job that holds the task's
+// turn key), keeps River's unique insert from meeting the live job, which
 // would lock the job row after the task row, against the lock order. No
 // live turn can appear meanwhile: giving a task a turn takes its row lock,
 // which tx holds. It returns the jobs it inserted.
@@ -405,9 +406,15 @@ func (e *Engine) enqueueTurns(ctx context.Context, tx pgx.Tx, wake, fresh []turn
 		for i, tr := range wake {
 			ids[i] = tr.taskID
 		}
+		// The live turns are the jobs River's unique insert would meet:
+		// those that hold a task's key in River's unique index.
+		keys := make([][]byte, len(ids))
+		for i, id := range ids {
+			keys[i] = turnKey(id)
+		}
 		rows, err := tx.Query(ctx, `
 			SELECT braid_turn_task(unique_key, args) FROM river_job
-			 WHERE kind = $1 AND braid_turn_task(unique_key, args) = ANY($2) AND state IN `+liveJobStates, TaskKind, pgIDs(ids))
+			 WHERE unique_key = ANY($1) AND unique_states IS NOT NULL AND river_job_state_in_bitmask(unique_states, state)`, keys)
 		if err != nil {
 			return nil, fmt.Errorf("workflow: looking for live turns: %w", err)
 		}
