@@ -234,6 +234,10 @@ func (q *Queue) QueueClaimAvailable(b *pgx.Batch, name string, n int, kinds []st
 	if len(claimable) == 0 {
 		return false
 	}
+	// The jobs are read again by the IDs the claim picked, and the kind is
+	// tested as no index condition (IS TRUE): the statement may run on a
+	// generic plan made while river_job was young (workflow's outcome
+	// batch), which could otherwise read every job of the kind.
 	b.Queue(`
 		WITH next AS (
 		    SELECT id FROM river_job
