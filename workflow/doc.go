@@ -434,23 +434,22 @@
 // of its prepared statements, made with the table sizes of that moment,
 // until the table is analyzed again. A plan made while a table was nearly
 // empty scans the whole table, and goes on scanning it as the table grows,
-// until autovacuum's next analysis, up to a minute later by default. So the
-// maintenance loop, every Config.ReconcileInterval, analyzes braid_runs,
-// braid_tasks, braid_steps or river_job once it has grown to eight times
-// the size its last statistics recorded (and past 1 MB), or once its live
-// rows have grown to eight times the rows its last analysis found (and
-// number at least 8,000), which makes every connection plan its statements
-// on it again. The rows matter because the size can mislead: an analysis
-// that runs while one transaction inserts a fan-out's children finds their
-// pages but not their rows, which are not yet visible, and records a large,
-// nearly empty table that the plans treat as a few rows. Once the insert
-// commits, PostgreSQL's cumulative statistics count the rows, and the loop
-// analyzes the table again. Autovacuum nearly always comes first; this
-// covers a young table's first growth, as when a new database meets its
-// first load. A table the engine's role does not own, or that a vacuum
-// holds, is left to autovacuum: the analysis waits at most 100 ms for the
-// table's lock, less than PostgreSQL lets a session wait before it cancels
-// the autovacuum in its way.
+// until autovacuum's next analysis, up to a minute later by default. So
+// the maintenance loop, every Config.ReconcileInterval, analyzes
+// braid_runs, braid_tasks, braid_steps or river_job once its live rows
+// have grown to eight times the rows its last analysis found (and number
+// at least 8,000), which makes every connection plan its statements on it
+// again. It goes by the rows that PostgreSQL's cumulative statistics
+// count, which are committed rows, not by the table's size: an analysis
+// that ran while one transaction inserts a fan-out's children would find
+// their pages but not their rows, which are not yet visible, and record a
+// large table of a row or two, on which keyed statements get plans that
+// read the table whole until its next analysis. Autovacuum nearly always
+// comes first; this covers a young table's first growth, as when a new
+// database meets its first load. A table the engine's role does not own,
+// or that a vacuum holds, is left to autovacuum: the analysis waits at
+// most 100 ms for the table's lock, less than PostgreSQL lets a session
+// wait before it cancels the autovacuum in its way.
 //
 // # Plans of the turns' statements
 //

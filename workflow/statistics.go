@@ -20,33 +20,28 @@ import (
 // a minute, which is long enough for a new database under load to spend
 // its first minute scanning tens of thousands of rows per statement.
 //
-// So the maintenance loop analyzes a table of braid's whose size has grown
-// grownFactor times past what its last statistics recorded (and past
-// grownFloorPages), or whose live rows have grown grownFactor times past
-// the rows its last analysis found (and past grownFloorRows). The size
-// alone can mislead: it counts the pages of an insert still in flight, as
-// when one transaction creates a fan-out's ten thousand children, and an
-// analysis that runs then finds the pages but not their rows, which are
-// not yet visible. Its statistics then describe a large, nearly empty
-// table, which the plans treat as a few rows, and the size no longer
-// looks grown. The live rows, which PostgreSQL's cumulative statistics
-// count once the insert commits, show the analysis to be stale, and the
-// loop analyzes the table again. The analysis makes every backend plan its
-// statements on the table again. Autovacuum, which analyzes a table once
-// a tenth of it has changed, nearly always comes first; this only covers
-// the fast growth of a young table. A table the engine's role does not
-// own, or that a vacuum holds, is left to autovacuum.
+// So the maintenance loop analyzes a table of braid's whose live rows have
+// grown grownFactor times past the rows its last analysis found (and past
+// grownFloorRows). It goes by the rows that PostgreSQL's cumulative
+// statistics count, which are committed rows only, and not by the table's
+// size: the size counts the pages of an insert still in flight, as when
+// one transaction creates a fan-out's ten thousand children, and an
+// analysis that ran then would find the pages but not their rows, which
+// are not yet visible. Its statistics would describe a large table of a
+// row or two, and every statement planned on them would read it whole, on
+// the reasoning that a row or two are cheaper to read in full than to look
+// up key by key, until the next analysis. The analysis makes every backend
+// plan its statements on the table again. Autovacuum, which analyzes a
+// table once a tenth of it has changed, nearly always comes first; this
+// only covers the fast growth of a young table. A table the engine's role
+// does not own, or that a vacuum holds, is left to autovacuum.
 const (
-	// grownFactor is how many times its recorded size, or its recorded
-	// rows, a table must reach.
+	// grownFactor is how many times its recorded rows a table's live rows
+	// must reach.
 	grownFactor = 8
-	// grownFloorPages is the recorded size a table counts as at least,
-	// so that a table that was empty or nearly so is analyzed once it
-	// holds grownFactor × grownFloorPages pages (1 MB), not sooner.
-	grownFloorPages = 16
 	// grownFloorRows is the recorded rows a table counts as at least:
-	// a table that was empty or nearly so is analyzed, on its rows, once
-	// it holds grownFactor × grownFloorRows live rows (8,000).
+	// a table that was empty or nearly so is analyzed once it holds
+	// grownFactor × grownFloorRows live rows (8,000).
 	grownFloorRows = 1000
 )
 
@@ -55,15 +50,12 @@ const (
 var grownTables = []string{"braid_runs", "braid_tasks", "braid_steps", "river_job"}
 
 // grownTablesSQL lists the tables of $1 that the engine's role may analyze
-// and that have grown $2 times past the size (relpages) their last
-// analysis or vacuum recorded, that size taken as at least $3 pages, or
-// whose live rows have grown $2 times past the rows (reltuples, -1 when
-// never analyzed) it recorded, taken as at least $4.
+// and whose live rows have grown $2 times past the rows (reltuples, -1
+// when never analyzed) their last analysis recorded, taken as at least $3.
 const grownTablesSQL = `
 	SELECT c.oid::regclass::text FROM pg_class c
 	 WHERE c.oid = ANY(ARRAY(SELECT to_regclass(t) FROM unnest($1::text[]) AS t))
-	   AND (pg_relation_size(c.oid) / current_setting('block_size')::bigint >= $2::bigint * greatest(c.relpages, $3)
-	        OR pg_stat_get_live_tuples(c.oid) >= $2::bigint * greatest(c.reltuples, $4))
+	   AND pg_stat_get_live_tuples(c.oid) >= $2::bigint * greatest(c.reltuples, $3)
 	   AND pg_has_role(c.relowner, 'USAGE')
 	 ORDER BY 1`
 
@@ -75,12 +67,12 @@ const grownTablesSQL = `
 // planned again.
 const analyzeLockTimeout = 100 * time.Millisecond
 
-// analyzeGrownTables analyzes the tables of grownTables that have grown
-// grownFactor times past their last statistics, and returns those it
-// analyzed. It runs in the queue's maintenance loop, every
+// analyzeGrownTables analyzes the tables of grownTables whose live rows
+// have grown grownFactor times past their last statistics, and returns
+// those it analyzed. It runs in the queue's maintenance loop, every
 // ReconcileInterval.
 func (e *Engine) analyzeGrownTables(ctx context.Context) ([]string, error) {
-	rows, err := e.pool.Query(ctx, grownTablesSQL, grownTables, grownFactor, grownFloorPages, grownFloorRows)
+	rows, err := e.pool.Query(ctx, grownTablesSQL, grownTables, grownFactor, grownFloorRows)
 	if err != nil {
 		return nil, fmt.Errorf("workflow: finding grown tables: %w", err)
 	}
