@@ -51,13 +51,7 @@ func TestAnalyzeGrownTablesReplansAStatementMadeWhileTheTableWasEmpty(t *testing
 		t.Fatalf("on the empty table, the plan is not the scan this test expects:\n%s", p)
 	}
 
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	growRuns(t, conn)
-	counted(t, pool, conn)
-	conn.Release()
+	growCommitted(t, pool)
 	if p := plan(); !strings.Contains(p, "Seq Scan on braid_runs") {
 		t.Fatalf("the cached plan changed before any analysis:\n%s", p)
 	}
@@ -147,6 +141,19 @@ func analyzer(t *testing.T, pool *pgxpool.Pool) (func(want ...string), *workflow
 	return analyze, eng
 }
 
+// growCommitted inserts the runs of growRuns on a connection of pool, and
+// waits until the statistics count them.
+func growCommitted(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	conn, err := pool.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	growRuns(t, conn)
+	counted(t, pool, conn)
+}
+
 // counted has conn, which has just committed rows, report them to
 // PostgreSQL's cumulative statistics at once, rather than within its usual
 // interval, and waits until braid_runs counts 8,000 live rows.
@@ -217,13 +224,7 @@ func TestAnalyzeGrownTablesLeavesTablesItDoesNotOwn(t *testing.T) {
 	ctx := context.Background()
 	url := testutil.URL(t)
 	owner := testutil.Pool(t, url)
-	conn, err := owner.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	growRuns(t, conn)
-	counted(t, owner, conn)
-	conn.Release()
+	growCommitted(t, owner)
 	var db string
 	if err := owner.QueryRow(ctx, `SELECT current_database()`).Scan(&db); err != nil {
 		t.Fatal(err)
