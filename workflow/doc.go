@@ -480,6 +480,18 @@
 // empty database and on one of a few rows, and fails on any that reads a
 // table otherwise.
 //
+// One state of the statistics defeats this: a table recorded as a row or
+// two in many pages, as an analysis records it while one transaction
+// inserts many rows that it cannot yet see. The statements that join a
+// batch's keys to a table (the updates of its tasks, runs and jobs) then
+// get plans that read the table's primary key whole, a row or two being
+// cheaper to read than to look up key by key. braid's own analysis never
+// records that state (see above); autovacuum can, on a young table, and
+// the plans then read whole until the table's next analysis. A key array
+// beside each join (id = ANY($1)) would rule such plans out, but makes
+// the batches' plans on right statistics dearer: bitmap scans and hash
+// joins instead of one index probe per key.
+//
 // # Joins
 //
 // A task that waits on children resumes when every child it has started
