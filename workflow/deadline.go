@@ -69,10 +69,11 @@ func timeoutMicros(d time.Duration) int64 {
 const timeoutMicrosSQL = `(extract(epoch FROM timeout) * 1000000)::bigint`
 
 // overdueRunsSQL lists the unfinished runs whose deadline has passed,
-// earliest first, through the partial index braid_runs_deadline_at.
+// earliest first, through the partial index braid_runs_deadline_at, which
+// the clock's subquery (dueNowSQL) bounds.
 const overdueRunsSQL = `
 	SELECT id, ` + timeoutMicrosSQL + ` FROM braid_runs
-	 WHERE deadline_at IS NOT NULL AND deadline_at <= braid_clock()
+	 WHERE deadline_at IS NOT NULL AND deadline_at <= ` + dueNowSQL + `
 	   AND status IN ('pending', 'running', 'waiting')
 	 ORDER BY deadline_at
 	 LIMIT $1`

@@ -101,10 +101,13 @@ type stepKey struct {
 // never waits: a processor that lost its lease cannot wake a delay twice,
 // and a task locked by Cancel, Retry or its own turn is left for the next
 // tick. $2 and $3, when not NULL, pick one delay.
+//
+// The clock is read once, by a subquery (see dueNowSQL), so that the scan
+// of braid_steps_timers stops at the first timer not yet due.
 const fireDueDelaysSQL = `
 	WITH due AS (
 	    SELECT s.task_id, s.name FROM braid_steps s JOIN braid_tasks t ON t.id = s.task_id
-	     WHERE s.status = 'waiting' AND s.resume_at <= braid_clock()
+	     WHERE s.status = 'waiting' AND s.resume_at <= ` + dueNowSQL + `
 	       AND ($2::uuid IS NULL OR (s.task_id = $2 AND s.name = $3))
 	     ORDER BY s.resume_at
 	     LIMIT $1
@@ -176,14 +179,28 @@ func (e *Engine) fireDueDelays(ctx context.Context, only *stepKey) (int, error) 
 	return n, err
 }
 
+// dueDelaysSQL lists up to $1 due timers, earliest first.
+const dueDelaysSQL = `
+	SELECT task_id, name FROM braid_steps
+	 WHERE status = 'waiting' AND resume_at <= ` + dueNowSQL + `
+	 ORDER BY resume_at LIMIT $1`
+
+// dueNowSQL is the time against which the delay processor finds due timers
+// and overdue deadlines: braid_clock(), read once per statement by a
+// subquery. The function itself is volatile (it is clock_timestamp() in
+// production), and PostgreSQL never makes a comparison with a volatile
+// expression an index condition: resume_at <= braid_clock() would be a
+// filter on the timers' index, and every pass, which runs at every NOTIFY
+// of a new delay, would read every waiting timer, due or not. The value of
+// an uncorrelated subquery is a parameter of the scan, which the index
+// bounds.
+const dueNowSQL = `(SELECT braid_clock())`
+
 // fireDueDelaysOneByOne wakes the due delays each in its own transaction,
 // after a batch failed. A delay that fails again is logged and left for a
 // later tick; the others go on.
 func (e *Engine) fireDueDelaysOneByOne(ctx context.Context) int {
-	rows, err := e.pool.Query(ctx, `
-		SELECT task_id, name FROM braid_steps
-		 WHERE status = 'waiting' AND resume_at <= braid_clock()
-		 ORDER BY resume_at LIMIT $1`, e.cfg.DelayBatchSize)
+	rows, err := e.pool.Query(ctx, dueDelaysSQL, e.cfg.DelayBatchSize)
 	if err != nil {
 		e.logger.WarnContext(ctx, "workflow: listing due delays", "error", err)
 		return 0

@@ -62,3 +62,14 @@ var LoadStatements = map[string]string{"tasks": loadTasksSQL, "steps": loadSteps
 // KeyedPlansSQL is the statement that puts the rest of its transaction on
 // generic plans with index scans.
 const KeyedPlansSQL = keyedPlansSQL
+
+// DueStatements are the delay processor's statements that find what is
+// due, each with arguments that pick every due row (up to 100).
+var DueStatements = map[string]struct {
+	SQL  string
+	Args []any
+}{
+	"fire due delays":   {fireDueDelaysSQL, []any{100, nil, nil}},
+	"list due delays":   {dueDelaysSQL, []any{100}},
+	"list overdue runs": {overdueRunsSQL, []any{100}},
+}
