@@ -28,8 +28,9 @@ const SchedulerIntervalDefault = 5 * time.Second
 // its attempt counted, its attempted_at set to the moment of the claim on
 // the database clock (not the transaction's start) and this client added
 // to attempted_by. Jobs that are not available, whose kind declares no
-// heartbeat (Config.Heartbeats), or whose queue this Queue does not work
-// (see Works), are left to River's fetch. It returns the claimed jobs.
+// heartbeat (Config.Heartbeats), whose queue this Queue does not work
+// (see Works), or whose queue is paused (River's QueuePause), are left to
+// River's fetch. It returns the claimed jobs.
 //
 // A claimed job belongs to this process once tx commits, and must then be
 // worked with WorkClaimed. Should the process die first, nothing is lost:
@@ -71,8 +72,9 @@ func (q *Queue) QueueClaim(b *pgx.Batch, ids []int64, claimed func([]*rivertype.
 		       SET state = 'running', attempt = attempt + 1, attempted_at = clock_timestamp(),
 		           attempted_by = array_append(attempted_by, $2::text)
 		     WHERE id = ANY($1) AND state IN ('available', 'pending') AND kind = ANY($3) AND queue = ANY($4)
+		       AND NOT EXISTS (SELECT 1 FROM river_queue p WHERE p.name = river_job.queue AND p.paused_at IS NOT NULL)
 		    RETURNING id, args, attempt, attempted_at, attempted_by, created_at, kind, max_attempts,
-		              metadata, priority, queue, scheduled_at, tags, unique_key
+		              metadata, priority, queue, scheduled_at, tags, unique_key, state
 		), released AS (
 		    UPDATE river_job SET state = 'available'
 		     WHERE id = ANY($1) AND state = 'pending' AND id NOT IN (SELECT id FROM claimed)
@@ -122,7 +124,10 @@ const maxTagBytes = 255
 // available and ClaimTx had claimed them in the same transaction, but in
 // one statement and without the round trip that River's insert takes. A
 // job whose unique key a job in one of its unique states holds is left out.
-// Once b is sent, claimed gets the inserted jobs.
+// A job whose queue is paused (River's QueuePause) is inserted available
+// instead, unclaimed, as River's insert would have left it: River's fetch
+// takes it once the queue is resumed. Once b is sent, claimed gets the
+// inserted jobs, each with its state; only those running are claimed.
 //
 // As with ClaimTx, a job belongs to this process once the transaction
 // commits, must then be worked with WorkClaimed, and goes back to the queue
@@ -163,19 +168,24 @@ func (q *Queue) QueueInsertClaimed(b *pgx.Batch, jobs []ClaimedInsert, claimed f
 	}
 	// The conflict target is River's unique index (river_job_unique_idx),
 	// as River's own insert names it.
+	// A job of a paused queue goes in available, unclaimed.
 	b.Queue(`
 		INSERT INTO river_job (args, kind, max_attempts, priority, queue, tags, unique_key, unique_states,
 		                       state, attempt, attempted_at, attempted_by)
 		SELECT u.args, u.kind, u.max_attempts, u.priority, u.queue, string_to_array(u.tags, ',')::varchar(255)[],
 		       nullif(u.unique_key, ''::bytea), nullif(u.unique_states, 0)::bit(8),
-		       'running', 1, clock_timestamp(), ARRAY[$9::text]
+		       CASE WHEN p.name IS NULL THEN 'running' ELSE 'available' END::river_job_state,
+		       CASE WHEN p.name IS NULL THEN 1 ELSE 0 END,
+		       CASE WHEN p.name IS NULL THEN clock_timestamp() END,
+		       CASE WHEN p.name IS NULL THEN ARRAY[$9::text] END
 		  FROM unnest($1::jsonb[], $2::text[], $3::smallint[], $4::smallint[], $5::text[], $6::text[], $7::bytea[], $8::int[])
 		       AS u(args, kind, max_attempts, priority, queue, tags, unique_key, unique_states)
+		  LEFT JOIN river_queue p ON p.name = u.queue AND p.paused_at IS NOT NULL
 		    ON CONFLICT (unique_key)
 		 WHERE unique_key IS NOT NULL AND unique_states IS NOT NULL AND river_job_state_in_bitmask(unique_states, state)
 		    DO NOTHING
 		RETURNING id, args, attempt, attempted_at, attempted_by, created_at, kind, max_attempts,
-		          metadata, priority, queue, scheduled_at, tags, unique_key`,
+		          metadata, priority, queue, scheduled_at, tags, unique_key, state`,
 		args, kinds, maxAttempts, prios, queues, tags, keys, states, q.client.ID()).Query(func(rows pgx.Rows) error {
 		jobs, err := collectClaimed(rows)
 		claimed(jobs)
@@ -203,7 +213,9 @@ func (q *Queue) Works(name string) bool {
 // queue in River's order (priority, scheduled_at, id), skipping locked ones,
 // and claims those among them whose kind is one of kinds and declares a
 // heartbeat. A job of another kind ahead in the queue is left to River's
-// fetch, so priorities hold. A worker slot that has just finished a job
+// fetch, so priorities hold. It claims nothing while the queue is paused
+// (River's QueuePause), as River's fetch takes nothing from a paused
+// queue. A worker slot that has just finished a job
 // takes its next one this way, without waiting for River's fetch loop; the
 // claimed jobs must be worked with WorkClaimed, as with ClaimTx.
 func (q *Queue) ClaimAvailableTx(ctx context.Context, tx pgx.Tx, name string, n int, kinds []string) ([]*rivertype.JobRow, error) {
@@ -242,6 +254,7 @@ func (q *Queue) QueueClaimAvailable(b *pgx.Batch, name string, n int, kinds []st
 		WITH next AS (
 		    SELECT id FROM river_job
 		     WHERE state = 'available' AND queue = $1 AND scheduled_at <= clock_timestamp()
+		       AND NOT EXISTS (SELECT 1 FROM river_queue p WHERE p.name = $1 AND p.paused_at IS NOT NULL)
 		     ORDER BY priority, scheduled_at, id
 		     LIMIT $2
 		       FOR UPDATE SKIP LOCKED
@@ -252,7 +265,7 @@ func (q *Queue) QueueClaimAvailable(b *pgx.Batch, name string, n int, kinds []st
 		  FROM next
 		 WHERE j.id = ANY(ARRAY(SELECT id FROM next)) AND j.id = next.id AND (j.kind = ANY($4)) IS TRUE
 		RETURNING j.id, j.args, j.attempt, j.attempted_at, j.attempted_by, j.created_at, j.kind, j.max_attempts,
-		          j.metadata, j.priority, j.queue, j.scheduled_at, j.tags, j.unique_key`,
+		          j.metadata, j.priority, j.queue, j.scheduled_at, j.tags, j.unique_key, j.state`,
 		name, n, q.client.ID(), claimable).Query(func(rows pgx.Rows) error {
 		jobs, err := collectClaimed(rows)
 		claimed(jobs)
@@ -264,11 +277,12 @@ func (q *Queue) QueueClaimAvailable(b *pgx.Batch, name string, n int, kinds []st
 // collectClaimed reads the rows of a claim.
 func collectClaimed(rows pgx.Rows) ([]*rivertype.JobRow, error) {
 	jobs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*rivertype.JobRow, error) {
-		j := &rivertype.JobRow{State: rivertype.JobStateRunning}
+		j := &rivertype.JobRow{}
 		var priority int16
+		var state string
 		err := row.Scan(&j.ID, &j.EncodedArgs, &j.Attempt, &j.AttemptedAt, &j.AttemptedBy, &j.CreatedAt, &j.Kind,
-			&j.MaxAttempts, &j.Metadata, &priority, &j.Queue, &j.ScheduledAt, &j.Tags, &j.UniqueKey)
-		j.Priority = int(priority)
+			&j.MaxAttempts, &j.Metadata, &priority, &j.Queue, &j.ScheduledAt, &j.Tags, &j.UniqueKey, &state)
+		j.Priority, j.State = int(priority), rivertype.JobState(state)
 		return j, err
 	})
 	if err != nil {

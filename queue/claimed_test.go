@@ -444,3 +444,77 @@ func TestInsertClaimed(t *testing.T) {
 		}
 	}
 }
+
+// No claim takes a job of a queue that River has paused, as River's fetch
+// takes none: ClaimAvailableTx and ClaimTx claim nothing from it (a
+// pending job is made available), and QueueInsertClaimed inserts its jobs
+// available, unclaimed. Once the queue is resumed, they are claimed.
+func TestClaimsTakeNothingFromAPausedQueue(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q := claimQueue(t)
+	if _, err := q.pool.Exec(ctx, `INSERT INTO river_queue (name, metadata, created_at, updated_at) VALUES ($1, '{}', now(), now())`, river.QueueDefault); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.River().QueuePause(ctx, river.QueueDefault, nil); err != nil {
+		t.Fatal(err)
+	}
+	available, err := q.River().Insert(ctx, claimedArgs{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var claimed, inserted []*rivertype.JobRow
+	var pending int64
+	err = pgx.BeginFunc(ctx, q.pool, func(tx pgx.Tx) error {
+		res, err := q.River().InsertTx(ctx, tx, claimedArgs{}, &river.InsertOpts{Pending: true})
+		if err != nil {
+			return err
+		}
+		pending = res.Job.ID
+		byID, err := q.ClaimTx(ctx, tx, []int64{available.Job.ID, pending})
+		if err != nil {
+			return err
+		}
+		next, err := q.ClaimAvailableTx(ctx, tx, river.QueueDefault, 5, []string{"claimed"})
+		if err != nil {
+			return err
+		}
+		claimed = append(byID, next...)
+		b := &pgx.Batch{}
+		if err := q.QueueInsertClaimed(b, []ClaimedInsert{{Kind: "claimed", EncodedArgs: []byte(`{}`), Queue: river.QueueDefault,
+			Priority: 1, MaxAttempts: 3}}, func(j []*rivertype.JobRow) { inserted = j }); err != nil {
+			return err
+		}
+		return tx.SendBatch(ctx, b).Close()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(claimed) != 0 {
+		t.Fatalf("claimed %d jobs of a paused queue; want none", len(claimed))
+	}
+	if len(inserted) != 1 || inserted[0].State != rivertype.JobStateAvailable {
+		t.Fatalf("inserted %+v into a paused queue; want one job, available", inserted)
+	}
+	for _, id := range []int64{available.Job.ID, pending, inserted[0].ID} {
+		got, err := q.River().JobGet(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.State != rivertype.JobStateAvailable || got.Attempt != 0 || len(got.AttemptedBy) != 0 || got.AttemptedAt != nil {
+			t.Fatalf("job %d of the paused queue: state %s, attempt %d, attempted by %v at %v; want available and never attempted",
+				id, got.State, got.Attempt, got.AttemptedBy, got.AttemptedAt)
+		}
+	}
+	if err := q.River().QueueResume(ctx, river.QueueDefault, nil); err != nil {
+		t.Fatal(err)
+	}
+	err = pgx.BeginFunc(ctx, q.pool, func(tx pgx.Tx) error {
+		var err error
+		claimed, err = q.ClaimAvailableTx(ctx, tx, river.QueueDefault, 5, []string{"claimed"})
+		return err
+	})
+	if err != nil || len(claimed) != 3 {
+		t.Fatalf("claimed %d jobs once the queue was resumed (%v); want all 3", len(claimed), err)
+	}
+}

@@ -72,7 +72,9 @@
 // so that they share a round trip with the caller's own statements.
 // [Queue.QueueInsertClaimed] inserts new jobs already claimed, in one
 // statement: a caller that makes a job only to work it at once saves the
-// round trip of River's insert and the claim's own statement.
+// round trip of River's insert and the claim's own statement. None of them
+// claims a job of a queue that River has paused ([river.Client.QueuePause]),
+// as River's fetch takes none: the insert leaves such a job available.
 //
 // # Tracing
 //

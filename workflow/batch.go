@@ -459,7 +459,10 @@ func (e *Engine) flushTx(ctx context.Context, batch []*outcome) (waits []waitSpa
 		stopping := e.stopping.Load()
 		inserted, err := e.enqueueTurns(ctx, tx, st.wake, st.fresh, func(tr turn) bool {
 			_, known := e.registry[tr.workflow]
-			return !stopping && known && tr.by.owned && e.queue.Claims(TaskKind) && e.queue.Works(tr.queue) && tr.by.mayGoOn()
+			// A worker runs a next turn of its own queue only, so that no
+			// queue runs more turns at once than its MaxWorkers.
+			return !stopping && known && tr.by.owned && e.queue.Claims(TaskKind) && e.queue.Works(tr.queue) &&
+				tr.queue == tr.by.job.Queue && tr.by.mayGoOn()
 		}, late)
 		if err != nil {
 			return err
@@ -951,8 +954,9 @@ func (e *Engine) recordAttemptErrors(b *pgx.Batch, st *batchState) {
 
 // claimContinuations claims, for each owned turn of the batch, one of the
 // turns its outcome made runnable (a child it started, the parent it
-// woke, its own next turn), when this process runs that workflow and is
-// not stopping; or else the next turn waiting in its queue; but only for
+// woke, its own next turn) in the queue of the turn's own job, when this
+// process runs that workflow and is not stopping; or else the next turn
+// waiting in its queue; never one of a queue River has paused; but only for
 // an outcome whose own turn's result is on record once the batch commits
 // (mayGoOn). The turn's worker runs the claimed turn as soon as the batch
 // commits, in the worker slot it holds, without a trip through River's
@@ -1036,13 +1040,16 @@ func (e *Engine) claimContinuations(ctx context.Context, tx *pipeTx, inserted []
 	}
 	for _, j := range claimed {
 		// Each claimed turn is the one this batch inserted for its task,
-		// which its unique key names.
+		// which its unique key names. One inserted available, its queue
+		// paused, is River's to run once the queue is resumed.
 		if len(j.UniqueKey) != len(uuid.UUID{}) {
 			continue
 		}
 		task := uuid.UUID(j.UniqueKey)
 		if o := picked[task]; o != nil {
-			o.next, o.nextTask = j, loaded[task]
+			if j.State == rivertype.JobStateRunning {
+				o.next, o.nextTask = j, loaded[task]
+			}
 			delete(picked, task)
 		}
 	}

@@ -530,6 +530,128 @@ func TestContinuationsKeepToTheirQueue(t *testing.T) {
 	}
 }
 
+// A worker slot of one queue never runs a turn of another, so that each
+// queue runs at most its MaxWorkers turns at once: the children of a
+// parent on queue "one", on queue "limited" (one worker), run one at a
+// time, though the parent's worker could have run one of them next.
+func TestContinuationsKeepToEachQueuesMaxWorkers(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	ctx := ctxTimeout(t, 60*time.Second)
+	var mu sync.Mutex
+	inFlight, peak := 0, 0
+	started := make(chan struct{}, 3)
+	release := make(chan struct{})
+	child := workflow.Define("limited_child", func(t *workflow.Task, n int) (int, error) {
+		mu.Lock()
+		inFlight++
+		peak = max(peak, inFlight)
+		mu.Unlock()
+		started <- struct{}{}
+		select {
+		case <-release:
+		case <-time.After(20 * time.Second):
+		}
+		mu.Lock()
+		inFlight--
+		mu.Unlock()
+		return n, nil
+	}, workflow.WithQueue("limited"))
+	parent := workflow.Define("limited_parent", func(t *workflow.Task, _ int) (int, error) {
+		outs, err := workflow.Map(t, "child", child, []int{1, 2, 3})
+		return len(outs), err
+	}, workflow.WithQueue("one"))
+	cfg := testConfig(parent, child)
+	cfg.Queue.Queues = map[string]river.QueueConfig{"one": {MaxWorkers: 5}, "limited": {MaxWorkers: 1}}
+	eng := startEngine(t, pool, cfg)
+	run, err := parent.Start(ctx, eng, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	// A second child would start within River's fetch cooldown of the
+	// first; give it ten times as long.
+	time.Sleep(500 * time.Millisecond)
+	close(release)
+	if got, err := run.Result(ctx); err != nil || got != 3 {
+		t.Fatalf("run: %d, %v; want 3", got, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if peak != 1 {
+		t.Fatalf("%d turns of queue \"limited\" ran at once; want at most its MaxWorkers, 1", peak)
+	}
+}
+
+// A queue that River has paused runs no new turn: neither a continuation
+// nor a turn waiting in it is claimed by a worker that finishes a turn,
+// as River's fetch takes none. Once resumed, they all run.
+func TestPausedQueueRunsNoNextTurn(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	ctx := ctxTimeout(t, 60*time.Second)
+	gateStarted, gate := make(chan struct{}), make(chan struct{})
+	gated := workflow.Define("paused_gated", func(t *workflow.Task, _ int) (int, error) {
+		close(gateStarted)
+		<-gate
+		return 1, nil
+	})
+	chained := workflow.Define("paused_chain", func(t *workflow.Task, n int) (int, error) {
+		return workflow.Go(t, "next", gated, n).Get()
+	})
+	noop := workflow.Define("paused_noop", func(t *workflow.Task, n int) (int, error) { return n, nil })
+	cfg := testConfig(gated, chained, noop)
+	cfg.Queue.Queues = map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 1}}
+	eng := startEngine(t, pool, cfg)
+	client := eng.Queue().River()
+	paused, cancelSub := client.Subscribe(river.EventKindQueuePaused)
+	defer cancelSub()
+
+	chain, err := chained.Start(ctx, eng, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-gateStarted
+	if err := client.QueuePause(ctx, river.QueueDefault, nil); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-paused:
+	case <-ctx.Done():
+		t.Fatal("River's producer never reported the queue paused")
+	}
+	var waiting []*workflow.Run[int]
+	for i := range 3 {
+		r, err := noop.Start(ctx, eng, i, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waiting = append(waiting, r)
+	}
+	close(gate)
+	// The gated child completes; its parent's continuation and the waiting
+	// runs would be the next turns of its worker.
+	waitFor(t, "the gated child's turn to finish", 10*time.Second, func() bool {
+		return count(t, pool, `SELECT count(*) FROM braid_tasks WHERE workflow = 'paused_gated' AND status = 'completed'`) == 1
+	})
+	time.Sleep(500 * time.Millisecond)
+	if n := count(t, pool, `SELECT count(*) FROM river_job WHERE state IN ('running', 'completed') AND attempted_at > (
+		SELECT finished_at FROM braid_tasks WHERE workflow = 'paused_gated')`); n != 0 {
+		t.Fatalf("%d turns started in the paused queue after its last turn ended; want none", n)
+	}
+	if err := client.QueueResume(ctx, river.QueueDefault, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := chain.Result(ctx); err != nil || got != 1 {
+		t.Fatalf("the chain after resume: %d, %v; want 1", got, err)
+	}
+	for i, r := range waiting {
+		if got, err := r.Result(ctx); err != nil || got != i {
+			t.Fatalf("a waiting run after resume: %d, %v; want %d", got, err, i)
+		}
+	}
+}
+
 // A worker whose turn failed, or snoozed a step, goes on to a next turn
 // only once River has recorded that outcome: River records it as the
 // fetched turn's worker returns, so a next turn run first would leave the

@@ -260,7 +260,11 @@
 // so that a task never has two live turns. It does so when this process
 // runs that workflow, works the turn's queue (a queue that only some
 // processes work keeps its turns to them, as River's fetch does) and is not
-// stopping, for at most one turn per outcome, and only when the outcome's
+// stopping, when the turn is of the same queue as the outcome's own (a
+// worker slot of one queue never runs another queue's turn), and the queue
+// is not paused (River's QueuePause: the turn is then inserted available,
+// for River's fetch to take once the queue is resumed), for at most one
+// turn per outcome, and only when the outcome's
 // own turn has its result on record once the batch commits: its job
 // finished in the batch, or it was itself a claimed turn, whose result this
 // process records before its worker goes on. A turn River fetched that
@@ -271,8 +275,8 @@
 // the outcome runs the claimed turn in the River worker slot it still holds
 // (a worker whose outcome deadline passes stops waiting for its batch,
 // unless the batch has already claimed it a next turn: only that worker
-// would run it, so it waits), so no more turns run at once than River's
-// MaxWorkers allow, through the queue's middleware (spans, metrics,
+// would run it, so it waits), so no more turns run at once in a queue
+// than its MaxWorkers allow, through the queue's middleware (spans, metrics,
 // heartbeats, the ownership watch), and then records its outcome as River's
 // executor would, fenced on the attempt ([queue.Queue.WorkClaimed]). The
 // batch that claims the turn also reads its task, steps and children, as
