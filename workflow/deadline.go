@@ -70,22 +70,25 @@ const timeoutMicrosSQL = `(extract(epoch FROM timeout) * 1000000)::bigint`
 
 // overdueRunsSQL lists the unfinished runs whose deadline has passed,
 // earliest first, through the partial index braid_runs_deadline_at, which
-// the clock's subquery (dueNowSQL) bounds.
+// the clock's subquery (dueNowSQL) bounds. It leaves out the runs set aside
+// ($2).
 const overdueRunsSQL = `
 	SELECT id, ` + timeoutMicrosSQL + ` FROM braid_runs
 	 WHERE deadline_at IS NOT NULL AND deadline_at <= ` + dueNowSQL + `
-	   AND status IN ('pending', 'running', 'waiting')
+	   AND status IN ('pending', 'running', 'waiting') AND id <> ALL($2::uuid[])
 	 ORDER BY deadline_at
 	 LIMIT $1`
 
 // nextDueSQL is how long until the earliest waiting delay or deadline of
 // an unfinished run, in seconds (negative when one is due, NULL when there
-// is none): the delay processor sleeps that long at most.
+// is none), leaving out the delays ($1 and $2: task IDs and names) and the
+// runs ($3) set aside: the delay processor sleeps that long at most.
 const nextDueSQL = `
 	SELECT extract(epoch FROM (least(
-	    (SELECT min(resume_at) FROM braid_steps WHERE status = 'waiting' AND resume_at IS NOT NULL),
+	    (SELECT min(resume_at) FROM braid_steps WHERE status = 'waiting' AND resume_at IS NOT NULL
+	        AND (task_id, name) NOT IN (SELECT * FROM unnest($1::uuid[], $2::text[]))),
 	    (SELECT min(deadline_at) FROM braid_runs
-	      WHERE deadline_at IS NOT NULL AND status IN ('pending', 'running', 'waiting'))
+	      WHERE deadline_at IS NOT NULL AND status IN ('pending', 'running', 'waiting') AND id <> ALL($3::uuid[]))
 	) - braid_clock()))::float8`
 
 // deadlineLockTimeout bounds how long the delay processor waits for a row
@@ -100,16 +103,21 @@ const deadlineLockTimeout = 100 * time.Millisecond
 // cancelOverdueRuns is the delay processor's second duty: it cancels the
 // unfinished runs whose deadline has passed, up to DelayBatchSize of them,
 // each in its own transaction through the same path as Cancel, so that
-// one run that cannot be cancelled never holds back the others. It
+// one run that cannot be cancelled never holds back the others: a run
+// whose cancel fails with a fault of its own (rowFault) is set aside. It
 // returns how many it cancelled, whether it found a full batch (more may
-// be due), and whether one failed for a reason other than a held lock.
+// be due), and whether the database failed: the runs could not be listed,
+// or a cancel failed for a reason that is neither a held lock nor the
+// run's own.
 //
 // It does not wait for the runs' running turns to end as Cancel does:
 // they learn of the cancel through their context (River's remote
 // cancel), and their outcomes find their tasks cancelled and record
 // nothing.
-func (e *Engine) cancelOverdueRuns(ctx context.Context) (cancelled int, full, failed bool) {
-	rows, err := e.pool.Query(ctx, overdueRunsSQL, e.cfg.DelayBatchSize)
+func (p *delayPass) cancelOverdueRuns(ctx context.Context) (cancelled int, full, failed bool) {
+	e := p.e
+	held, _ := p.runs.held(time.Now())
+	rows, err := e.pool.Query(ctx, overdueRunsSQL, e.cfg.DelayBatchSize, pgIDs(held))
 	if err != nil {
 		if ctx.Err() == nil {
 			e.logger.WarnContext(ctx, "workflow: listing runs whose deadline passed", "error", err)
@@ -135,7 +143,7 @@ func (e *Engine) cancelOverdueRuns(ctx context.Context) (cancelled int, full, fa
 		if time.Since(woke) >= deadlineLockTimeout {
 			// Cancels that wait on locks must not hold back the delays
 			// that fall due meanwhile: wake them between two cancels.
-			if _, err := e.fireDueDelays(ctx, nil); err != nil && ctx.Err() == nil {
+			if _, err := p.fireDueDelays(ctx); err != nil && ctx.Err() == nil {
 				e.logger.WarnContext(ctx, "workflow: waking due delays between deadline cancels; the next tick retries them", "error", err)
 			}
 			woke = time.Now()
@@ -149,6 +157,7 @@ func (e *Engine) cancelOverdueRuns(ctx context.Context) (cancelled int, full, fa
 		})
 		switch {
 		case err == nil:
+			p.runs.done(r.id)
 			cancelled++
 			// Turn jobs that the transaction skipped because another one
 			// held them are cancelled now, as Cancel does.
@@ -162,9 +171,12 @@ func (e *Engine) cancelOverdueRuns(ctx context.Context) (cancelled int, full, fa
 			// meanwhile.
 		case isLockNotAvailable(err):
 			e.logger.DebugContext(ctx, "workflow: a run whose deadline passed is locked; cancelling it next tick", "run.id", r.id)
+		case rowFault(err):
+			p.runs.fail(r.id, time.Now())
+			e.logger.ErrorContext(ctx, "workflow: cancelling a run whose deadline passed failed; it is set aside and the others go on", "run.id", r.id, "error", err)
 		default:
 			failed = true
-			e.logger.ErrorContext(ctx, "workflow: cancelling a run whose deadline passed failed; the others go on", "run.id", r.id, "error", err)
+			e.logger.WarnContext(ctx, "workflow: cancelling a run whose deadline passed failed; the next tick retries it", "run.id", r.id, "error", err)
 		}
 	}
 	return cancelled, len(runs) >= e.cfg.DelayBatchSize, failed

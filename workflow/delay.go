@@ -19,9 +19,12 @@ import (
 // deadline has passed (cancelOverdueRuns, which wakes the delays that fall
 // due meanwhile between two cancels that wait on locks), then sleeps until
 // the earliest waiting delay or deadline (at most DelayPollInterval), or
-// until a NOTIFY says a nearer one was written. A batch that fails is retried one delay
-// at a time, so one bad row never holds back the others, and after a
-// failure the processor sleeps a full poll interval rather than spin.
+// until a NOTIFY says a nearer one was written. A batch that fails is
+// retried one delay at a time, and a delay (or a run's cancel) that fails
+// on its own is set aside for a while (setAside), so that one bad row never
+// holds back the others: it neither takes a place in their batches nor
+// keeps the processor from its next due time. When the database itself
+// fails, the processor sleeps a full poll interval rather than spin.
 func (e *Engine) processDelays(ctx context.Context, l *leases.Lease) error {
 	e.logger.InfoContext(ctx, "workflow: delay processor started", "lease.holder", l.Holder, "lease.generation", l.Generation)
 	defer e.logger.InfoContext(context.WithoutCancel(ctx), "workflow: delay processor stopped", "lease.holder", l.Holder)
@@ -31,17 +34,18 @@ func (e *Engine) processDelays(ctx context.Context, l *leases.Lease) error {
 		return err
 	}
 	defer func() { _ = conn.Close(context.Background()) }()
+	p := &delayPass{e: e}
 	for {
-		n, err := e.fireDueDelays(ctx, nil)
+		n, err := p.fireDueDelays(ctx)
 		failed := false
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
 			e.logger.WarnContext(ctx, "workflow: waking due delays; retrying them one by one", "error", err)
-			n, failed = e.fireDueDelaysOneByOne(ctx), true
+			n, failed = p.fireDueDelaysOneByOne(ctx)
 		}
-		cancelled, full, cancelFailed := e.cancelOverdueRuns(ctx)
+		cancelled, full, cancelFailed := p.cancelOverdueRuns(ctx)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -51,8 +55,11 @@ func (e *Engine) processDelays(ctx context.Context, l *leases.Lease) error {
 		failed = failed || cancelFailed
 		n += cancelled
 		wait := e.cfg.DelayPollInterval
+		delays, nextDelay := p.delays.held(time.Now())
+		runs, nextRun := p.runs.held(time.Now())
+		tasks, names := stepKeyArrays(delays)
 		var next *float64
-		err = conn.QueryRow(ctx, nextDueSQL).Scan(&next)
+		err = conn.QueryRow(ctx, nextDueSQL, tasks, names, pgIDs(runs)).Scan(&next)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -62,6 +69,12 @@ func (e *Engine) processDelays(ctx context.Context, l *leases.Lease) error {
 		if next != nil && !failed {
 			if d := time.Duration(*next * float64(time.Second)); d < wait {
 				wait = d
+			}
+		}
+		// A row set aside may be tried again then.
+		for _, at := range []time.Time{nextDelay, nextRun} {
+			if d := time.Until(at); !at.IsZero() && d < wait {
+				wait = max(d, delaySkippedPause)
 			}
 		}
 		if wait <= 0 {
@@ -85,6 +98,21 @@ func (e *Engine) processDelays(ctx context.Context, l *leases.Lease) error {
 	}
 }
 
+// delayPass is the state that the delay processor keeps from one pass to
+// the next: the delays and the runs it has set aside.
+type delayPass struct {
+	e      *Engine
+	delays setAside[stepKey]
+	runs   setAside[uuid.UUID]
+}
+
+// fireDueDelays wakes up to DelayBatchSize due delays, leaving out those
+// set aside.
+func (p *delayPass) fireDueDelays(ctx context.Context) (int, error) {
+	held, _ := p.delays.held(time.Now())
+	return p.e.fireDueDelays(ctx, nil, held)
+}
+
 // delaySkippedPause is how long the delay processor pauses when due
 // delays and deadlines are all locked by others.
 const delaySkippedPause = 10 * time.Millisecond
@@ -100,7 +128,8 @@ type stepKey struct {
 // won) and the waiting tasks pending. It locks with SKIP LOCKED and so
 // never waits: a processor that lost its lease cannot wake a delay twice,
 // and a task locked by Cancel, Retry or its own turn is left for the next
-// tick. $2 and $3, when not NULL, pick one delay.
+// tick. $2 and $3, when not NULL, pick one delay; $4 and $5 are the task
+// IDs and names of the delays set aside (setAside), which it leaves out.
 //
 // The clock is read once, by a subquery (see dueNowSQL), so that the scan
 // of braid_steps_timers stops at the first timer not yet due.
@@ -109,6 +138,7 @@ const fireDueDelaysSQL = `
 	    SELECT s.task_id, s.name FROM braid_steps s JOIN braid_tasks t ON t.id = s.task_id
 	     WHERE s.status = 'waiting' AND s.resume_at <= ` + dueNowSQL + `
 	       AND ($2::uuid IS NULL OR (s.task_id = $2 AND s.name = $3))
+	       AND (s.task_id, s.name) NOT IN (SELECT * FROM unnest($4::uuid[], $5::text[]))
 	     ORDER BY s.resume_at
 	     LIMIT $1
 	       FOR UPDATE OF s, t SKIP LOCKED
@@ -126,19 +156,21 @@ const fireDueDelaysSQL = `
 	          (SELECT r.trace_parent FROM braid_runs r WHERE r.id = t.run_id)`
 
 // fireDueDelays wakes up to DelayBatchSize due delays (or only the one
-// named by only) and inserts their tasks' turns, in one transaction. Once
-// it has committed, each delay's wait becomes a span, from the moment the
-// delay was recorded as its task suspended to the moment it fired.
-func (e *Engine) fireDueDelays(ctx context.Context, only *stepKey) (int, error) {
+// named by only), but none of skip, and inserts their tasks' turns, in one
+// transaction. Once it has committed, each delay's wait becomes a span,
+// from the moment the delay was recorded as its task suspended to the
+// moment it fired.
+func (e *Engine) fireDueDelays(ctx context.Context, only *stepKey, skip []stepKey) (int, error) {
 	var taskID, name any
 	if only != nil {
 		taskID, name = only.taskID, only.name
 	}
+	skipTasks, skipNames := stepKeyArrays(skip)
 	var n int
 	var waits []waitSpan
 	err := e.withTx(ctx, func(tx pgx.Tx) error {
 		waits = nil
-		rows, err := tx.Query(ctx, fireDueDelaysSQL, e.cfg.DelayBatchSize, taskID, name)
+		rows, err := tx.Query(ctx, fireDueDelaysSQL, e.cfg.DelayBatchSize, taskID, name, skipTasks, skipNames)
 		if err != nil {
 			return err
 		}
@@ -179,10 +211,12 @@ func (e *Engine) fireDueDelays(ctx context.Context, only *stepKey) (int, error) 
 	return n, err
 }
 
-// dueDelaysSQL lists up to $1 due timers, earliest first.
+// dueDelaysSQL lists up to $1 due timers, earliest first, leaving out
+// those set aside ($2 and $3: their task IDs and names).
 const dueDelaysSQL = `
 	SELECT task_id, name FROM braid_steps
 	 WHERE status = 'waiting' AND resume_at <= ` + dueNowSQL + `
+	   AND (task_id, name) NOT IN (SELECT * FROM unnest($2::uuid[], $3::text[]))
 	 ORDER BY resume_at LIMIT $1`
 
 // dueNowSQL is the time against which the delay processor finds due timers
@@ -197,13 +231,18 @@ const dueDelaysSQL = `
 const dueNowSQL = `(SELECT braid_clock())`
 
 // fireDueDelaysOneByOne wakes the due delays each in its own transaction,
-// after a batch failed. A delay that fails again is logged and left for a
-// later tick; the others go on.
-func (e *Engine) fireDueDelaysOneByOne(ctx context.Context) int {
-	rows, err := e.pool.Query(ctx, dueDelaysSQL, e.cfg.DelayBatchSize)
+// after a batch failed. A delay that fails again with a fault of its own
+// (rowFault) is logged and set aside; the others go on. It returns how many
+// it woke, and whether the database failed: the due delays could not be
+// listed, or one failed for a reason that is not its own.
+func (p *delayPass) fireDueDelaysOneByOne(ctx context.Context) (int, bool) {
+	e := p.e
+	held, _ := p.delays.held(time.Now())
+	tasks, names := stepKeyArrays(held)
+	rows, err := e.pool.Query(ctx, dueDelaysSQL, e.cfg.DelayBatchSize, tasks, names)
 	if err != nil {
 		e.logger.WarnContext(ctx, "workflow: listing due delays", "error", err)
-		return 0
+		return 0, true
 	}
 	keys, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (stepKey, error) {
 		var k stepKey
@@ -211,19 +250,25 @@ func (e *Engine) fireDueDelaysOneByOne(ctx context.Context) int {
 	})
 	if err != nil {
 		e.logger.WarnContext(ctx, "workflow: listing due delays", "error", err)
-		return 0
+		return 0, true
 	}
-	total := 0
+	total, failed := 0, false
 	for _, k := range keys {
-		n, err := e.fireDueDelays(ctx, &k)
-		if err != nil {
-			if ctx.Err() != nil {
-				return total
-			}
-			e.logger.ErrorContext(ctx, "workflow: waking a due delay failed; the others go on", "task.id", k.taskID, "delay", k.name, "error", err)
-			continue
+		n, err := e.fireDueDelays(ctx, &k, nil)
+		switch {
+		case err == nil:
+			p.delays.done(k)
+			total += n
+		case ctx.Err() != nil:
+			return total, false
+		case rowFault(err):
+			p.delays.fail(k, time.Now())
+			e.logger.ErrorContext(ctx, "workflow: waking a due delay failed; it is set aside and the others go on",
+				"task.id", k.taskID, "delay", k.name, "error", err)
+		default:
+			failed = true
+			e.logger.WarnContext(ctx, "workflow: waking a due delay failed; the next tick retries it", "task.id", k.taskID, "delay", k.name, "error", err)
 		}
-		total += n
 	}
-	return total
+	return total, failed
 }

@@ -1,6 +1,7 @@
 package workflow_test
 
 import (
+	"errors"
 	"regexp"
 	"strconv"
 	"strings"
@@ -68,5 +69,96 @@ func TestDueStatementsReadOnlyDueRows(t *testing.T) {
 				t.Errorf("%s read %d rows that were not due, of %d waiting:\n%s", name, n, notDue, text)
 			}
 		}
+	}
+}
+
+// Due delays whose wake always fails, as many as a batch holds and due
+// first, hold back no other delay: each is set aside once it has failed on
+// its own, and the delay due after them fires.
+func TestDelaysThatAlwaysFailDoNotHoldBackTheOthers(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	ctx := ctxTimeout(t, 60*time.Second)
+	execSQL(t, pool, `
+		CREATE FUNCTION poison_fire() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+		    IF NEW.status = 'fired' AND NEW.name = 'poison' THEN RAISE EXCEPTION 'poisoned delay'; END IF;
+		    RETURN NEW;
+		END $$`)
+	execSQL(t, pool, `CREATE TRIGGER poison_fire BEFORE UPDATE ON braid_steps FOR EACH ROW EXECUTE FUNCTION poison_fire()`)
+	nap := workflow.Define("set_aside_nap", func(t *workflow.Task, in struct {
+		Name string
+		Wait time.Duration
+	}) (string, error) {
+		if err := t.Delay(in.Name, in.Wait); err != nil {
+			return "", err
+		}
+		return in.Name, nil
+	})
+	cfg := testConfig(nap)
+	cfg.DelayBatchSize = 2
+	eng := startEngine(t, pool, cfg)
+	for range cfg.DelayBatchSize {
+		if _, err := nap.Start(ctx, eng, struct {
+			Name string
+			Wait time.Duration
+		}{"poison", 100 * time.Millisecond}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "the poisoned delays to wait", 10*time.Second, func() bool {
+		return count(t, pool, `SELECT count(*) FROM braid_steps WHERE name = 'poison' AND status = 'waiting'`) == cfg.DelayBatchSize
+	})
+	ok, err := nap.Start(ctx, eng, struct {
+		Name string
+		Wait time.Duration
+	}{"ok", 300 * time.Millisecond}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ok.Result(ctxTimeout(t, 15*time.Second)); err != nil || got != "ok" {
+		t.Fatalf("the run whose delay fell due after %d that always fail: %q, %v; want it woken", cfg.DelayBatchSize, got, err)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM braid_steps WHERE name = 'poison' AND status = 'waiting'`); n != cfg.DelayBatchSize {
+		t.Fatalf("%d poisoned delays wait; want all %d still waiting", n, cfg.DelayBatchSize)
+	}
+}
+
+// Runs past their deadline whose cancel always fails, as many as a pass
+// holds and overdue first, hold back no other: each is set aside once its
+// cancel has failed on its own, and the run overdue after them is
+// cancelled.
+func TestDeadlinesThatAlwaysFailDoNotHoldBackTheOthers(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	ctx := ctxTimeout(t, 60*time.Second)
+	execSQL(t, pool, `
+		CREATE FUNCTION poison_cancel() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+		    IF NEW.status = 'cancelled' AND NEW.input = '"poison"' THEN RAISE EXCEPTION 'poisoned run'; END IF;
+		    RETURN NEW;
+		END $$`)
+	execSQL(t, pool, `CREATE TRIGGER poison_cancel BEFORE UPDATE ON braid_runs FOR EACH ROW EXECUTE FUNCTION poison_cancel()`)
+	sleeper := workflow.Define("set_aside_sleeper", func(t *workflow.Task, _ string) (string, error) {
+		return "", t.Delay("long", time.Hour)
+	})
+	cfg := testConfig(sleeper)
+	cfg.DelayBatchSize = 2
+	eng := startEngine(t, pool, cfg)
+	for range cfg.DelayBatchSize {
+		if _, err := sleeper.Start(ctx, eng, "poison", &workflow.StartOpts{Timeout: 100 * time.Millisecond}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ok, err := sleeper.Start(ctx, eng, "ok", &workflow.StartOpts{Timeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = ok.Result(ctxTimeout(t, 15*time.Second))
+	if te := (*workflow.TimeoutError)(nil); !errors.As(err, &te) {
+		t.Fatalf("the run overdue after %d whose cancel always fails: %v; want it cancelled by its deadline", cfg.DelayBatchSize, err)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM braid_runs WHERE input = '"poison"' AND status <> 'cancelled'`); n != cfg.DelayBatchSize {
+		t.Fatalf("%d poisoned runs are unfinished; want all %d", n, cfg.DelayBatchSize)
 	}
 }

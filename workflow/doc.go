@@ -536,7 +536,20 @@
 // start while the rest are woken) with SKIP LOCKED, inserting their turns
 // in the same transaction, sleeps until the earliest pending delay, and
 // wakes early on a NOTIFY when a nearer delay is written. When its holder
-// dies, another process takes the lease.
+// dies, another process takes the lease. It finds due delays (and overdue
+// run deadlines) by reading the clock once per statement, so that its
+// index scans stop at the first row not yet due, however many delays wait.
+//
+// A batch that fails is retried one delay at a time. A delay whose wake
+// fails even alone, by a fault of its own row (a trigger or a constraint
+// that refuses it, not a lost connection or a held lock), is set aside:
+// the processor leaves it out of its statements for a second, then twice
+// as long after each failure that follows, up to five minutes, so that
+// delays that always fail neither fill its batches ahead of the ones due
+// after them nor make it wait a full poll interval. A run whose deadline
+// cancel fails that way is set aside the same way. The record is the
+// processor's own, in memory: a process that takes the lease over tries
+// each such row again once.
 //
 // # Signals, events and one winner among wake sources
 //

@@ -3,6 +3,8 @@ package workflow
 import (
 	"context"
 
+	"github.com/google/uuid"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river/rivertype"
@@ -69,7 +71,7 @@ var DueStatements = map[string]struct {
 	SQL  string
 	Args []any
 }{
-	"fire due delays":   {fireDueDelaysSQL, []any{100, nil, nil}},
-	"list due delays":   {dueDelaysSQL, []any{100}},
-	"list overdue runs": {overdueRunsSQL, []any{100}},
+	"fire due delays":   {fireDueDelaysSQL, []any{100, nil, nil, []uuid.UUID{}, []string{}}},
+	"list due delays":   {dueDelaysSQL, []any{100, []uuid.UUID{}, []string{}}},
+	"list overdue runs": {overdueRunsSQL, []any{100, []uuid.UUID{}}},
 }

@@ -1,0 +1,100 @@
+package workflow
+
+import (
+	"errors"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// setAsideMin and setAsideMax bound how long the delay processor leaves
+// out a row whose wake or cancel failed on its own: the first failure sets
+// it aside for setAsideMin, and each failure after that for twice as long
+// as the one before, up to setAsideMax.
+const (
+	setAsideMin = time.Second
+	setAsideMax = 5 * time.Minute
+)
+
+// setAside are the rows (due delays by task and name, overdue runs by ID)
+// whose wake or cancel failed even in a transaction of its own, with a
+// fault of the row itself (see rowFault), and when each may be tried
+// again. Until then the delay processor's statements leave them out, so
+// that rows that always fail neither fill its batches, ahead of the due
+// rows behind them, nor hold it to a full poll interval. A row tried again
+// that fails again is set aside for longer; one that is woken or
+// cancelled is forgotten, and so is one that has not failed for
+// setAsideMax since it was last due to be tried.
+//
+// The record belongs to one delay processor, in memory: a process that
+// takes the lease over tries each row again once.
+type setAside[K comparable] struct {
+	rows map[K]aside
+}
+
+type aside struct {
+	until time.Time
+	pause time.Duration
+}
+
+// fail records that k failed at now.
+func (s *setAside[K]) fail(k K, now time.Time) {
+	if s.rows == nil {
+		s.rows = map[K]aside{}
+	}
+	a := s.rows[k]
+	a.pause = min(max(2*a.pause, setAsideMin), setAsideMax)
+	a.until = now.Add(a.pause)
+	s.rows[k] = a
+}
+
+// done forgets k, which was woken or cancelled.
+func (s *setAside[K]) done(k K) { delete(s.rows, k) }
+
+// held returns the rows set aside at now, and the earliest moment one of
+// them may be tried again (zero when there is none). It forgets the rows
+// whose last failure is long past.
+func (s *setAside[K]) held(now time.Time) (keys []K, next time.Time) {
+	for k, a := range s.rows {
+		switch {
+		case a.until.After(now):
+			keys = append(keys, k)
+			if next.IsZero() || a.until.Before(next) {
+				next = a.until
+			}
+		case now.Sub(a.until) > setAsideMax:
+			delete(s.rows, k)
+		}
+	}
+	return keys, next
+}
+
+// stepKeyArrays splits keys into the arrays of task IDs and names that the
+// delay processor's statements take.
+func stepKeyArrays(keys []stepKey) ([][16]byte, []string) {
+	tasks, names := make([]uuid.UUID, len(keys)), make([]string, len(keys))
+	for i, k := range keys {
+		tasks[i], names[i] = k.taskID, k.name
+	}
+	return pgIDs(tasks), names
+}
+
+// rowFault reports whether err, from a transaction that woke one delay or
+// cancelled one run, is a fault of that row (a constraint, a trigger that
+// raised, bad data) rather than of the database or the connection: only
+// such a row is set aside. A lost connection, a deadlock or serialization
+// failure, a held lock, a lack of resources (a full disk) or an operator's
+// intervention (a shutdown, a statement timeout) would fail any row alike,
+// and the row is tried again at the next tick.
+func rowFault(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || len(pgErr.Code) < 2 {
+		return false
+	}
+	switch pgErr.Code[:2] {
+	case "08", "40", "53", "55", "57", "58":
+		return false
+	}
+	return true
+}
