@@ -97,9 +97,21 @@ func TestPublishWakesExactlyTheMatchingWaits(t *testing.T) {
 	if scan == nil {
 		t.Fatalf("no scan of braid_steps in the plan: %v", plan)
 	}
-	if scan["Index Name"] != "braid_steps_event_waits" || !strings.Contains(fmt.Sprint(scan["Index Cond"]), "wait_on") {
-		t.Errorf("braid_steps is read by %v on %v (cond %v), want an index scan of braid_steps_event_waits on wait_on",
-			scan["Node Type"], scan["Index Name"], scan["Index Cond"])
+	// The planner may read the index through a bitmap, whose index scan is
+	// the heap scan's one child; either way the index and its condition
+	// are the same.
+	index := scan
+	if scan["Node Type"] == "Bitmap Heap Scan" {
+		if kids, _ := scan["Plans"].([]any); len(kids) == 1 {
+			index, _ = kids[0].(map[string]any)
+		}
+		if removed, ok := scan["Rows Removed by Index Recheck"]; ok && removed != float64(0) {
+			t.Errorf("the bitmap scan of braid_steps removed %v rows on recheck, want none", removed)
+		}
+	}
+	if index["Index Name"] != "braid_steps_event_waits" || !strings.Contains(fmt.Sprint(index["Index Cond"]), "wait_on") {
+		t.Errorf("braid_steps is read by %v on %v (cond %v), want a scan of the index braid_steps_event_waits on wait_on",
+			index["Node Type"], index["Index Name"], index["Index Cond"])
 	}
 	if rows := scan["Actual Rows"]; rows != float64(target) {
 		t.Errorf("the scan of braid_steps read %v rows, want the %d waits on the topic", rows, target)
