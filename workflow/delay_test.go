@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/braidflow/braid/testutil"
 	"github.com/braidflow/braid/workflow"
@@ -72,6 +73,18 @@ func TestDueStatementsReadOnlyDueRows(t *testing.T) {
 	}
 }
 
+// refuseUpdates makes every update of table whose new row meets when fail,
+// as a trigger or a constraint of an operator's might.
+func refuseUpdates(t *testing.T, pool *pgxpool.Pool, table, when string) {
+	t.Helper()
+	execSQL(t, pool, `
+		CREATE OR REPLACE FUNCTION refuse_update() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+		    RAISE EXCEPTION 'update of % refused', TG_TABLE_NAME;
+		END $$`)
+	execSQL(t, pool, `CREATE TRIGGER refuse_update BEFORE UPDATE ON `+table+` FOR EACH ROW WHEN (`+when+`) EXECUTE FUNCTION refuse_update()`)
+}
+
 // Due delays whose wake always fails, as many as a batch holds and due
 // first, hold back no other delay: each is set aside once it has failed on
 // its own, and the delay due after them fires.
@@ -79,13 +92,7 @@ func TestDelaysThatAlwaysFailDoNotHoldBackTheOthers(t *testing.T) {
 	t.Parallel()
 	pool := testutil.DB(t)
 	ctx := ctxTimeout(t, 60*time.Second)
-	execSQL(t, pool, `
-		CREATE FUNCTION poison_fire() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN
-		    IF NEW.status = 'fired' AND NEW.name = 'poison' THEN RAISE EXCEPTION 'poisoned delay'; END IF;
-		    RETURN NEW;
-		END $$`)
-	execSQL(t, pool, `CREATE TRIGGER poison_fire BEFORE UPDATE ON braid_steps FOR EACH ROW EXECUTE FUNCTION poison_fire()`)
+	refuseUpdates(t, pool, "braid_steps", `NEW.status = 'fired' AND NEW.name = 'poison'`)
 	nap := workflow.Define("set_aside_nap", func(t *workflow.Task, in struct {
 		Name string
 		Wait time.Duration
@@ -132,13 +139,7 @@ func TestDeadlinesThatAlwaysFailDoNotHoldBackTheOthers(t *testing.T) {
 	t.Parallel()
 	pool := testutil.DB(t)
 	ctx := ctxTimeout(t, 60*time.Second)
-	execSQL(t, pool, `
-		CREATE FUNCTION poison_cancel() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN
-		    IF NEW.status = 'cancelled' AND NEW.input = '"poison"' THEN RAISE EXCEPTION 'poisoned run'; END IF;
-		    RETURN NEW;
-		END $$`)
-	execSQL(t, pool, `CREATE TRIGGER poison_cancel BEFORE UPDATE ON braid_runs FOR EACH ROW EXECUTE FUNCTION poison_cancel()`)
+	refuseUpdates(t, pool, "braid_runs", `NEW.status = 'cancelled' AND NEW.input = '"poison"'`)
 	sleeper := workflow.Define("set_aside_sleeper", func(t *workflow.Task, _ string) (string, error) {
 		return "", t.Delay("long", time.Hour)
 	})
