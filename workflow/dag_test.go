@@ -222,6 +222,48 @@ func TestWhenFalseSkipsTheBranch(t *testing.T) {
 	}
 }
 
+// A DAG's root fails at once when a node has failed, on the attempt that
+// read the failure: its turn job is cancelled with the error there, not
+// left for River to retry (a retry would only find the task failed, and
+// until then a Retry of the run would find the turn still live). The
+// run's dead letter is the node's job.
+func TestFailedDAGRootsTurnIsNotRetried(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	broken := workflow.Define("root_broken_node", func(t *workflow.Task, _ dagIn) (string, error) {
+		return "", errors.New("broken for good")
+	}, workflow.WithMaxAttempts(1))
+	dag := workflow.DAG[dagIn]("root_failing_dag", workflow.Node("broken", broken))
+	eng := startEngine(t, pool, testConfig(dag, broken))
+	ctx := ctxTimeout(t, 60*time.Second)
+	run, err := dag.Start(ctx, eng, dagIn{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var re *workflow.RunError
+	if _, err := run.Result(ctx); !errors.As(err, &re) || re.Status != "failed" {
+		t.Fatalf("Result = %v; want the run failed", err)
+	}
+	turns := `
+		SELECT count(*) FROM river_job j JOIN braid_tasks t ON t.id = braid_turn_task(j.unique_key, j.args)
+		 WHERE t.run_id = $1 AND (t.parent_task_id IS NULL) = $2 AND j.state = $3 AND j.attempt = 1`
+	waitFor(t, "the root's turn job to be finalized", 10*time.Second, func() bool {
+		return count(t, pool, `
+			SELECT count(*) FROM river_job j JOIN braid_tasks t ON t.id = braid_turn_task(j.unique_key, j.args)
+			 WHERE t.run_id = $1 AND t.parent_task_id IS NULL AND j.finalized_at IS NOT NULL`, run.ID) > 0
+	})
+	if n := count(t, pool, turns, run.ID, true, "cancelled"); n != 1 {
+		t.Errorf("%d of the root's turn jobs were cancelled on attempt 1; want its one turn job", n)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM river_job j JOIN braid_tasks t ON t.id = braid_turn_task(j.unique_key, j.args)
+		 WHERE t.run_id = $1 AND t.parent_task_id IS NULL`, run.ID); n != 1 {
+		t.Errorf("the root has %d turn jobs; want 1", n)
+	}
+	if n := count(t, pool, turns, run.ID, false, "discarded"); n != 1 {
+		t.Errorf("%d of the node's turn jobs were discarded on attempt 1; want its one turn job, the run's dead letter", n)
+	}
+}
+
 // TestNodeFailureFailsTheRunAndRetryRerunsOnlyIt fails a node
 // permanently: the run fails naming it, its dependents are skipped, the
 // on-failure node runs, and Retry once the fault is fixed reruns that node

@@ -79,7 +79,9 @@
 // its policy applies. Under FailDAG, the default, the DAG fails: every
 // blocked node is skipped at once ("the DAG failed: node … failed"), the
 // nodes that run finish, and the run fails with a *[NodeError] naming the
-// node. Under [Continue] the failure counts as final for the dependents,
+// node. The failed node's job is the run's dead letter; the root's turn,
+// which reads that failure, fails its task at once and cancels its own job
+// with the error rather than leave River to retry it. Under [Continue] the failure counts as final for the dependents,
 // which see it in status. An on-failure node ([IfDAGFails]) waits for
 // every other node and runs only if the DAG failed. [Engine.Retry] of a
 // failed DAG run keeps its completed nodes, and resets the others (and

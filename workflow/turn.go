@@ -735,7 +735,9 @@ func (e *Engine) runTurn(ctx context.Context, job *river.Job[taskArgs], claimed 
 			// inspectable as a dead letter. Should the outcome not
 			// commit, the reconciler finds the task without a live turn
 			// and fails it. A DAG's root reads what its nodes recorded
-			// and nothing else: its error is final at once.
+			// and nothing else: its error is final at once, and its job
+			// is cancelled with it (below) when attempts remain, as a
+			// retry would only find the task failed.
 			o.kind = outcomeFail
 		}
 	default:
@@ -754,6 +756,13 @@ func (e *Engine) runTurn(ctx context.Context, job *river.Job[taskArgs], claimed 
 		return continuation{}, runErr
 	case err != nil:
 		return continuation{}, err
+	}
+	if o.kind == outcomeFail && job.Attempt < job.MaxAttempts {
+		// A DAG's root failed before its last attempt: River must not
+		// retry the turn, and a Retry of the run must not find it still
+		// live. The job is cancelled with the error, as the turn of an
+		// unknown workflow is: the dead letter is the failed node's job.
+		ret = river.JobCancel(runErr)
 	}
 	return continuation{o.next, o.nextTask}, ret
 }
