@@ -94,6 +94,57 @@ func TestFailedFireRetriesTheSameSlot(t *testing.T) {
 	}
 }
 
+// TestMovedScheduleForgetsItsFailedFire: once an update or a toggle moves
+// a schedule off the slot whose fire failed, its count of failures is back
+// to zero, so that a later slot reached late is a missed slot under
+// CatchUpSkip, and skipped, as for any schedule.
+func TestMovedScheduleForgetsItsFailedFire(t *testing.T) {
+	t.Parallel()
+	for name, move := range map[string]func(ctx context.Context, s *Scheduler) (*Schedule, error){
+		"update": func(ctx context.Context, s *Scheduler) (*Schedule, error) {
+			expr := "@every 2h"
+			return s.Update(ctx, "hourly", &ScheduleUpdate{Expression: &expr})
+		},
+		"toggle": func(ctx context.Context, s *Scheduler) (*Schedule, error) {
+			if _, err := s.Toggle(ctx, "hourly", false); err != nil {
+				return nil, err
+			}
+			return s.Toggle(ctx, "hourly", true)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			pool := testdb.DB(t)
+			s := newScheduler(t, pool, &Config{Queue: insertOnlyQueue(t, pool), MissedSlotGrace: time.Minute})
+			if _, err := s.Create(ctx, &ScheduleParams{TargetType: TargetJob, Name: "hourly", Expression: "@every 1h", Target: "ping",
+				CatchUpPolicy: CatchUpSkip}); err != nil {
+				t.Fatal(err)
+			}
+			setDue(t, s, "hourly", "date_trunc('second', now()) - interval '1 second'")
+			failInsertsOnce(t, s, "ping")
+			tick(t, s)
+			if sch, _ := s.Get(ctx, "hourly"); sch == nil || sch.FireFailures != 1 {
+				t.Fatalf("after the failed fire: %+v; want one failure", sch)
+			}
+			sch, err := move(ctx, s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sch.FireFailures != 0 {
+				t.Fatalf("moved to %s, it still counts %d failed fires of the slot it left", sch.NextRunAt, sch.FireFailures)
+			}
+			// Its slots, reached late (the last by half an hour), are
+			// missed slots.
+			setDue(t, s, "hourly", "date_trunc('second', now()) - interval '150 minutes'")
+			tick(t, s)
+			if jobs := firedJobs(t, pool, "hourly"); len(jobs) != 0 {
+				t.Fatalf("a slot half an hour late fired under CatchUpSkip: %+v", jobs)
+			}
+		})
+	}
+}
+
 // TestFailedFireCatchUpAllLosesNoSlot fails the first of three missed slots
 // under CatchUpAll; every slot still fires once, in order.
 func TestFailedFireCatchUpAllLosesNoSlot(t *testing.T) {

@@ -770,7 +770,8 @@ func writeSchedule(ctx context.Context, tx pgx.Tx, sch *Schedule) (*Schedule, er
 	updated, err := scanSchedule(tx.QueryRow(ctx, `
 UPDATE braid_schedules SET description = $2, expression = $3, time_zone = $4, target_type = $5, target = $6,
     args = $7, queue = $8, priority = $9, max_attempts = $10, enabled = $11, overlap_policy = $12,
-    catch_up_policy = $13, next_run_at = $14, retry_at = NULL, updated_at = braid_now()
+    catch_up_policy = $13, next_run_at = $14, retry_at = NULL, updated_at = braid_now(),
+    fire_failures = CASE WHEN next_run_at = $14 THEN fire_failures ELSE 0 END
 WHERE id = $1
 RETURNING `+scheduleColumns,
 		sch.ID, sch.Description, sch.Expression, sch.TimeZone, sch.TargetType, sch.Target, sch.Args, sch.Queue,
