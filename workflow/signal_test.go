@@ -239,7 +239,14 @@ func TestSignalBadInput(t *testing.T) {
 		v, _, err := workflow.WaitSignal[int](t, "x", -time.Second)
 		return v, err
 	}, workflow.WithMaxAttempts(1))
-	cfg := testConfig(signalCollector, negative)
+	nul := workflow.Define("signal_nul_name", func(t *workflow.Task, _ struct{}) (int, error) {
+		if _, _, err := workflow.WaitEvent[int](t, "bad\x00topic", "", 0); err != nil {
+			return 0, err
+		}
+		v, _, err := workflow.WaitSignal[int](t, "bad\x00name", 0)
+		return v, err
+	}, workflow.WithMaxAttempts(1))
+	cfg := testConfig(signalCollector, negative, nul)
 	cfg.MaxPayloadBytes = 1024
 	eng := startEngine(t, pool, cfg)
 	ctx := ctxTimeout(t, 60*time.Second)
@@ -267,6 +274,14 @@ func TestSignalBadInput(t *testing.T) {
 	}
 	if err := eng.Signal(ctx, run.ID, strings.Repeat("n", 201), 1, nil); err == nil || !strings.Contains(err.Error(), "over the limit of 200") {
 		t.Errorf("signal with a long name: %v", err)
+	}
+	for _, name := range []string{"bad\x00name", "bad\xffname"} {
+		if err := eng.Signal(ctx, run.ID, name, 1, nil); err == nil || !strings.Contains(err.Error(), "not UTF-8 text without NUL characters") {
+			t.Errorf("signal named %q: %v, want an error naming the rule", name, err)
+		}
+		if _, err := eng.Publish(ctx, name, 1); err == nil || !strings.Contains(err.Error(), "not UTF-8 text without NUL characters") {
+			t.Errorf("publish on topic %q: %v, want an error naming the rule", name, err)
+		}
 	}
 	done, cancel := context.WithCancel(ctx)
 	cancel()
@@ -296,6 +311,15 @@ func TestSignalBadInput(t *testing.T) {
 	}
 	if _, err := neg.Result(ctx); err == nil || !strings.Contains(err.Error(), "negative timeout -1s") || !strings.Contains(err.Error(), `signal "x"`) {
 		t.Errorf("wait with a negative timeout: %v, want an error naming the signal and the timeout", err)
+	}
+	// A wait whose topic PostgreSQL's text cannot hold fails its attempt at
+	// the call, naming the topic, not later in the batch that records it.
+	bad, err := nul.Start(ctx, eng, struct{}{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bad.Result(ctx); err == nil || !strings.Contains(err.Error(), `topic "bad\x00topic" is not UTF-8 text without NUL characters`) {
+		t.Errorf("wait on a topic with a NUL: %v, want an error naming the topic and the rule", err)
 	}
 }
 

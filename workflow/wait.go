@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -35,13 +37,17 @@ import (
 // MessageNameMax bounds a signal's name and an event's topic, in bytes.
 const MessageNameMax = 200
 
-// checkMessageName refuses an empty or too long signal name or topic.
+// checkMessageName refuses an empty or too long signal name or topic, and
+// one that PostgreSQL's text cannot hold (not UTF-8, or with a NUL): such a
+// name would fail only later, in the batch that records the wait.
 func checkMessageName(what, name string) error {
 	switch {
 	case name == "":
 		return fmt.Errorf("workflow: %s is empty", what)
 	case len(name) > MessageNameMax:
 		return fmt.Errorf("workflow: %s %.40q… is %d bytes, over the limit of %d", what, name, len(name), MessageNameMax)
+	case !utf8.ValidString(name) || strings.IndexByte(name, 0) >= 0:
+		return fmt.Errorf("workflow: %s %q is not UTF-8 text without NUL characters", what, name)
 	}
 	return nil
 }
