@@ -34,8 +34,14 @@ import (
 // documentation): the run's tasks (children before parents), their steps,
 // the run; its turn jobs last, with SKIP LOCKED, so it never waits for one.
 func (e *Engine) Cancel(ctx context.Context, runID string) error {
+	id, err := parseRunID(runID)
+	if err != nil {
+		return err
+	}
 	for try := 1; ; try++ {
-		err := e.withTx(ctx, func(tx pgx.Tx) error { return e.CancelTx(ctx, tx, runID) })
+		err := e.withTx(ctx, func(tx pgx.Tx) error {
+			return e.cancelTx(ctx, tx, id, runID, storedError{Message: "cancelled"}, false)
+		})
 		if try < cancelTries && isLockNotAvailable(err) {
 			select {
 			case <-ctx.Done():
@@ -51,7 +57,6 @@ func (e *Engine) Cancel(ctx context.Context, runID string) error {
 		// their context; a turn job that CancelTx skipped because another
 		// transaction held it is cancelled now. Then wait for the turns to
 		// end, so that nothing of the run runs once Cancel returns.
-		id, _ := uuid.Parse(runID)
 		if err := e.cancelSkippedTurns(ctx, id, runID); err != nil {
 			return err
 		}
@@ -280,16 +285,29 @@ const cancelTries = 20
 
 // CancelTx is Cancel inside tx: the run is cancelled only if tx commits.
 // Unlike Cancel, it cannot wait for the run's running turns to end, since
-// they learn of the cancel only once tx commits.
+// they learn of the cancel only once tx commits. A running turn whose job
+// another transaction held at that moment learns of it within about a
+// second of the commit from this engine, when it is started (see "Lock
+// order" in the package doc), and otherwise at its next step.
 // It may fail with PostgreSQL's lock_not_available (55P03) when a turn
 // holds a task it must lock; roll tx back and call it again, as Cancel
 // does.
 func (e *Engine) CancelTx(ctx context.Context, tx pgx.Tx, runID string) error {
+	id, err := parseRunID(runID)
+	if err != nil {
+		return err
+	}
+	return e.cancelTx(ctx, tx, id, runID, storedError{Message: "cancelled"}, true)
+}
+
+// parseRunID reads a run ID for Cancel and CancelTx: a run whose ID is no
+// UUID is not found.
+func parseRunID(runID string) (uuid.UUID, error) {
 	id, err := uuid.Parse(runID)
 	if err != nil {
-		return fmt.Errorf("%w: %q is not a UUID", ErrRunNotFound, runID)
+		return uuid.Nil, fmt.Errorf("%w: %q is not a UUID", ErrRunNotFound, runID)
 	}
-	return e.cancelTx(ctx, tx, id, runID, storedError{Message: "cancelled"})
+	return id, nil
 }
 
 // cancelTx cancels the run id inside tx, with cause as the stored error of
@@ -297,8 +315,10 @@ func (e *Engine) CancelTx(ctx context.Context, tx pgx.Tx, runID string) error {
 // delay processor's timeout when the run's deadline passed. A timeout is
 // fenced on the deadline: should the run's deadline have moved (a Retry
 // since the processor read it), the run is left alone and cancelTx fails
-// with ErrRunFinished, as for a run that finished meanwhile.
-func (e *Engine) cancelTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID string, cause storedError) error {
+// with ErrRunFinished, as for a run that finished meanwhile. holdSkipped
+// keeps the turn jobs it skips among the held cancels, for a caller that
+// does not cancel them itself once tx has committed (CancelTx's).
+func (e *Engine) cancelTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID string, cause storedError, holdSkipped bool) error {
 	if err := runStatusIs(ctx, tx, id, runID, func(status string) error {
 		if finished(status) {
 			return fmt.Errorf("%w: run %s is %s", ErrRunFinished, runID, status)
@@ -378,7 +398,12 @@ func (e *Engine) cancelTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID st
 	// holds now (a turn recording its outcome or heartbeating, River
 	// fetching or completing it) is skipped. Its task is cancelled, so a
 	// turn that starts finds nothing to do, and a running one stops at its
-	// next step; Cancel cancels the skipped jobs after the commit.
+	// next step; Cancel and the delay processor cancel the skipped jobs
+	// after the commit. A step may run long, and CancelTx's caller does not
+	// cancel them, so for it each skipped job is kept among the held
+	// cancels (retryHeldCancels): they cancel it once this transaction has
+	// committed (waiting for its task's row until then), and do nothing
+	// after a rollback.
 	rows, err = tx.Query(ctx, `
 		SELECT j.id FROM river_job j JOIN braid_tasks t ON braid_turn_task(j.unique_key, j.args) = t.id
 		 WHERE j.kind = $1 AND t.run_id = $2 AND j.state IN `+liveJobStates+`
@@ -389,6 +414,11 @@ func (e *Engine) cancelTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID st
 	jobIDs, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 	if err != nil {
 		return err
+	}
+	if holdSkipped {
+		if err := e.holdSkippedTurns(ctx, tx, id, jobIDs); err != nil {
+			return err
+		}
 	}
 	for _, jid := range jobIDs {
 		if _, err := e.queue.River().JobCancelTx(ctx, tx, jid); err != nil {
@@ -403,6 +433,28 @@ func (e *Engine) cancelTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID st
 		msg = "workflow: run timed out: its deadline passed, so it is cancelled"
 	}
 	e.logger.InfoContext(ctx, msg, "run.id", runID, "tasks_cancelled", len(taskIDs), "turns_cancelled", len(jobIDs))
+	return nil
+}
+
+// holdSkippedTurns keeps among the held cancels the live turn jobs of run
+// id that are not among locked, the ones cancelTx locked.
+func (e *Engine) holdSkippedTurns(ctx context.Context, tx pgx.Tx, id uuid.UUID, locked []int64) error {
+	if locked == nil {
+		locked = []int64{} // <> ALL(NULL) would match nothing
+	}
+	rows, err := tx.Query(ctx, `
+		SELECT j.id FROM river_job j JOIN braid_tasks t ON braid_turn_task(j.unique_key, j.args) = t.id
+		 WHERE j.kind = $1 AND t.run_id = $2 AND j.state IN `+liveJobStates+` AND j.id <> ALL($3)`, TaskKind, id, locked)
+	if err != nil {
+		return err
+	}
+	skipped, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return err
+	}
+	for _, jid := range skipped {
+		e.held.add(jid)
+	}
 	return nil
 }
 

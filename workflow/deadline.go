@@ -153,7 +153,7 @@ func (p *delayPass) cancelOverdueRuns(ctx context.Context) (cancelled int, full,
 			if _, err := tx.Exec(ctx, fmt.Sprintf(`SET LOCAL lock_timeout = '%dms'`, deadlineLockTimeout.Milliseconds())); err != nil {
 				return err
 			}
-			return e.cancelTx(ctx, tx, r.id, r.id.String(), cause)
+			return e.cancelTx(ctx, tx, r.id, r.id.String(), cause, false)
 		})
 		switch {
 		case err == nil:

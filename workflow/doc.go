@@ -379,7 +379,10 @@
 // lock, waiting a second at most for the job's row: a job held longer is
 // tried again once a second, by the engine while it runs and by Cancel
 // while it waits for the run's turns to end, so that a running turn's
-// context ends once its row is free. So a Retry that has reset a task never
+// context ends once its row is free. The turns that CancelTx skips are
+// kept for those tries at once, as CancelTx's caller cancels none itself:
+// tried while the caller's transaction is open, they wait for their task's
+// row (a second at most, then again), and do nothing if it rolls back. So a Retry that has reset a task never
 // loses the turn it left the task to, and Retry, holding the tasks it
 // resets, refuses to reset one whose turn is running and waits for that
 // turn to end. A step's record holds only a share lock of its task's row,

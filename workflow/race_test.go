@@ -810,6 +810,63 @@ func TestCancelInterruptsATurnWhoseJobWasHeldPastItsLockTimeout(t *testing.T) {
 	}
 }
 
+// TestCancelTxInterruptsATurnWhoseJobWasHeld holds a running turn's job row
+// while CancelTx cancels its run, so that CancelTx skips the job, and
+// releases it once the caller's transaction has committed. CancelTx's
+// caller cancels no skipped job itself; the engine does, so the turn's
+// context ends, and a Retry then finds no turn running.
+func TestCancelTxInterruptsATurnWhoseJobWasHeld(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	started, ended := make(chan struct{}, 1), make(chan struct{}, 1)
+	var calls atomic.Int32
+	stuck := workflow.Define("held_by_cancel_tx", func(t *workflow.Task, _ int) (int, error) {
+		return workflow.Step(t, "wait", func(ctx context.Context) (int, error) {
+			if calls.Add(1) > 1 {
+				return 1, nil // the run retried
+			}
+			started <- struct{}{}
+			<-ctx.Done()
+			ended <- struct{}{}
+			return 0, ctx.Err()
+		})
+	})
+	eng := startEngine(t, pool, testConfig(stuck))
+	ctx := ctxTimeout(t, 60*time.Second)
+	run, err := stuck.Start(ctx, eng, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	var job int64
+	if err := pool.QueryRow(ctx, `
+		SELECT j.id FROM river_job j JOIN braid_tasks k ON braid_turn_task(j.unique_key, j.args) = k.id
+		 WHERE k.run_id = $1 AND j.state = 'running'`, run.ID).Scan(&job); err != nil {
+		t.Fatal(err)
+	}
+	holder := holdRow(t, pool, "river_job", job)
+	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return eng.CancelTx(ctx, tx, run.ID) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ended:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the turn CancelTx skipped was never interrupted")
+	}
+	if _, err := run.Result(ctx); !errors.Is(err, workflow.ErrCancelled) {
+		t.Fatalf("Result = %v, want cancelled", err)
+	}
+	if err := eng.Retry(ctx, run.ID); err != nil {
+		t.Fatalf("Retry after the interrupted turn: %v", err)
+	}
+	if got, err := run.Result(ctx); err != nil || got != 1 {
+		t.Fatalf("the retried run: %d, %v; want 1", got, err)
+	}
+}
+
 // TestOrphanTurnHeldPastItsLockTimeoutIsStillInterrupted holds the job row
 // of a running child's turn while its parent completes without awaiting
 // it. The batch cancels the child, but its turn job stays held longer than
