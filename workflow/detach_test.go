@@ -62,13 +62,24 @@ func TestUnawaitedChildIsCancelledWhenItsParentFinishes(t *testing.T) {
 		if err := t.Delay("let them start", 10*time.Millisecond); err != nil {
 			return "", err
 		}
-		// Wait, in a step, until the stuck child's step runs.
+		// Wait, in a step, until the stuck child's step runs and the
+		// sleeper's first turn has created the grandchild.
 		_, err := workflow.Step(t, "wait for stuck", func(ctx context.Context) (bool, error) {
 			select {
 			case <-stepStarted:
-				return true, nil
 			case <-ctx.Done():
 				return false, ctx.Err()
+			}
+			for {
+				var n int
+				if err := pool.QueryRow(ctx, `SELECT count(*) FROM braid_tasks WHERE key = 'grandchild'`).Scan(&n); err != nil || n > 0 {
+					return n > 0, err
+				}
+				select {
+				case <-time.After(10 * time.Millisecond):
+				case <-ctx.Done():
+					return false, ctx.Err()
+				}
 			}
 		})
 		return "done", err
