@@ -149,6 +149,19 @@ func holdRow(t *testing.T, pool *pgxpool.Pool, table string, id any) pgx.Tx {
 	return tx
 }
 
+// holdRunningTurnJob holds the row of the running turn job of run runID
+// (as holdRow does), which must have one.
+func holdRunningTurnJob(t *testing.T, pool *pgxpool.Pool, runID string) pgx.Tx {
+	t.Helper()
+	var job int64
+	if err := pool.QueryRow(context.Background(), `
+		SELECT j.id FROM river_job j JOIN braid_tasks k ON braid_turn_task(j.unique_key, j.args) = k.id
+		 WHERE k.run_id = $1 AND j.state = 'running'`, runID).Scan(&job); err != nil {
+		t.Fatal(err)
+	}
+	return holdRow(t, pool, "river_job", job)
+}
+
 // waitsForALock reports whether a session of the test's database, other
 // than a turn's heartbeat, waits for a row lock.
 func waitsForALock(t *testing.T, pool *pgxpool.Pool) bool {
@@ -775,13 +788,7 @@ func TestCancelInterruptsATurnWhoseJobWasHeldPastItsLockTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-started
-	var job int64
-	if err := pool.QueryRow(ctx, `
-		SELECT j.id FROM river_job j JOIN braid_tasks k ON braid_turn_task(j.unique_key, j.args) = k.id
-		 WHERE k.run_id = $1 AND j.state = 'running'`, run.ID).Scan(&job); err != nil {
-		t.Fatal(err)
-	}
-	holder := holdRow(t, pool, "river_job", job)
+	holder := holdRunningTurnJob(t, pool, run.ID)
 	cancelled := make(chan error, 1)
 	go func() { cancelled <- eng.Cancel(ctx, run.ID) }()
 	// Cancel waits for the row, then gives up on it for the moment.
@@ -838,13 +845,7 @@ func TestCancelTxInterruptsATurnWhoseJobWasHeld(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-started
-	var job int64
-	if err := pool.QueryRow(ctx, `
-		SELECT j.id FROM river_job j JOIN braid_tasks k ON braid_turn_task(j.unique_key, j.args) = k.id
-		 WHERE k.run_id = $1 AND j.state = 'running'`, run.ID).Scan(&job); err != nil {
-		t.Fatal(err)
-	}
-	holder := holdRow(t, pool, "river_job", job)
+	holder := holdRunningTurnJob(t, pool, run.ID)
 	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return eng.CancelTx(ctx, tx, run.ID) }); err != nil {
 		t.Fatal(err)
 	}
