@@ -219,6 +219,43 @@ func TestNULErrorFailsCleanlyWhileOtherWorkCompletes(t *testing.T) {
 	}
 }
 
+// TestOutcomeThatLostAConflictIsTriedAgain: the transaction of a batch of
+// one outcome, on its turn's last attempt, loses a conflict with another
+// transaction (a deadlock, injected once). It is tried again, so the
+// outcome is recorded and the run completes, without the attempt spent.
+func TestOutcomeThatLostAConflictIsTriedAgain(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	execSQL(t, pool, `CREATE SEQUENCE conflicts`)
+	execSQL(t, pool, `
+		CREATE FUNCTION lose_a_conflict() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+		    IF NEW.status = 'completed' AND NEW.workflow = 'conflicted' AND nextval('conflicts') = 1 THEN
+		        RAISE EXCEPTION 'injected deadlock' USING ERRCODE = '40P01';
+		    END IF;
+		    RETURN NEW;
+		END $$`)
+	execSQL(t, pool, `CREATE TRIGGER lose_a_conflict BEFORE UPDATE ON braid_tasks FOR EACH ROW EXECUTE FUNCTION lose_a_conflict()`)
+	wf := workflow.Define("conflicted", func(t *workflow.Task, _ struct{}) (int, error) {
+		return workflow.Step(t, "one", func(ctx context.Context) (int, error) { return 1, nil })
+	}, workflow.WithMaxAttempts(1))
+	eng := startEngine(t, pool, testConfig(wf))
+	ctx := ctxTimeout(t, 30*time.Second)
+	run, err := wf.Start(ctx, eng, struct{}{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := run.Result(ctx); err != nil || got != 1 {
+		t.Fatalf("Result = %d, %v; want 1, the outcome recorded on its second try", got, err)
+	}
+	if n := count(t, pool, `SELECT last_value FROM conflicts`); n < 2 {
+		t.Fatalf("the completion was tried %d times; want the injected conflict, then a success", n)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM river_job WHERE state = 'completed' AND attempt = 1`); n != 1 {
+		t.Fatalf("%d turn jobs completed on their first attempt; want the run's one", n)
+	}
+}
+
 func TestFailedOutcomeTransactionOnTheLastAttemptFailsTheRun(t *testing.T) {
 	t.Parallel()
 	pool := testutil.DB(t)

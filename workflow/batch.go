@@ -3,6 +3,7 @@ package workflow
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/braidflow/braid/queue"
@@ -257,6 +259,20 @@ func (e *Engine) flush(batch []*outcome) {
 	defer cancel()
 	start := time.Now()
 	waits, orphans, fin, err := e.flushTx(ctx, batch)
+	// A batch of one outcome has no one-at-a-time to fall back on: when
+	// it lost a conflict with another transaction, it is tried again,
+	// rather than spend its turn's attempt.
+	for try := 1; err != nil && len(batch) == 1 && try < outcomeTries && lostConflict(err); try++ {
+		e.logger.DebugContext(ctx, "workflow: a turn's outcome lost a conflict; trying it again", "try", try, "error", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Duration(try) * 10 * time.Millisecond):
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		waits, orphans, fin, err = e.flushTx(ctx, batch)
+	}
 	e.metrics.recordBatch(ctx, len(batch), time.Since(start), err)
 	if err == nil {
 		fin.record(ctx, e.metrics)
@@ -295,6 +311,26 @@ func (e *Engine) flush(batch []*outcome) {
 		}
 		close(o.done)
 	}
+}
+
+// outcomeTries bounds how often a batch of one outcome is tried when it
+// keeps losing conflicts (lostConflict).
+const outcomeTries = 5
+
+// lostConflict reports whether err is PostgreSQL's verdict on a conflict
+// with another transaction, which a new try may not meet: a serialization
+// failure, a deadlock, or a lock taken NOWAIT (or under a lock timeout)
+// that another transaction held.
+func lostConflict(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	switch pgErr.Code {
+	case "40001", "40P01", "55P03":
+		return true
+	}
+	return false
 }
 
 // batchState is what a flush learns as it goes.

@@ -225,7 +225,10 @@
 // meanwhile and commits beside it; a batch begins to collect once a flush
 // is free. A turn returns, and its job counts as complete, only once its
 // batch has committed. When a batch fails, its outcomes are committed again
-// one at a time, so that one bad outcome fails only its own turn. Inside a
+// one at a time, so that one bad outcome fails only its own turn; one that
+// fails alone because it lost a conflict with another transaction (a
+// deadlock, a serialization failure, a lock taken NOWAIT) is tried again,
+// up to five times, rather than spend its turn's attempt. Inside a
 // batch, the children of one parent that finish together are summed into
 // one decrement of the parent's join, and the parent's row is locked once
 // per batch; when the parent is older than every other task of the batch,
