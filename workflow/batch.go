@@ -3,7 +3,6 @@ package workflow
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/braidflow/braid/queue"
@@ -322,11 +320,7 @@ const outcomeTries = 5
 // failure, a deadlock, or a lock taken NOWAIT (or under a lock timeout)
 // that another transaction held.
 func lostConflict(err error) bool {
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) {
-		return false
-	}
-	switch pgErr.Code {
+	switch sqlState(err) {
 	case "40001", "40P01", "55P03":
 		return true
 	}

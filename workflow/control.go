@@ -270,9 +270,16 @@ func (e *Engine) retryHeldCancelsEvery(ctx context.Context, interval time.Durati
 // isLockNotAvailable reports whether err is PostgreSQL's
 // lock_not_available (55P03): a NOWAIT lock that was held, or a lock
 // timeout that passed.
-func isLockNotAvailable(err error) bool {
+func isLockNotAvailable(err error) bool { return sqlState(err) == "55P03" }
+
+// sqlState is the SQLSTATE of the PostgreSQL error that err wraps, or ""
+// when it wraps none.
+func sqlState(err error) string {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "55P03"
+	if errors.As(err, &pgErr) {
+		return pgErr.Code
+	}
+	return ""
 }
 
 // cancelLockTimeout bounds how long cancelling a turn job waits for its

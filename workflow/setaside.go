@@ -1,11 +1,9 @@
 package workflow
 
 import (
-	"errors"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // setAsideMin and setAsideMax bound how long the delay processor leaves
@@ -88,11 +86,11 @@ func stepKeyArrays(keys []stepKey) ([][16]byte, []string) {
 // intervention (a shutdown, a statement timeout) would fail any row alike,
 // and the row is tried again at the next tick.
 func rowFault(err error) bool {
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || len(pgErr.Code) < 2 {
+	code := sqlState(err)
+	if len(code) < 2 {
 		return false
 	}
-	switch pgErr.Code[:2] {
+	switch code[:2] {
 	case "08", "40", "53", "55", "57", "58":
 		return false
 	}
