@@ -122,6 +122,8 @@ func checkDefinitionName(name string) error {
 		return &DefinitionError{Workflow: name, Reason: "the name is empty"}
 	case len(name) > 200:
 		return &DefinitionError{Workflow: name[:40] + "…", Reason: fmt.Sprintf("the name is %d bytes, over the limit of 200", len(name))}
+	case !isText(name):
+		return &DefinitionError{Workflow: fmt.Sprintf("%q", name), Reason: "the name is not UTF-8 text without NUL characters"}
 	}
 	return nil
 }

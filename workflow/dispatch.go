@@ -88,14 +88,11 @@ func (e *Engine) StartByNameTx(ctx context.Context, tx pgx.Tx, name string, inpu
 	if len(input) == 0 {
 		input = json.RawMessage("null")
 	}
-	if !json.Valid(input) {
-		return nil, &EncodeError{What: what, Err: errors.New("not valid JSON")}
-	}
 	if len(input) > e.cfg.MaxPayloadBytes {
 		return nil, &PayloadTooLargeError{What: what, Size: len(input), Limit: e.cfg.MaxPayloadBytes}
 	}
-	if hasNUL(input) {
-		return nil, &EncodeError{What: what, Err: errNUL}
+	if err := queue.CheckJSONB(input); err != nil {
+		return nil, &EncodeError{What: what, Err: err}
 	}
 	d, err := e.lookup(name)
 	if err != nil {

@@ -632,17 +632,11 @@ func (e *Engine) encode(what string, v any) (json.RawMessage, error) {
 	if len(b) > e.cfg.MaxPayloadBytes {
 		return nil, &PayloadTooLargeError{What: what, Size: len(b), Limit: e.cfg.MaxPayloadBytes}
 	}
-	if hasNUL(b) {
-		return nil, &EncodeError{What: what, Err: errNUL}
+	if err := queue.CheckJSONB(b); err != nil {
+		return nil, &EncodeError{What: what, Err: err}
 	}
 	return b, nil
 }
-
-// errNUL is the reason a JSON payload holding a NUL character is refused.
-var errNUL = errors.New(`it holds a NUL character (\u0000), which PostgreSQL's jsonb cannot store`)
-
-// hasNUL reports whether the JSON text b holds an escaped NUL character.
-func hasNUL(b []byte) bool { return queue.HasNUL(b) }
 
 // withTx runs fn in a transaction.
 func (e *Engine) withTx(ctx context.Context, fn func(tx pgx.Tx) error) error {

@@ -191,7 +191,9 @@ type RunFilter struct {
 	Limit int
 	// Offset skips that many runs of the list, for paging; 0 or more.
 	Offset int
-	// Before lists runs created before this time, for paging.
+	// Before lists runs created before this time. Runs started in one
+	// transaction share their creation time, so a page that ends among
+	// them does not mark where the next begins: page with Offset.
 	Before time.Time
 	// CreatedAfter and CreatedBefore bound the runs' creation time: at or
 	// after CreatedAfter, and before CreatedBefore. Zero means unbounded.
@@ -209,6 +211,11 @@ func (f *RunFilter) check(forCount bool) error {
 	}
 	if f.Offset < 0 {
 		return fmt.Errorf("%w: offset %d is negative", ErrInvalidRunFilter, f.Offset)
+	}
+	for _, t := range []struct{ name, v string }{{"workflow", f.Workflow}, {"idempotency key", f.IdempotencyKey}} {
+		if !isText(t.v) {
+			return fmt.Errorf("%w: %s %q is not UTF-8 text without NUL characters", ErrInvalidRunFilter, t.name, t.v)
+		}
 	}
 	if f.Status != "" && !strings.Contains(" "+strings.Join(RunStatuses, " ")+" ", " "+f.Status+" ") {
 		return fmt.Errorf("%w: unknown run status %q (want pending, running, waiting, completed, failed or cancelled)", ErrInvalidRunFilter, f.Status)

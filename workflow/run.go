@@ -98,14 +98,11 @@ func (e *Engine) StartWorkflowTx(ctx context.Context, tx pgx.Tx, workflow string
 	if len(input) == 0 {
 		input = json.RawMessage("null")
 	}
-	if !json.Valid(input) {
-		return "", &EncodeError{What: fmt.Sprintf("input of workflow %q", workflow), Err: errors.New("not valid JSON")}
-	}
 	if len(input) > e.cfg.MaxPayloadBytes {
 		return "", &PayloadTooLargeError{What: fmt.Sprintf("input of workflow %q", workflow), Size: len(input), Limit: e.cfg.MaxPayloadBytes}
 	}
-	if hasNUL(input) {
-		return "", &EncodeError{What: fmt.Sprintf("input of workflow %q", workflow), Err: errNUL}
+	if err := queue.CheckJSONB(input); err != nil {
+		return "", &EncodeError{What: fmt.Sprintf("input of workflow %q", workflow), Err: err}
 	}
 	id, _, err := e.startTx(ctx, tx, d, input, &StartOpts{IdempotencyKey: idempotencyKey})
 	return id, err
@@ -244,6 +241,9 @@ func (e *Engine) queueRuns(ctx context.Context, b *pgx.Batch, d *definition, sta
 		}
 		if len(o.IdempotencyKey) > 500 {
 			return nil, fmt.Errorf("workflow: idempotency key is %d bytes, over the limit of 500", len(o.IdempotencyKey))
+		}
+		if !isText(o.IdempotencyKey) {
+			return nil, fmt.Errorf("workflow: idempotency key %q is not UTF-8 text without NUL characters", o.IdempotencyKey)
 		}
 		runID, err := newID(o.ID)
 		if err != nil {

@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -40,7 +38,7 @@ func checkEventKey(key string) error {
 		return errors.New("workflow: event key is empty")
 	case len(key) > MaxEventKeyBytes:
 		return fmt.Errorf("workflow: event key beginning %q is %d bytes, over the limit of %d bytes", key[:32], len(key), MaxEventKeyBytes)
-	case !utf8.ValidString(key) || strings.IndexByte(key, 0) >= 0:
+	case !isText(key):
 		return fmt.Errorf("workflow: event key %q is not UTF-8 text without NUL characters", key)
 	}
 	return nil

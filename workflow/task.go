@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/trace"
@@ -227,9 +228,15 @@ func checkName(what, name string) error {
 		return fmt.Errorf("workflow: %s name is empty", what)
 	case len(name) > 400:
 		return fmt.Errorf("workflow: %s name is %d bytes, over the limit of 400", what, len(name))
+	case !isText(name):
+		return fmt.Errorf("workflow: %s name %q is not UTF-8 text without NUL characters", what, name)
 	}
 	return nil
 }
+
+// isText reports whether s is text that PostgreSQL's text type can hold:
+// valid UTF-8 without NUL characters.
+func isText(s string) bool { return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 }
 
 // Delay suspends the task for d, a durable timer: the task's turn ends, and
 // the delay processor gives it a new turn once d has passed, by the

@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -46,7 +44,7 @@ func checkMessageName(what, name string) error {
 		return fmt.Errorf("workflow: %s is empty", what)
 	case len(name) > MessageNameMax:
 		return fmt.Errorf("workflow: %s %.40q… is %d bytes, over the limit of %d", what, name, len(name), MessageNameMax)
-	case !utf8.ValidString(name) || strings.IndexByte(name, 0) >= 0:
+	case !isText(name):
 		return fmt.Errorf("workflow: %s %q is not UTF-8 text without NUL characters", what, name)
 	}
 	return nil

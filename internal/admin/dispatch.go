@@ -244,8 +244,8 @@ func (s *Server) dispatchJob(w http.ResponseWriter, r *http.Request) error {
 	if args[0] != '{' {
 		return errorf(http.StatusBadRequest, "args must be a JSON object, not %s", clip(string(args)))
 	}
-	if queue.HasNUL(args) {
-		return errorf(http.StatusBadRequest, `args hold a NUL character (\u0000), which PostgreSQL's jsonb cannot store`)
+	if err := queue.CheckJSONB(args); err != nil {
+		return errorf(http.StatusBadRequest, "args cannot be stored: %s", err)
 	}
 	opts := &queue.InsertOpts{InsertOpts: river.InsertOpts{Queue: req.Queue, MaxAttempts: req.MaxAttempts, Tags: req.Tags}}
 	if req.Queue != "" {
@@ -280,6 +280,9 @@ func (s *Server) dispatchJob(w http.ResponseWriter, r *http.Request) error {
 	}
 	if n := utf8.RuneCountInString(key); n > queue.IdempotencyKeyMaxLength {
 		return errorf(http.StatusBadRequest, "idempotency key is %d characters; the limit is %d", n, queue.IdempotencyKeyMaxLength)
+	}
+	if strings.ContainsRune(key, 0) {
+		return errorf(http.StatusBadRequest, "idempotency key %q holds a NUL character", key)
 	}
 	opts.IdempotencyKey = key
 	if !req.Force {
@@ -327,6 +330,9 @@ func (s *Server) dispatchRun(w http.ResponseWriter, r *http.Request) error {
 	}
 	if len(req.IdempotencyKey) > 500 {
 		return errorf(http.StatusBadRequest, "idempotency_key is %d bytes; the limit is 500", len(req.IdempotencyKey))
+	}
+	if strings.ContainsRune(req.IdempotencyKey, 0) {
+		return errorf(http.StatusBadRequest, "idempotency_key %q holds a NUL character", req.IdempotencyKey)
 	}
 	if req.Queue != "" {
 		if err := queue.ValidateQueueName(req.Queue); err != nil {

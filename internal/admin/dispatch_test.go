@@ -86,6 +86,10 @@ func TestDispatchJob(t *testing.T) {
 		{"args not an object", map[string]any{"kind": "report", "args": []int{1}}, 400, "JSON object"},
 		{"args a string", map[string]any{"kind": "report", "args": "x"}, 400, "JSON object"},
 		{"NUL in args", `{"kind": "report", "args": {"a": "x\u0000y"}}`, 400, "NUL"},
+		{"args not UTF-8", "{\"kind\": \"report\", \"args\": {\"a\": \"x\xffy\"}}", 400, "args cannot be stored: it is not valid UTF-8"},
+		{"lone surrogate in args", `{"kind": "report", "args": {"a": "\udc00"}}`, 400, `unpaired surrogate \\udc00`},
+		{"number past numeric", `{"kind": "report", "args": {"a": 1e200000}}`, 400, "digits before the decimal point"},
+		{"NUL in key", `{"kind": "report", "idempotency_key": "a\u0000b"}`, 400, "NUL"},
 		{"bad queue", map[string]any{"kind": "report", "queue": "Bad Queue!"}, 400, `is invalid: use 1 to 64 lower-case letters`},
 		{"bad priority", map[string]any{"kind": "report", "priority": "urgent"}, 422, "unknown priority"},
 		{"negative attempts", map[string]any{"kind": "report", "max_attempts": -1}, 400, "max_attempts"},
@@ -204,6 +208,9 @@ func TestDispatchRun(t *testing.T) {
 		{"bad priority", map[string]any{"workflow": "dispatch_greet", "priority": 500}, 422, "out of range"},
 		{"bad queue", map[string]any{"workflow": "dispatch_greet", "queue": "UPPER"}, 400, `is invalid: use 1 to 64 lower-case letters`},
 		{"NUL in input", `{"workflow": "dispatch_greet", "input": "a\u0000b"}`, 400, "NUL"},
+		{"input not UTF-8", "{\"workflow\": \"dispatch_greet\", \"input\": \"x\xffy\"}", 400, "not valid UTF-8"},
+		{"lone surrogate in input", `{"workflow": "dispatch_greet", "input": "\ud800"}`, 400, `unpaired surrogate \\ud800`},
+		{"NUL in key", `{"workflow": "dispatch_greet", "idempotency_key": "a\u0000b"}`, 400, "NUL"},
 		{"malformed", `{"workflow": `, 400, "malformed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

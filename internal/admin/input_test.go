@@ -85,6 +85,8 @@ var hostile = []string{
 	"'; DROP TABLE braid_runs; --",
 	`" OR 1=1 --`,
 	"%00",
+	"\x00",
+	"a\xffb",
 	strings.Repeat("9", 40),
 }
 

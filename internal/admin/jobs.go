@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
@@ -376,6 +377,9 @@ func textFilter(r *http.Request, name string) (string, error) {
 	v := r.URL.Query().Get(name)
 	if len(v) > filterMax {
 		return "", errorf(http.StatusBadRequest, "%s filter is %d bytes; the limit is %d", name, len(v), filterMax)
+	}
+	if !utf8.ValidString(v) || strings.ContainsRune(v, 0) {
+		return "", errorf(http.StatusBadRequest, "%s filter %q is not UTF-8 text without NUL characters", name, v)
 	}
 	return v, nil
 }

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -360,6 +361,11 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) error {
 	}
 	if n := len(f.IdempotencyKey); n > runKeyMax {
 		return errorf(http.StatusBadRequest, "invalid idempotency_key: %d bytes, over the limit of %d", n, runKeyMax)
+	}
+	for _, p := range []struct{ name, v string }{{"workflow", f.Workflow}, {"idempotency_key", f.IdempotencyKey}} {
+		if !utf8.ValidString(p.v) || strings.ContainsRune(p.v, 0) {
+			return errorf(http.StatusBadRequest, "invalid %s %q: not UTF-8 text without NUL characters", p.name, p.v)
+		}
 	}
 	if f.Status != "" && !slices.Contains(workflow.RunStatuses, f.Status) {
 		e := errorf(http.StatusBadRequest, "invalid status %q: use one of %s", f.Status, strings.Join(workflow.RunStatuses, ", "))

@@ -430,9 +430,15 @@ func checkScheduleRequest(req *ScheduledJobRequest) (*schedTarget, error) {
 	case args != nil && input != nil:
 		return bad(`give either "args" (of a job) or "input" (of a workflow), not both`)
 	}
-	for _, raw := range []json.RawMessage{args, input} {
-		if queue.HasNUL(raw) {
-			return bad(`args or input hold a NUL character (\u0000), which PostgreSQL's jsonb cannot store`)
+	for _, f := range []struct {
+		name string
+		raw  json.RawMessage
+	}{{"args", args}, {"input", input}} {
+		if f.raw == nil {
+			continue
+		}
+		if err := queue.CheckJSONB(f.raw); err != nil {
+			return bad("field %q cannot be stored: %s", f.name, err)
 		}
 	}
 	if args != nil && !schedIsObject(args) {
