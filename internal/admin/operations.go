@@ -101,7 +101,7 @@ type ThroughputBucket struct {
 // Overview is the dashboard's first page: counts, the last hour, lease
 // holders and the alerts.
 type Overview struct {
-	// Now is the database's clock when the overview was read.
+	// Now is braid's clock, braid_now(), when the overview was read.
 	Now  time.Time    `json:"now"`
 	Jobs OverviewJobs `json:"jobs"`
 	Runs OverviewRuns `json:"runs"`
@@ -220,8 +220,8 @@ func (s *Server) leaseInfos(ctx context.Context) ([]LeaseInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	var now time.Time
-	if err := s.pool.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+	var now time.Time // the leases' clock (DESIGN.md, invariant 8)
+	if err := s.pool.QueryRow(ctx, `SELECT braid_now()`).Scan(&now); err != nil {
 		return nil, fmt.Errorf("reading the database clock: %w", err)
 	}
 	out := make([]LeaseInfo, len(ls))
@@ -330,7 +330,7 @@ func (s *Server) overview(ctx context.Context) (*Overview, error) {
 			LongRunningSeconds: s.cfg.Alerts.LongRunning.Seconds(),
 		},
 	}
-	if err := s.pool.QueryRow(ctx, `SELECT now()`).Scan(&ov.Now); err != nil {
+	if err := s.pool.QueryRow(ctx, `SELECT braid_now()`).Scan(&ov.Now); err != nil {
 		return nil, fmt.Errorf("reading the database clock: %w", err)
 	}
 
@@ -398,22 +398,27 @@ func (s *Server) overviewRuns(ctx context.Context, ov *Overview) error {
 // overviewHour reads the last hour: per-minute buckets of finished jobs
 // and runs, and the sums over the 60 minutes before now.
 func (s *Server) overviewHour(ctx context.Context, ov *Overview) error {
+	// Runs finish on braid's clock, braid_now(), and River's jobs on the
+	// database's; the two differ only under a test kit's moved clock, by
+	// an offset that the jobs' times are moved by.
 	rows, err := s.pool.Query(ctx, `
-WITH minutes AS (
-    SELECT generate_series(date_trunc('minute', now()) - interval '59 minutes', date_trunc('minute', now()), interval '1 minute') AS minute
+WITH clock AS (
+    SELECT date_trunc('minute', braid_now()) AS minute, braid_now() - now() AS offset_
+), minutes AS (
+    SELECT generate_series(c.minute - interval '59 minutes', c.minute, interval '1 minute') AS minute FROM clock c
 ), jobs AS (
-    SELECT date_trunc('minute', finalized_at) AS minute,
+    SELECT date_trunc('minute', finalized_at + c.offset_) AS minute,
            count(*) FILTER (WHERE state = 'completed') AS completed,
            count(*) FILTER (WHERE state = 'discarded') AS discarded
-    FROM river_job
-    WHERE state IN ('completed', 'discarded') AND finalized_at >= date_trunc('minute', now()) - interval '59 minutes'
+    FROM river_job, clock c
+    WHERE state IN ('completed', 'discarded') AND finalized_at + c.offset_ >= c.minute - interval '59 minutes'
     GROUP BY 1
 ), runs AS (
     SELECT date_trunc('minute', finished_at) AS minute,
            count(*) FILTER (WHERE status = 'completed') AS completed,
            count(*) FILTER (WHERE status = 'failed') AS failed
-    FROM braid_runs
-    WHERE status IN ('completed', 'failed') AND finished_at >= date_trunc('minute', now()) - interval '59 minutes'
+    FROM braid_runs, clock c
+    WHERE status IN ('completed', 'failed') AND finished_at >= c.minute - interval '59 minutes'
     GROUP BY 1
 )
 SELECT m.minute, coalesce(j.completed, 0), coalesce(j.discarded, 0), coalesce(r.completed, 0), coalesce(r.failed, 0)
@@ -434,8 +439,8 @@ ORDER BY m.minute`)
 	err = s.pool.QueryRow(ctx, `
 SELECT (SELECT count(*) FROM river_job WHERE state = 'completed' AND finalized_at >= now() - interval '1 hour'),
        (SELECT count(*) FROM river_job WHERE state = 'discarded' AND finalized_at >= now() - interval '1 hour'),
-       (SELECT count(*) FROM braid_runs WHERE status = 'completed' AND finished_at >= now() - interval '1 hour'),
-       (SELECT count(*) FROM braid_runs WHERE status = 'failed' AND finished_at >= now() - interval '1 hour')`).Scan(
+       (SELECT count(*) FROM braid_runs WHERE status = 'completed' AND finished_at >= braid_now() - interval '1 hour'),
+       (SELECT count(*) FROM braid_runs WHERE status = 'failed' AND finished_at >= braid_now() - interval '1 hour')`).Scan(
 		&h.Completed, &h.Discarded, &h.RunsCompleted, &h.RunsFailed)
 	if err != nil {
 		return fmt.Errorf("summing the last hour: %w", err)

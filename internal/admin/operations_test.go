@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"fmt"
 	"encoding/json"
 	"net/http"
 	"strings"
@@ -367,5 +368,37 @@ func TestOverviewAlertsAndHour(t *testing.T) {
 	}
 	if len(ov3.Alerts) != 3 {
 		t.Errorf("alerts: %+v, want one each of failed rate, long running and missed schedule", ov3.Alerts)
+	}
+}
+
+// TestOverviewReadsBraidsClock moves braid_now() an hour ahead of the
+// database's clock, as a test kit does: a schedule whose slot has passed
+// on braid's clock is missed, though not on the database's.
+func TestOverviewReadsBraidsClock(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFixture(t, nil)
+	sc, err := scheduler.New(f.pool, &scheduler.Config{Logger: quietLogger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sc.Create(ctx, &scheduler.ScheduleParams{Name: "hourly", Expression: "@every 1m", TargetType: scheduler.TargetJob, Target: "ops_probe"}); err != nil {
+		t.Fatal(err)
+	}
+	var ahead time.Time
+	if err := f.pool.QueryRow(ctx, `SELECT now() + interval '1 hour'`).Scan(&ahead); err != nil {
+		t.Fatal(err)
+	}
+	opsExec(t, f, fmt.Sprintf(`CREATE OR REPLACE FUNCTION braid_now() RETURNS timestamptz
+		LANGUAGE sql STABLE PARALLEL SAFE AS $$ SELECT timestamptz '%s' $$`, ahead.UTC().Format("2006-01-02 15:04:05.999999+00")))
+	alerts, ov := opsAlerts(t, f, AlertMissedSchedule)
+	if len(alerts) != 1 || alerts[0].Subject != "hourly" || alerts[0].Value < 58*60 {
+		t.Errorf("missed-schedule alerts on braid's clock: %+v", alerts)
+	}
+	if !ov.Now.Equal(ahead.Truncate(time.Microsecond)) {
+		t.Errorf("overview's now is %v, want braid's clock %v", ov.Now, ahead)
+	}
+	if last := ov.Throughput[len(ov.Throughput)-1].Minute; !last.Equal(ahead.Truncate(time.Minute)) {
+		t.Errorf("the last minute of the hour is %v, want braid's %v", last, ahead.Truncate(time.Minute))
 	}
 }

@@ -605,14 +605,14 @@ func (s *Server) updateSchedule(w http.ResponseWriter, r *http.Request, sw *sche
 func (s *Server) schedulesMissed(ctx context.Context, grace time.Duration, limit int) ([]*scheduler.Schedule, int64, error) {
 	var total int64
 	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM braid_schedules
-WHERE enabled AND next_run_at < now() - $1::bigint * interval '1 microsecond'`, grace.Microseconds()).Scan(&total); err != nil {
+WHERE enabled AND next_run_at < braid_now() - $1::bigint * interval '1 microsecond'`, grace.Microseconds()).Scan(&total); err != nil {
 		return nil, 0, fmt.Errorf("finding missed schedules: %w", err)
 	}
 	if total == 0 {
 		return nil, 0, nil
 	}
 	rows, err := s.pool.Query(ctx, `SELECT name FROM braid_schedules
-WHERE enabled AND next_run_at < now() - $1::bigint * interval '1 microsecond'
+WHERE enabled AND next_run_at < braid_now() - $1::bigint * interval '1 microsecond'
 ORDER BY next_run_at LIMIT $2`, grace.Microseconds(), limit)
 	if err != nil {
 		return nil, 0, fmt.Errorf("finding missed schedules: %w", err)
