@@ -4,12 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/http/cookiejar"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -236,6 +239,46 @@ func TestServeStopsWithItsContext(t *testing.T) {
 	cancel() // an open event stream must not hold the shutdown
 	if err := <-done; err != nil {
 		t.Errorf("Serve: %v", err)
+	}
+}
+
+// TestCloseEndsTheEventStreamsOfAMountedHandler mounts the server's
+// Handler in a server of the caller's own, as an application does: Close
+// must end the open event streams, or the caller's Shutdown would wait for
+// them.
+func TestCloseEndsTheEventStreamsOfAMountedHandler(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	srv, err := New(pool, &Config{Tokens: []Token{{Secret: "s", Role: RoleAdmin}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	defer hs.Close()
+	req, _ := http.NewRequest("GET", hs.URL+"/api/events", nil)
+	req.Header.Set("Authorization", "Bearer s")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	buf := make([]byte, 256)
+	if n, _ := res.Body.Read(buf); !strings.Contains(string(buf[:n]), "retry:") {
+		t.Fatalf("events: first bytes %q", buf[:n])
+	}
+	srv.Close()
+	ended := make(chan error, 1)
+	go func() {
+		_, err := io.Copy(io.Discard, res.Body)
+		ended <- err
+	}()
+	select {
+	case err := <-ended:
+		if err != nil {
+			t.Errorf("the stream ended with %v, want its end", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the event stream went on after Close")
 	}
 }
 

@@ -83,11 +83,18 @@ func (h *hub) subscribe() (chan Event, func()) {
 	}
 }
 
-// close stops the LISTEN loop and waits for it.
+// close stops the LISTEN loop and waits for it, and closes every
+// subscriber's channel, which ends its stream: a server mounted through
+// Handler in a caller's http.Server has no request context that Close
+// cancels, and the caller's Shutdown waits for the streams to end.
 func (h *hub) close() {
 	h.mu.Lock()
 	h.closed = true
 	cancel, done := h.cancel, h.done
+	for ch := range h.subs {
+		close(ch)
+		delete(h.subs, ch)
+	}
 	h.mu.Unlock()
 	if cancel != nil {
 		cancel()
