@@ -334,10 +334,10 @@ func (e *Engine) Run(ctx context.Context, runID string) (*RunInfo, error) {
 	return Inspect(ctx, e.pool, runID)
 }
 
-// Inspect returns a run with its tasks, their steps, turns and waits,
-// reading the database directly; it needs no engine (the CLI uses it). It
-// reads in five queries whatever the number of tasks.
-func Inspect(ctx context.Context, db Querier, runID string) (*RunInfo, error) {
+// InspectRun returns a run without its tasks (RunInfo.Tasks is nil), in
+// one query however many tasks it has: its status, timing, input, output
+// and error. Inspect adds the tasks.
+func InspectRun(ctx context.Context, db Querier, runID string) (*RunInfo, error) {
 	id, err := uuid.Parse(runID)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %q is not a UUID", ErrRunNotFound, runID)
@@ -346,9 +346,18 @@ func Inspect(ctx context.Context, db Querier, runID string) (*RunInfo, error) {
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("%w: %s", ErrRunNotFound, runID)
 	}
+	return run, err
+}
+
+// Inspect returns a run with its tasks, their steps, turns and waits,
+// reading the database directly; it needs no engine (the CLI uses it). It
+// reads in five queries whatever the number of tasks.
+func Inspect(ctx context.Context, db Querier, runID string) (*RunInfo, error) {
+	run, err := InspectRun(ctx, db, runID)
 	if err != nil {
 		return nil, err
 	}
+	id, _ := uuid.Parse(runID) // InspectRun parsed it
 	rows, err := db.Query(ctx, `
 		SELECT t.id, t.parent_task_id, t.key, t.workflow,
 		       CASE WHEN j.attempt IS NOT NULL OR t.status = 'running' THEN 'running' ELSE t.status END,

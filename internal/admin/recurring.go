@@ -61,9 +61,9 @@ func (s *Server) routeRecurring() {
 		name, summary string
 		do            func(ctx context.Context, kind, key string) (*scheduler.Recurring, error)
 	}{
-		{"enable", "Enable a recurring job; it runs at its kept next_run_at, or at once if that has passed", s.sched.Enable},
+		{"enable", "Enable a recurring job; it runs at its kept next_run_at, or at once if that has passed. A dead-lettered job stays dead until it is revived", s.sched.Enable},
 		{"disable", "Disable a recurring job; a run in progress finishes, and the job is not claimed again", s.sched.Disable},
-		{"revive", "Revive a recurring job from the dead letters: its failures reset and it is due now", s.sched.Revive},
+		{"revive", "Revive a recurring job from the dead letters: its failures reset and it is due now; a disabled one runs once it is enabled", s.sched.Revive},
 	}
 	for _, a := range actions {
 		s.add(&route{

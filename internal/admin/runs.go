@@ -269,6 +269,14 @@ func (s *Server) routeRuns() {
 				s.log.Warn("admin: cancelled a run whose turns still run", "run.id", id, "error", err.Error())
 				return nil
 			}
+			if err != nil && ctx.Err() != nil && s.runStatus(context.WithoutCancel(ctx), id) == "cancelled" {
+				// The request ended (the client left, or the server
+				// stops) while Cancel waited for the run's turns after
+				// its commit: the run is cancelled, and that is recorded
+				// and answered as such.
+				s.log.Warn("admin: cancelled a run, and the request ended while its turns were ending", "run.id", id, "error", err.Error())
+				return nil
+			}
 			return err
 		}),
 	})
@@ -323,11 +331,14 @@ func (s *Server) runAction(action string, fn func(ctx context.Context, id string
 			return runErr(err, id)
 		}
 		s.audit(r, action, id)
-		run, err := workflow.Inspect(r.Context(), s.pool, id)
+		// The action is done: read the run even if the request has ended
+		// meanwhile, for a server that is stopping still answers.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 10*time.Second)
+		defer cancel()
+		run, err := workflow.InspectRun(rctx, s.pool, id)
 		if err != nil {
 			return runErr(err, id)
 		}
-		run.Tasks = nil
 		writeJSON(w, http.StatusOK, run)
 		return nil
 	}
@@ -335,7 +346,7 @@ func (s *Server) runAction(action string, fn func(ctx context.Context, id string
 
 // runStatus is the status of run id as shown, for an error message.
 func (s *Server) runStatus(ctx context.Context, id string) string {
-	run, err := workflow.Inspect(ctx, s.pool, id)
+	run, err := workflow.InspectRun(ctx, s.pool, id)
 	if err != nil {
 		return "in another state"
 	}
