@@ -10,6 +10,8 @@ import (
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -307,6 +309,39 @@ func TestOpenAPIListsEveryRoute(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string(nil), missing); diff != "" {
 		t.Errorf("routes missing from the document (-want +got):\n%s", diff)
+	}
+	// The statuses that the routes' own tests see them answer.
+	for _, c := range []struct {
+		method, path string
+		status       int
+	}{
+		{"post", "/api/runs/{id}/cancel", 409},      // a finished run
+		{"post", "/api/runs/{id}/retry", 409},       // a run neither failed nor cancelled
+		{"put", "/api/admin/jobs/{id}/status", 409}, // a turn job
+		{"post", "/api/admin/jobs/{id}/boost", 409}, // a finished job
+		{"post", "/api/admin/dispatch/job", 200},    // an existing job's key
+		{"post", "/api/admin/dispatch/run", 200},    // an existing run's key
+		{"post", "/api/admin/dispatch/run", 409},    // another workflow's key
+		{"post", "/api/admin/scheduled-jobs", 409},  // a taken name
+		{"get", "/api/events", 503},                 // a server shutting down
+		{"get", "/api/runs", 500},                   // any route, a fault
+		{"post", "/api/admin/scheduled-jobs", 500},  // any route, a fault
+	} {
+		responses, _ := doc.Paths[c.path][c.method]["responses"].(map[string]any)
+		if _, ok := responses[strconv.Itoa(c.status)]; !ok {
+			t.Errorf("%s %s: the document lists no %d", strings.ToUpper(c.method), c.path, c.status)
+		}
+	}
+	var full struct {
+		Components struct {
+			Schemas map[string]struct {
+				Required []string `json:"required"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	f.call("GET", "/api/openapi.json", nil, http.StatusOK, &full)
+	if req := full.Components.Schemas["ToggleRequest"].Required; !slices.Contains(req, "enabled") {
+		t.Errorf("ToggleRequest requires %v, want enabled, which the route refuses to go without", req)
 	}
 }
 

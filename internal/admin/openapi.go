@@ -84,8 +84,24 @@ func (s *Server) openAPI() map[string]any {
 			}
 			responses[strconv.Itoa(st)] = e
 		}
+		e := map[string]any{"description": "a fault of the server or its database, logged"}
+		for k, v := range errRef {
+			e[k] = v
+		}
+		responses["500"] = e
 		if rt.Mutates {
 			responses["403"] = map[string]any{"description": "a read-only token on a route that changes state"}
+		}
+		for st, when := range rt.Also {
+			e := map[string]any{"description": when}
+			if st >= 400 {
+				for k, v := range errRef {
+					e[k] = v
+				}
+			} else if ok["content"] != nil {
+				e["content"] = ok["content"]
+			}
+			responses[strconv.Itoa(st)] = e
 		}
 		op["responses"] = responses
 		p := pathParam.ReplaceAllString(rt.Path, "{$1}")
@@ -213,7 +229,9 @@ func (g *schemaGen) fields(t reflect.Type, props map[string]any, required *[]str
 			name = f.Name
 		}
 		props[name] = g.schema(f.Type)
-		if !strings.Contains(opts, "omitempty") && !strings.Contains(opts, "omitzero") && f.Type.Kind() != reflect.Pointer {
+		// A pointer is optional, unless its field says it is required (a
+		// bool that must be given, as false is a value).
+		if !strings.Contains(opts, "omitempty") && !strings.Contains(opts, "omitzero") && (f.Type.Kind() != reflect.Pointer || f.Tag.Get("required") == "true") {
 			*required = append(*required, name)
 		}
 	}

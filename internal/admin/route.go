@@ -24,6 +24,10 @@ type route struct {
 	Response any
 	// Status is the success status when it is not 200.
 	Status int
+	// Also lists the statuses the route answers besides its success and
+	// those every route may (400, 401, 404, 413, 422, 500, and 403 for a
+	// route that mutates), each with when it does.
+	Also map[int]string
 	// Handle serves the route. A returned error is written as JSON; see
 	// writeError.
 	Handle func(w http.ResponseWriter, r *http.Request) error
