@@ -122,7 +122,7 @@ func (s *Server) routeDispatch() {
 	})
 	s.add(&route{
 		Method: "POST", Path: "/api/admin/dispatch/job", Tag: "dispatch", Mutates: true, Status: http.StatusCreated,
-		Also: map[int]string{http.StatusOK: "a live job of the kind already holds the idempotency key: that job, with existing true"},
+		Also:    map[int]string{http.StatusOK: "a live job of the kind already holds the idempotency key: that job, with existing true"},
 		Summary: "Enqueue a job of a kind with JSON args and insert options (queue, priority, max_attempts, scheduled_at, tags, idempotency_key); an unknown kind is 422 listing the known ones unless force is true; a repeated idempotency key answers 200 with the existing job",
 		Body:    DispatchJobRequest{}, Response: DispatchJobResponse{},
 		Handle: s.dispatchJob,

@@ -164,7 +164,7 @@ func (h *hub) listenOnce(ctx context.Context) error {
 func (s *Server) routeEvents() {
 	s.add(&route{
 		Method: "GET", Path: "/api/events", Tag: "events",
-		Also:   map[int]string{http.StatusServiceUnavailable: "the server is shutting down"},
+		Also:     map[int]string{http.StatusServiceUnavailable: "the server is shutting down"},
 		Summary:  "Live updates as Server-Sent Events: run, progress, schedule and tick events",
 		Response: Event{},
 		Handle:   s.events,

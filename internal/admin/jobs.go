@@ -291,28 +291,28 @@ func (s *Server) routeJobs() {
 	})
 	s.add(&route{
 		Method: "PUT", Path: base + "/{id}/status", Tag: "jobs", Mutates: true,
-		Also:   map[int]string{http.StatusConflict: "a turn job, whose run is cancelled or retried instead; a turn job whose run is not failed or cancelled; or another live job holds the same unique key"},
+		Also:    map[int]string{http.StatusConflict: "a turn job, whose run is cancelled or retried instead; a turn job whose run is not failed or cancelled; or another live job holds the same unique key"},
 		Summary: "Move a job to another state, safe transitions only: available, pending, scheduled, retryable or running (River's remote cancel) to cancelled; scheduled or retryable to available (run now); completed, cancelled or discarded to available (a retry; a turn job's run is retried). Anything else is 422 with the allowed transitions. The classic job-queue admin API's names are accepted",
 		Body:    JobStatusRequest{}, Response: JobDetail{},
 		Handle: s.putJobStatus,
 	})
 	s.add(&route{
 		Method: "PUT", Path: base + "/{id}/priority", Tag: "jobs", Mutates: true,
-		Also:   map[int]string{http.StatusConflict: "the job already finished"},
+		Also:    map[int]string{http.StatusConflict: "the job already finished"},
 		Summary: "Set an unfinished job's priority: critical, high, normal, low, River's 1 (critical) to 4 (low), or the classic job-queue admin API's 0-100 mapped to the nearest of 100 critical, 75 high, 50 normal, 25 low",
 		Body:    JobPriorityRequest{}, Response: JobDetail{},
 		Handle: s.putJobPriority,
 	})
 	s.add(&route{
 		Method: "POST", Path: base + "/{id}/boost", Tag: "jobs", Mutates: true,
-		Also:   map[int]string{http.StatusConflict: "the job already finished"},
+		Also:    map[int]string{http.StatusConflict: "the job already finished"},
 		Summary: "Raise an unfinished job's priority by boost levels toward critical, capped at critical: River has 4 levels where the classic job-queue admin API has 0-100, so 3 or more makes any job critical",
 		Body:    JobBoostRequest{}, Response: JobDetail{},
 		Handle: s.boostJob,
 	})
 	s.add(&route{
 		Method: "POST", Path: base + "/{id}/retry", Tag: "jobs", Mutates: true,
-		Also:   map[int]string{http.StatusConflict: "a turn job, whose run is cancelled or retried instead; a turn job whose run is not failed or cancelled; or another live job holds the same unique key"},
+		Also:     map[int]string{http.StatusConflict: "a turn job, whose run is cancelled or retried instead; a turn job whose run is not failed or cancelled; or another live job holds the same unique key"},
 		Summary:  "Retry a job: a dead letter, cancelled or completed job runs again (one more attempt if it used them all), a scheduled or retryable one runs now; a turn job retries its run, which must be failed or cancelled",
 		Response: JobDetail{},
 		Handle: func(w http.ResponseWriter, r *http.Request) error {

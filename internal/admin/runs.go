@@ -258,7 +258,7 @@ func (s *Server) routeRuns() {
 	})
 	s.add(&route{
 		Method: "POST", Path: "/api/runs/{id}/cancel", Tag: "runs", Mutates: true,
-		Also:   map[int]string{http.StatusConflict: "the run already finished"},
+		Also:     map[int]string{http.StatusConflict: "the run already finished"},
 		Summary:  "Cancel a pending, running or waiting run: every unfinished task, its delays and its turns; 409 when the run already finished",
 		Response: workflow.RunInfo{},
 		Handle: s.runAction("run.cancel", func(ctx context.Context, id string) error {
@@ -283,7 +283,7 @@ func (s *Server) routeRuns() {
 	})
 	s.add(&route{
 		Method: "POST", Path: "/api/runs/{id}/retry", Tag: "runs", Mutates: true,
-		Also:   map[int]string{http.StatusConflict: "the run is neither failed nor cancelled, or turns of its failed or cancelled tasks still run"},
+		Also:     map[int]string{http.StatusConflict: "the run is neither failed nor cancelled, or turns of its failed or cancelled tasks still run"},
 		Summary:  "Retry a failed or cancelled run from its failed steps, keeping the recorded ones; 409 for a run of another status",
 		Response: workflow.RunInfo{},
 		Handle:   s.runAction("run.retry", s.eng.Retry),

@@ -164,7 +164,7 @@ func (s *Server) routeSchedules() {
 	})
 	s.add(&route{
 		Method: "POST", Path: base, Tag: "schedules", Mutates: true,
-		Also:   map[int]string{http.StatusConflict: "a schedule of that name exists"},
+		Also:    map[int]string{http.StatusConflict: "a schedule of that name exists"},
 		Summary: "Create a scheduled job: a cron schedule that inserts a job or starts a workflow run",
 		Body:    ScheduledJobRequest{}, Response: ScheduledJob{}, Status: http.StatusCreated,
 		Handle: func(w http.ResponseWriter, r *http.Request) error { return s.createSchedule(w, r, sw) },
@@ -232,7 +232,7 @@ func (s *Server) routeSchedules() {
 	})
 	s.add(&route{
 		Method: "POST", Path: base + "/{id}/run", Tag: "schedules", Mutates: true,
-		Also:   map[int]string{http.StatusConflict: "this server's scheduler cannot fire the schedule's target"},
+		Also:     map[int]string{http.StatusConflict: "this server's scheduler cannot fire the schedule's target"},
 		Summary:  "Run a scheduled job now: insert its job or start its run once, in one transaction, without moving next_run_at",
 		Response: ScheduleFire{},
 		Handle: func(w http.ResponseWriter, r *http.Request) error {
