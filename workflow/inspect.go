@@ -38,6 +38,9 @@ type RunInfo struct {
 	// Tasks are filled by Engine.Run, in creation order; ListRuns leaves
 	// them empty.
 	Tasks []TaskInfo `json:"tasks,omitempty"`
+	// TaskCount is how many tasks the run has, filled with Tasks: more
+	// than len(Tasks) when InspectFirst left the later ones out.
+	TaskCount int `json:"task_count,omitempty"`
 	// Events are the events the run set with SetEvent, sorted by key;
 	// filled by Engine.Run, as Tasks are.
 	Events []RunEventInfo `json:"events,omitempty"`
@@ -353,11 +356,25 @@ func InspectRun(ctx context.Context, db Querier, runID string) (*RunInfo, error)
 // reading the database directly; it needs no engine (the CLI uses it). It
 // reads in five queries whatever the number of tasks.
 func Inspect(ctx context.Context, db Querier, runID string) (*RunInfo, error) {
+	return InspectFirst(ctx, db, runID, 0)
+}
+
+// InspectFirst is Inspect bounded to the first maxTasks tasks of the run
+// in creation order (the root first, every task after its parent), with
+// their steps, turns and waits; RunInfo.TaskCount says how many the run
+// has. A run of a large fan-out has as many tasks as children, each with
+// its input, output and steps: a caller that shows a run, as a dashboard
+// does, reads only what it can show. maxTasks 0 reads every task.
+func InspectFirst(ctx context.Context, db Querier, runID string, maxTasks int) (*RunInfo, error) {
 	run, err := InspectRun(ctx, db, runID)
 	if err != nil {
 		return nil, err
 	}
 	id, _ := uuid.Parse(runID) // InspectRun parsed it
+	var limit *int
+	if maxTasks > 0 {
+		limit = &maxTasks
+	}
 	rows, err := db.Query(ctx, `
 		SELECT t.id, t.parent_task_id, t.key, t.workflow,
 		       CASE WHEN j.attempt IS NOT NULL OR t.status = 'running' THEN 'running' ELSE t.status END,
@@ -365,7 +382,7 @@ func Inspect(ctx context.Context, db Querier, runID string) (*RunInfo, error) {
 		       t.created_at, coalesce(t.started_at, j.attempted_at), t.finished_at, t.updated_at,
 		       t.dependents, coalesce(t.skip_reason, ''), t.on_failure
 		  FROM braid_tasks t `+taskTurnSQL+`
-		 WHERE t.run_id = $1 ORDER BY t.created_at, t.id`, id)
+		 WHERE t.run_id = $1 ORDER BY t.created_at, t.id LIMIT $2`, id, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -408,6 +425,16 @@ func Inspect(ctx context.Context, db Querier, runID string) (*RunInfo, error) {
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
+	run.TaskCount = len(run.Tasks)
+	if limit != nil && run.TaskCount == maxTasks {
+		if err := db.QueryRow(ctx, `SELECT count(*) FROM braid_tasks WHERE run_id = $1`, id).Scan(&run.TaskCount); err != nil {
+			return nil, err
+		}
+	}
+	var only []string // the tasks read, when not all of them
+	if run.TaskCount > len(run.Tasks) {
+		only = taskIDs
+	}
 	for from, deps := range dependents {
 		for _, d := range deps {
 			if i, ok := index[d]; ok {
@@ -418,7 +445,7 @@ func Inspect(ctx context.Context, db Querier, runID string) (*RunInfo, error) {
 	for i := range run.Tasks {
 		slices.Sort(run.Tasks[i].DependsOn)
 	}
-	if err := inspectSteps(ctx, db, id, run, index); err != nil {
+	if err := inspectSteps(ctx, db, id, only, run, index); err != nil {
 		return nil, err
 	}
 	if err := inspectTurns(ctx, db, taskIDs, run, index); err != nil {
@@ -433,14 +460,16 @@ func Inspect(ctx context.Context, db Querier, runID string) (*RunInfo, error) {
 	return run, nil
 }
 
-// inspectSteps reads the steps of the run's tasks.
-func inspectSteps(ctx context.Context, db Querier, runID uuid.UUID, run *RunInfo, index map[uuid.UUID]int) error {
+// inspectSteps reads the steps of the run's tasks, or of only those tasks
+// when only is not nil.
+func inspectSteps(ctx context.Context, db Querier, runID uuid.UUID, only []string, run *RunInfo, index map[uuid.UUID]int) error {
 	rows, err := db.Query(ctx, `
 		SELECT s.task_id, s.name, s.kind, s.status, s.attempts, s.output, s.error, s.resume_at,
 		       coalesce(s.wait_on, ''), coalesce(s.wait_filter, ''), s.created_at, s.started_at,
 		       coalesce(s.finished_at, CASE WHEN s.status NOT IN ('waiting', 'retrying') THEN s.created_at END)
 		  FROM braid_steps s JOIN braid_tasks t ON t.id = s.task_id
-		 WHERE t.run_id = $1 ORDER BY s.created_at, s.name`, runID)
+		 WHERE t.run_id = $1 AND ($2::text[] IS NULL OR s.task_id = ANY($2::text[]::uuid[]))
+		 ORDER BY s.created_at, s.name`, runID, only)
 	if err != nil {
 		return err
 	}

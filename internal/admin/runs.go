@@ -20,10 +20,18 @@ import (
 // delays, a timeline of turns, steps and waits, and its trace), cancel,
 // retry, and counts by status for the overview.
 
+// RunDetailTasksMax is the most tasks a run's detail holds: the first
+// ones created, the root first, with their steps and turns. A fan-out of
+// ten thousand children has as many tasks, each with its payloads, and
+// the dashboard reads the detail every second.
+const RunDetailTasksMax = 1000
+
 // RunDetail is GET /api/runs/{id}: a run with everything an operator
 // looks for when it misbehaves.
 type RunDetail struct {
-	// Run is the run itself; its tasks are in Tasks.
+	// Run is the run itself; its tasks are in Tasks. Its task_count is
+	// how many tasks it has: more than Tasks holds when the run has more
+	// than RunDetailTasksMax.
 	Run workflow.RunInfo `json:"run"`
 	// Tasks is the task tree in creation order: the root first, each
 	// child naming its parent in parent_id. Each task carries its turn
@@ -248,7 +256,7 @@ func (s *Server) routeRuns() {
 			if err != nil {
 				return err
 			}
-			run, err := workflow.Inspect(r.Context(), s.pool, id)
+			run, err := workflow.InspectFirst(r.Context(), s.pool, id, RunDetailTasksMax)
 			if err != nil {
 				return runErr(err, id)
 			}

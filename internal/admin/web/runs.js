@@ -242,7 +242,8 @@
       io,
       h("h2", {}, "Timeline"), gantt(d, byID),
       (d.dags || []).map(g => dagLayers(g, d.tasks)),
-      h("h2", {}, "Tasks ", h("span", {class: "muted"}, "(" + d.tasks.length + ")")), taskTree(d.tasks, open),
+      h("h2", {}, "Tasks ", h("span", {class: "muted"}, d.run.task_count > d.tasks.length
+        ? "(the first " + d.tasks.length + " of " + d.run.task_count + ")" : "(" + d.tasks.length + ")")), taskTree(d.tasks, open),
       h("h2", {}, "Steps ", h("span", {class: "muted"}, "(" + d.steps.length + ")")), stepsTable(d, byID, open),
       d.delays.length ? [h("h2", {}, "Delays"), delaysTable(d.delays)] : null,
       h("h2", {}, "Turns"), turnsTable(d.tasks),
