@@ -12,6 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
@@ -671,39 +672,76 @@ func (s *Server) changeOne(w http.ResponseWriter, r *http.Request, action string
 // changeState moves job to state to, or retries the run of a turn job
 // that asks for available. It returns the job afterwards and the run it
 // retried, if any.
+//
+// A turn job is never retried alone, and job may have been read a while
+// ago (a bulk request works through its jobs one by one): a turn job's
+// state is read again with its row locked, in the transaction that moves
+// it, and a turn job found finished since is decided again.
 func (s *Server) changeState(ctx context.Context, job *rivertype.JobRow, run *JobRun, to rivertype.JobState) (*rivertype.JobRow, string, error) {
+	for {
+		after, retried, again, err := s.changeStateOnce(ctx, job, run, to)
+		if !again {
+			return after, retried, err
+		}
+	}
+}
+
+// changeStateOnce is one decision of changeState; again is true when a
+// turn job was found finished since job was read, with job.State updated.
+func (s *Server) changeStateOnce(ctx context.Context, job *rivertype.JobRow, run *JobRun, to rivertype.JobState) (after *rivertype.JobRow, retried string, again bool, err error) {
 	if job.Kind == workflow.TaskKind && jobFinished(job.State) && to == rivertype.JobStateAvailable {
 		if run == nil {
-			return nil, "", errorf(http.StatusConflict, "job %d is a turn job whose task no longer exists (its run was deleted); there is nothing to retry", job.ID)
+			return nil, "", false, errorf(http.StatusConflict, "job %d is a turn job whose task no longer exists (its run was deleted); there is nothing to retry", job.ID)
 		}
 		if err := s.eng.Retry(ctx, run.RunID); err != nil {
-			return nil, "", turnRetryErr(err, job.ID, run, s.jobRunStatus(ctx, run.RunID))
+			return nil, "", false, turnRetryErr(err, job.ID, run, s.jobRunStatus(ctx, run.RunID))
 		}
 		after, err := s.jobByID(ctx, job.ID)
 		if err != nil {
 			// The run was retried: say so, with the job as it was read.
 			s.log.Warn("admin: reading a job after retrying its run", "job.id", job.ID, "run.id", run.RunID, "error", err)
-			return job, run.RunID, nil
+			return job, run.RunID, false, nil
 		}
-		return after, run.RunID, nil
+		return after, run.RunID, false, nil
 	}
 	if job.Kind == workflow.TaskKind && to == rivertype.JobStateCancelled && run != nil && job.State != rivertype.JobStateCancelled {
-		return nil, "", errorf(http.StatusConflict, "job %d is a turn of run %s (workflow %q): cancel the run (POST /api/runs/%s/cancel), not one of its turns", job.ID, run.RunID, run.Workflow, run.RunID)
+		return nil, "", false, errorf(http.StatusConflict, "job %d is a turn of run %s (workflow %q): cancel the run (POST /api/runs/%s/cancel), not one of its turns", job.ID, run.RunID, run.Workflow, run.RunID)
 	}
-	after, err := s.q.SetState(ctx, job.ID, to)
+	if job.Kind == workflow.TaskKind {
+		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			var st string
+			if err := tx.QueryRow(ctx, `SELECT state::text FROM river_job WHERE id = $1 FOR UPDATE`, job.ID).Scan(&st); err != nil {
+				if errors.Is(err, pgx.ErrNoRows) {
+					return fmt.Errorf("job %d: %w", job.ID, rivertype.ErrNotFound)
+				}
+				return err
+			}
+			if now := rivertype.JobState(st); now != job.State && jobFinished(now) {
+				job.State, again = now, true
+				return nil
+			}
+			after, err = s.q.SetStateTx(ctx, tx, job.ID, to)
+			return err
+		})
+		if again {
+			return nil, "", true, nil
+		}
+	} else {
+		after, err = s.q.SetState(ctx, job.ID, to)
+	}
 	var te *queue.TransitionError
 	switch {
 	case errors.As(err, &te):
-		return nil, "", unprocessable(stateStrings(te.Allowed), "job %d is %s: a %s job cannot be moved to %s; allowed: %s",
+		return nil, "", false, unprocessable(stateStrings(te.Allowed), "job %d is %s: a %s job cannot be moved to %s; allowed: %s",
 			job.ID, te.From, te.From, te.To, allowedText(te.Allowed))
 	case errors.Is(err, queue.ErrUniqueConflict):
-		return nil, "", errorf(http.StatusConflict, "job %d cannot run again: another job of kind %q with the same unique key is live", job.ID, job.Kind)
+		return nil, "", false, errorf(http.StatusConflict, "job %d cannot run again: another job of kind %q with the same unique key is live", job.ID, job.Kind)
 	case errors.Is(err, rivertype.ErrNotFound):
-		return nil, "", errorf(http.StatusNotFound, "job %d not found", job.ID)
+		return nil, "", false, errorf(http.StatusNotFound, "job %d not found", job.ID)
 	case err != nil:
-		return nil, "", err
+		return nil, "", false, err
 	}
-	return after, "", nil
+	return after, "", false, nil
 }
 
 // jobFinished reports whether a job is in one of River's final states.
