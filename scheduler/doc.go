@@ -161,7 +161,10 @@
 // 1m·2^(n-1), capped at 24h, ±20% by default) and counts
 // consecutive_failures; after
 // RecurringConfig.MaxFailures in a row it is parked as a dead letter until
-// Revive. A reclaimed run whose River job did not complete counts as a
+// Revive. A run interrupted by a stop (the queue cancels its handler at
+// shutdown, and River makes its job available again) is no failure:
+// nothing is recorded, and the row stays claimed by that job, which runs
+// again as the row's run. A reclaimed run whose River job did not complete counts as a
 // failure in the same way, by the middleware given as Config.Recurring. River itself never retries these
 // jobs: the row's backoff is the retry. A River job of a recurring job
 // retried by hand runs only as its row's run: when it is the row's last

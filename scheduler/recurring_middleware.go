@@ -84,7 +84,12 @@ type RecurringConfig struct {
 //     last_error is stored and next_run_at is now plus Backoff; after
 //     MaxFailures in a row the job is parked (dead_at) until Revive. The
 //     error is returned to River, so the attempt fails (and its River job
-//     ends discarded) as any other. A panic never escapes.
+//     ends discarded) as any other. A panic never escapes;
+//   - a stop: when the queue stops and cancels the running handler (Stop
+//     past its deadline), and the handler returns that cancellation, River
+//     makes the job available again rather than fail it. Nothing is
+//     recorded: the row stays claimed by that job, which runs again as the
+//     row's run once a queue works it. A shutdown is no failed run.
 //
 // A row whose run was reclaimed as stale (the run then counts as a
 // failure unless its River job completed; see Config.Recurring), or that
@@ -218,10 +223,46 @@ func (m *RecurringMiddleware) Work(ctx context.Context, job *rivertype.JobRow, d
 	case errors.As(err, &snooze):
 		m.succeed(wctx, id, job, time.Time{}, snooze.Duration)
 		err = nil
+	case stoppedByClient(ctx, err):
+		// River puts the job back to available, its attempt given back,
+		// and runs it again as the row's run (admit): the row stays
+		// claimed by it, and no failure is recorded.
+		m.cfg.Logger.InfoContext(wctx, "scheduler: a recurring job's run was interrupted by a stop; it runs again when its job is worked",
+			slog.String("kind", job.Kind), slog.Int64("job_id", job.ID), slog.Int64("recurring_id", id))
 	default:
 		m.fail(wctx, id, job, err)
 	}
 	return err
+}
+
+// stoppedByClient reports whether the handler returned err because the
+// River client is stopping and cancelled the job's context (a soft stop:
+// Queue.Stop past its deadline, River's StopAndCancel). River then neither
+// fails nor discards the job but makes it available again with its attempt
+// given back, so the run is not over and is no failure.
+//
+// River marks such a stop with a context cause of its own that it does not
+// export, so this is told apart from the causes that do end the attempt: a
+// deadline (the job's timeout), a plain cancellation of River's start
+// context, a remote or explicit cancel (river.JobCancel), and braid's
+// queue.ErrCancelRequested and queue.ErrJobNotRunning. Should it ever take
+// another cancellation for a stop, the row merely stays claimed until the
+// job is final and RecurringStaleAfter has passed; the stale reclaim then
+// counts the lost run from the job's final state.
+func stoppedByClient(ctx context.Context, err error) bool {
+	if err == nil || ctx.Err() == nil {
+		return false
+	}
+	var jc *rivertype.JobCancelError
+	if errors.As(err, &jc) {
+		return false
+	}
+	cause := context.Cause(ctx)
+	if cause == nil || errors.As(cause, &jc) || errors.Is(cause, context.DeadlineExceeded) || errors.Is(cause, context.Canceled) ||
+		errors.Is(cause, queue.ErrCancelRequested) || errors.Is(cause, queue.ErrJobNotRunning) {
+		return false
+	}
+	return errors.Is(err, context.Canceled) || errors.Is(err, cause)
 }
 
 // admitSQL locks a recurring row and reads whether job $2 is its run,

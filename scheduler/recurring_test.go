@@ -544,6 +544,7 @@ type recurringHarness struct {
 	t       *testing.T
 	pool    *pgxpool.Pool
 	s       *Scheduler
+	q       *queue.Queue
 	handler atomic.Pointer[func(ctx context.Context, job *river.Job[pingArgs]) error]
 }
 
@@ -565,8 +566,8 @@ func newRecurringHarness(t *testing.T, cfg *RecurringConfig) *recurringHarness {
 	river.AddWorker(workers, &pingWorker{fn: func(ctx context.Context, job *river.Job[pingArgs]) error {
 		return (*h.handler.Load())(ctx, job)
 	}})
-	q := workingQueue(t, h.pool, workers, mw)
-	h.s = newScheduler(t, h.pool, &Config{Queue: q})
+	h.q = workingQueue(t, h.pool, workers, mw)
+	h.s = newScheduler(t, h.pool, &Config{Queue: h.q})
 	return h
 }
 
@@ -944,5 +945,66 @@ func TestSchedulerFindsTheRecurringMiddlewareInItsQueue(t *testing.T) {
 	}
 	if s := newScheduler(t, pool, &Config{Queue: insertOnlyQueue(t, pool)}); s.failures.MaxFailures != RecurringMaxFailuresDefault {
 		t.Errorf("with no middleware: MaxFailures %d, want the default %d", s.failures.MaxFailures, RecurringMaxFailuresDefault)
+	}
+}
+
+// TestRecurringGracefulStopIsNotAFailure: a run whose handler returns
+// because the queue stops and cancels it (River puts its job back to
+// available) is no failed run: the row stays claimed by that job, with no
+// failure, no backoff and no dead letter, and the job runs as the row's
+// run once the queue starts again.
+func TestRecurringGracefulStopIsNotAFailure(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h := newRecurringHarness(t, &RecurringConfig{MaxFailures: 1})
+	if _, err := h.s.Ensure(ctx, "ping", "k", nil, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan struct{}, 1)
+	h.handle(func(ctx context.Context, _ *river.Job[pingArgs]) error {
+		started <- struct{}{}
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	tick(t, h.s)
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the run did not start")
+	}
+	stopCtx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if err := h.q.Stop(stopCtx); err != nil {
+		t.Fatalf("stopping the queue: %v", err)
+	}
+	r, err := h.s.GetRecurring(ctx, "ping", "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobID := queryValue[int64](t, h.pool, `SELECT id FROM river_job WHERE metadata->>'braid_recurring_key' = 'k'`)
+	state := queryValue[string](t, h.pool, `SELECT state::text FROM river_job WHERE id = $1`, jobID)
+	if r.ConsecutiveFailures != 0 || r.DeadAt != nil || r.LastError != "" || r.RunningSince == nil || r.JobID == nil || *r.JobID != jobID || state != "available" {
+		t.Fatalf("after a stop during the run: %d failures, dead at %v, error %q, running since %v, job %v (%s); "+
+			"want no failure, still claimed by job %d, available",
+			r.ConsecutiveFailures, r.DeadAt, r.LastError, r.RunningSince, r.JobID, state, jobID)
+	}
+
+	// Started again, the queue runs the same job as the row's run.
+	h.handle(func(context.Context, *river.Job[pingArgs]) error { return nil })
+	if err := h.q.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the interrupted run to finish", func() bool {
+		r, _ = h.s.GetRecurring(ctx, "ping", "k")
+		return r.RunningSince == nil
+	})
+	if r.ConsecutiveFailures != 0 || r.LastRunAt == nil || r.NextRunAt.Sub(*r.LastRunAt) != RecurringIntervalDefault {
+		t.Errorf("after the interrupted run ran: %+v; want a success", r)
+	}
+	waitFor(t, 10*time.Second, "the job to complete", func() bool {
+		return queryValue[string](t, h.pool, `SELECT state::text FROM river_job WHERE id = $1`, jobID) == "completed"
+	})
+	if n := riverJobs(t, h.pool, "k"); n != 1 {
+		t.Errorf("%d jobs of the row, want 1", n)
 	}
 }
