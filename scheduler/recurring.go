@@ -309,7 +309,10 @@ RETURNING `+recurringColumns, kind, key))
 
 // DeleteRecurring removes the recurring job (kind, key), for when its
 // entity is gone for good. A run in progress finishes; its outcome is
-// dropped. It returns an error matching ErrRecurringNotFound when there is
+// dropped. A job of the row still waiting in its queue never runs its
+// handler: the middleware cancels it when it is worked, even when the same
+// kind and key have been ensured again since, so that the old job never
+// runs beside the new row's. It returns an error matching ErrRecurringNotFound when there is
 // no such job.
 func (s *Scheduler) DeleteRecurring(ctx context.Context, kind, key string) error {
 	return s.inTx(ctx, func(tx pgx.Tx) error { return s.DeleteRecurringTx(ctx, tx, kind, key) })

@@ -100,7 +100,9 @@ type RecurringConfig struct {
 // only if it is the row's last job and the row is idle, enabled and not
 // parked; it then runs as the row's run. Any other is cancelled
 // (river.JobCancel) with the reason, so that the entity never runs twice
-// at once: revive a parked row with Revive.
+// at once: revive a parked row with Revive. So is a job whose row was
+// deleted (DeleteRecurring), even when the same kind and key were ensured
+// again since, and a job whose row cannot be read does not run either.
 //
 // The span of the run (the queue's river.job <kind> span, when the
 // middleware is installed after braid's own, as Config.Middleware of the
@@ -201,8 +203,8 @@ func (m *RecurringMiddleware) Work(ctx context.Context, job *rivertype.JobRow, d
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
 		span.SetAttributes(recurringAttributes(id, job)...)
 	}
-	if refusal := m.admit(ctx, id, job); refusal != "" {
-		return river.JobCancel(errors.New(refusal))
+	if err := m.admit(ctx, id, job); err != nil {
+		return err
 	}
 	st := &runState{}
 	err := callSafely(context.WithValue(ctx, runStateKey{}, st), doInner)
@@ -280,40 +282,46 @@ WITH r AS (
 )
 SELECT r.job_id, r.running, r.dead, r.enabled, EXISTS (SELECT 1 FROM adopted) FROM r`
 
-// admit decides whether job may run the handler of recurring row id. It
-// runs when it is the row's claimed run, or when it is the row's last job
-// retried by hand (see admitSQL). It is refused, with the reason, when
-// another job has since run or is running for the row, or when the row is
-// parked or disabled: an old job retried by hand, say from River's dead
-// letters, would otherwise run the entity beside the row's own runs. A row
-// that is gone, or that cannot be read, lets the job run as before; its
-// outcome is then ignored.
-func (m *RecurringMiddleware) admit(ctx context.Context, id int64, job *rivertype.JobRow) string {
+// admit decides whether job may run the handler of recurring row id: it
+// returns nil when it may, and otherwise the error that ends the attempt
+// without running the handler. It runs when it is the row's claimed run,
+// or when it is the row's last job retried by hand (see admitSQL). It is
+// cancelled (river.JobCancel), with the reason, when another job has since
+// run or is running for the row, when the row is parked or disabled, or
+// when the row is gone: an old job retried by hand, say from River's dead
+// letters, or a job left in the queue by a row that was deleted (and
+// perhaps ensured again, under a new ID, with a run of its own), would
+// otherwise run the entity beside the row's own runs. When the row cannot
+// be read, the job does not run either: the attempt fails with the error
+// (or, when its context was cancelled by a stop, ends as River's soft stop,
+// and the job runs later).
+func (m *RecurringMiddleware) admit(ctx context.Context, id int64, job *rivertype.JobRow) error {
 	var (
 		current                         *int64
 		running, dead, enabled, adopted bool
 	)
 	err := m.pool.QueryRow(ctx, admitSQL, id, job.ID).Scan(&current, &running, &dead, &enabled, &adopted)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return ""
+		return river.JobCancel(fmt.Errorf("recurring job %d was deleted; its job does not run", id))
 	}
 	if err != nil {
-		m.cfg.Logger.WarnContext(ctx, "scheduler: cannot read whether a job is its recurring row's run; running it",
-			slog.String("kind", job.Kind), slog.Int64("job_id", job.ID), slog.String("error", err.Error()))
-		return ""
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("scheduler: cannot read whether job %d is the run of recurring job %d, so it does not run: %w", job.ID, id, err)
 	}
 	mine := current != nil && *current == job.ID
 	switch {
 	case mine && (running || adopted):
-		return ""
+		return nil
 	case !mine && current != nil:
-		return fmt.Sprintf("recurring job %d has run since as job %d; this older job does not run", id, *current)
+		return river.JobCancel(fmt.Errorf("recurring job %d has run since as job %d; this older job does not run", id, *current))
 	case dead:
-		return fmt.Sprintf("recurring job %d is parked as a dead letter; revive it (Scheduler.Revive) to run it again", id)
+		return river.JobCancel(fmt.Errorf("recurring job %d is parked as a dead letter; revive it (Scheduler.Revive) to run it again", id))
 	case !enabled:
-		return fmt.Sprintf("recurring job %d is disabled", id)
+		return river.JobCancel(fmt.Errorf("recurring job %d is disabled", id))
 	default:
-		return fmt.Sprintf("recurring job %d has no run to adopt this job as", id)
+		return river.JobCancel(fmt.Errorf("recurring job %d has no run to adopt this job as", id))
 	}
 }
 

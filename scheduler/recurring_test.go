@@ -1008,3 +1008,55 @@ func TestRecurringGracefulStopIsNotAFailure(t *testing.T) {
 		t.Errorf("%d jobs of the row, want 1", n)
 	}
 }
+
+// TestRecurringJobOfDeletedRowDoesNotRun: a job still queued when its row
+// is deleted, and the same kind and key ensured again and claimed, is
+// cancelled before its handler runs, so the entity never runs twice at
+// once; nor does a job whose row cannot be read.
+func TestRecurringJobOfDeletedRowDoesNotRun(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.DB(t)
+	s := newScheduler(t, pool, &Config{Queue: insertOnlyQueue(t, pool)})
+	mw, err := NewRecurringMiddleware(pool, &RecurringConfig{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Ensure(ctx, "ping", "k", nil, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	tick(t, s)
+	old := jobRow(t, pool, queryValue[int64](t, pool, `SELECT max(id) FROM river_job`))
+	if err := s.DeleteRecurring(ctx, "ping", "k"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Ensure(ctx, "ping", "k", nil, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	tick(t, s)
+	if r, _ := s.GetRecurring(ctx, "ping", "k"); r.RunningSince == nil || r.JobID == nil || *r.JobID == old.ID {
+		t.Fatalf("the new row is not running a job of its own: %+v", r)
+	}
+	called := false
+	err = mw.Work(ctx, old, func(context.Context) error { called = true; return nil })
+	var jc *rivertype.JobCancelError
+	if called || !errors.As(err, &jc) || !strings.Contains(err.Error(), "was deleted") {
+		t.Errorf("the deleted row's job: handler called %v, Work = %v; want it cancelled, naming the deleted row", called, err)
+	}
+
+	// A row that cannot be read runs nothing.
+	closed, err := pgxpool.New(ctx, pool.Config().ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed.Close()
+	blind, err := NewRecurringMiddleware(closed, &RecurringConfig{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	current := jobRow(t, pool, queryValue[int64](t, pool, `SELECT max(id) FROM river_job`))
+	err = blind.Work(ctx, current, func(context.Context) error { called = true; return nil })
+	if called || err == nil || !strings.Contains(err.Error(), "does not run") {
+		t.Errorf("a job whose row cannot be read: handler called %v, Work = %v; want it refused", called, err)
+	}
+}
