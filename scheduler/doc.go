@@ -145,7 +145,8 @@
 // Config.RecurringStaleAfter only guards a run that ended without its
 // outcome being recorded, say because the process died in the handler or
 // after it: such a row is reclaimed once it has been claimed for longer
-// than that. A lost run whose River job did not complete counts as a
+// than that, whether or not it is enabled (a disabled row is released
+// then, and not run). A lost run whose River job did not complete counts as a
 // failed run (below), so that a handler that kills its process every time
 // parks its row as a dead letter rather than be run again, and kill its
 // process again, for ever; one whose job completed (only the write of its

@@ -400,6 +400,7 @@ type claimedRow struct {
 	args     json.RawMessage
 	queue    string
 	priority int16
+	enabled  bool       // false for a disabled row whose lost run is reclaimed: it is released, not run
 	previous *time.Time // running_since before the claim: set when reclaimed
 	failures int32      // consecutive_failures
 	jobState string     // the state of the row's last River job, "deleted" when it is gone
@@ -424,8 +425,10 @@ WITH due AS (
     SELECT r.id, r.running_since AS previous,
            coalesce(j.state::text, 'deleted') AS job_state, j.errors[cardinality(j.errors)]->>'error' AS job_error
       FROM braid_recurring r LEFT JOIN river_job j ON j.id = r.job_id
-    WHERE r.enabled AND r.dead_at IS NULL AND r.next_run_at <= braid_now()
-      AND (r.running_since IS NULL OR (
+    WHERE r.dead_at IS NULL AND r.next_run_at <= braid_now()
+      AND ((r.enabled AND r.running_since IS NULL) OR (
+          -- A lost run is reclaimed whether or not the row is enabled; a
+          -- disabled row is only released, never run.
           r.running_since <= braid_now() - $1::bigint * interval '1 microsecond'
           -- Never while the claimed run's job is live (available, scheduled,
           -- pending, retryable or running), however long it waits.
@@ -436,7 +439,7 @@ WITH due AS (
 )
 UPDATE braid_recurring r SET running_since = braid_now(), updated_at = braid_now()
 FROM due WHERE r.id = due.id
-RETURNING r.id, r.kind, r.key, r.args, r.queue, r.priority, due.previous, r.consecutive_failures,
+RETURNING r.id, r.kind, r.key, r.args, r.queue, r.priority, r.enabled, due.previous, r.consecutive_failures,
     due.job_state, due.job_error`,
 		s.cfg.RecurringStaleAfter.Microseconds(), s.cfg.RecurringBatchSize)
 	if err != nil {
@@ -444,7 +447,7 @@ RETURNING r.id, r.kind, r.key, r.args, r.queue, r.priority, due.previous, r.cons
 	}
 	claimed, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (claimedRow, error) {
 		var c claimedRow
-		err := row.Scan(&c.id, &c.kind, &c.key, &c.args, &c.queue, &c.priority, &c.previous, &c.failures, &c.jobState, &c.jobError)
+		err := row.Scan(&c.id, &c.kind, &c.key, &c.args, &c.queue, &c.priority, &c.enabled, &c.previous, &c.failures, &c.jobState, &c.jobError)
 		return c, err
 	})
 	if err != nil {
@@ -457,10 +460,20 @@ RETURNING r.id, r.kind, r.key, r.args, r.queue, r.priority, due.previous, r.cons
 	// A reclaimed row's run was lost: unless its River job completed (the
 	// handler succeeded; only the write of its outcome was lost), it counts
 	// as a failed run, and the row backs off (or is parked) rather than
-	// run at once.
+	// run at once. A disabled row is reclaimed too, so that it does not
+	// show as running for ever and, enabled again, runs at its time; but
+	// it is only released, not run.
 	var run []claimedRow
 	for _, c := range claimed {
 		if c.previous == nil || c.jobState == string(rivertype.JobStateCompleted) {
+			if !c.enabled {
+				s.logger.InfoContext(ctx, "scheduler: released a disabled recurring job whose run completed without a recorded outcome",
+					slog.String("kind", c.kind), slog.String("key", c.key), slog.Time("running_since", *c.previous))
+				if _, err := tx.Exec(ctx, `UPDATE braid_recurring SET running_since = NULL, updated_at = braid_now() WHERE id = $1`, c.id); err != nil {
+					return 0, fmt.Errorf("scheduler: releasing recurring job %s/%s: %w", c.kind, c.key, err)
+				}
+				continue
+			}
 			if c.previous != nil {
 				s.logger.WarnContext(ctx, "scheduler: reclaimed a recurring job whose run completed without a recorded outcome; running it again",
 					slog.String("kind", c.kind), slog.String("key", c.key), slog.Time("running_since", *c.previous))

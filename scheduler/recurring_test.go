@@ -1060,3 +1060,59 @@ func TestRecurringJobOfDeletedRowDoesNotRun(t *testing.T) {
 		t.Errorf("a job whose row cannot be read: handler called %v, Work = %v; want it refused", called, err)
 	}
 }
+
+// TestRecurringLostRunOfDisabledRowReclaimed: a run lost while its row is
+// disabled is reclaimed once stale like any other, without inserting a
+// job: the row stops showing as running, a failed run counts (and backs
+// off) then, and a run whose job completed counts as none, so that the
+// row, enabled again, runs at once.
+func TestRecurringLostRunOfDisabledRowReclaimed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.DB(t)
+	s := newScheduler(t, pool, &Config{Queue: insertOnlyQueue(t, pool), RecurringStaleAfter: time.Minute})
+	for _, c := range []struct {
+		key, state string
+		failures   int
+	}{{"lost", "discarded", 1}, {"done", "completed", 0}} {
+		if _, err := s.Ensure(ctx, "ping", c.key, nil, time.Time{}); err != nil {
+			t.Fatal(err)
+		}
+		tick(t, s)
+		if _, err := s.Disable(ctx, "ping", c.key); err != nil {
+			t.Fatal(err)
+		}
+		exec(t, pool, `UPDATE river_job SET state = $2, finalized_at = now() WHERE metadata->>'braid_recurring_key' = $1`, c.key, c.state)
+		exec(t, pool, `UPDATE braid_recurring SET running_since = now() - interval '61 seconds' WHERE key = $1`, c.key)
+		tick(t, s)
+		r, _ := s.GetRecurring(ctx, "ping", c.key)
+		if r.RunningSince != nil || r.ConsecutiveFailures != c.failures || r.Enabled {
+			t.Errorf("%s: disabled row with a stale run whose job is %s: running since %v, %d failures, enabled %v; want released, %d failures, disabled",
+				c.key, c.state, r.RunningSince, r.ConsecutiveFailures, r.Enabled, c.failures)
+		}
+		if c.failures > 0 {
+			checkLostRun(t, r, c.failures, c.state)
+		}
+		if n := riverJobs(t, pool, c.key); n != 1 {
+			t.Errorf("%s: %d jobs, want 1: a disabled row is never run", c.key, n)
+		}
+	}
+
+	// Enabled again, the row whose run completed runs at once; the other
+	// once its backoff has passed.
+	for _, key := range []string{"lost", "done"} {
+		if _, err := s.Ensure(ctx, "ping", key, nil, time.Time{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tick(t, s)
+	if n := riverJobs(t, pool, "done"); n != 2 {
+		t.Errorf("done: %d jobs after enabling it again, want 2", n)
+	}
+	exec(t, pool, `UPDATE braid_recurring SET next_run_at = now() WHERE key = 'lost'`)
+	tick(t, s)
+	if r, _ := s.GetRecurring(ctx, "ping", "lost"); riverJobs(t, pool, "lost") != 2 || r.ConsecutiveFailures != 1 || r.RunningSince == nil {
+		t.Errorf("lost: %d jobs, %d failures, running since %v after its backoff; want 2 jobs, the failure counted once, running",
+			riverJobs(t, pool, "lost"), r.ConsecutiveFailures, r.RunningSince)
+	}
+}
