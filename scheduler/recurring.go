@@ -18,10 +18,17 @@ import (
 	"github.com/braidflow/braid/queue"
 )
 
-// Limits that braid_recurring enforces.
+// Limits of recurring jobs.
 const (
-	KindMaxLength = 200
-	KeyMaxLength  = 500
+	// KindMaxLength is the longest kind of a recurring job, in characters:
+	// River's limit for a job kind (river_job refuses a kind of 128
+	// characters or more), since each run is a River job of that kind.
+	// It is also the longest River job kind a schedule may target.
+	KindMaxLength = 127
+
+	// KeyMaxLength is the longest entity key of a recurring job, in
+	// characters.
+	KeyMaxLength = 500
 )
 
 // ErrRecurringNotFound is returned (wrapped) when no recurring job has the
@@ -108,7 +115,7 @@ func scanRecurring(row pgx.Row) (*Recurring, error) {
 
 func validateKindKey(kind, key string) error {
 	if kind == "" || !utf8.ValidString(kind) || utf8.RuneCountInString(kind) > KindMaxLength {
-		return fmt.Errorf("scheduler: recurring job kind %q must be 1 to %d characters of UTF-8", kind, KindMaxLength)
+		return fmt.Errorf("scheduler: recurring job kind %q must be 1 to %d characters of UTF-8 (River's limit for a job kind)", kind, KindMaxLength)
 	}
 	if key == "" || !utf8.ValidString(key) || utf8.RuneCountInString(key) > KeyMaxLength {
 		return fmt.Errorf("scheduler: recurring job %s key %q must be 1 to %d characters of UTF-8", kind, key, KeyMaxLength)

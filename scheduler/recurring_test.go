@@ -101,7 +101,8 @@ func TestEnsure(t *testing.T) {
 		args      any
 		want      string
 	}{
-		{"", "k", nil, `recurring job kind "" must be 1 to 200 characters`},
+		{"", "k", nil, `recurring job kind "" must be 1 to 127 characters`},
+		{strings.Repeat("k", 128), "k", nil, `must be 1 to 127 characters of UTF-8 (River's limit for a job kind)`},
 		{"k", "", nil, `recurring job k key "" must be 1 to 500 characters`},
 		{"other", "k", feedArgs{}, `recurring job kind "other" does not match the kind "fetch_feed" of its args`},
 		{"k", "k", []int{1}, "args must be a JSON object, got [1]"},

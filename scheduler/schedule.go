@@ -71,9 +71,13 @@ const (
 	CatchUpAll CatchUpPolicy = "all"
 )
 
-// Limits that braid_schedules enforces.
+// Limits of schedules.
 const (
-	NameMaxLength   = 200
+	// NameMaxLength is the longest schedule name, in characters.
+	NameMaxLength = 200
+
+	// TargetMaxLength is the longest target, in characters: a workflow
+	// name. A River job kind is at most KindMaxLength, River's limit.
 	TargetMaxLength = 200
 )
 
@@ -231,7 +235,8 @@ type ScheduleParams struct {
 	TargetType TargetType
 
 	// Target is the River job kind or the workflow name; 1 to
-	// TargetMaxLength characters. When the scheduler can tell (see
+	// TargetMaxLength characters, and a job kind at most KindMaxLength
+	// (River's limit). When the scheduler can tell (see
 	// Config.Queue and Config.Workflows), it must exist: an unknown one is
 	// an *UnknownTargetError.
 	Target string
@@ -416,6 +421,9 @@ func (sch *Schedule) validate() (*Expression, error) {
 	}
 	if sch.Target == "" || utf8.RuneCountInString(sch.Target) > TargetMaxLength {
 		return fail(fmt.Errorf("target %q must be 1 to %d characters", sch.Target, TargetMaxLength))
+	}
+	if n := utf8.RuneCountInString(sch.Target); sch.TargetType == TargetJob && n > KindMaxLength {
+		return fail(fmt.Errorf("target %q is a job kind of %d characters; River's limit for a job kind is %d", sch.Target, n, KindMaxLength))
 	}
 	if sch.TargetType == TargetJob && (len(sch.Args) == 0 || sch.Args[0] != '{') {
 		return fail(fmt.Errorf("args of a job target must be a JSON object, got %s", sch.Args))
