@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -117,8 +118,14 @@ func validateKindKey(kind, key string) error {
 	if kind == "" || !utf8.ValidString(kind) || utf8.RuneCountInString(kind) > KindMaxLength {
 		return fmt.Errorf("scheduler: recurring job kind %q must be 1 to %d characters of UTF-8 (River's limit for a job kind)", kind, KindMaxLength)
 	}
+	if strings.ContainsRune(kind, 0) {
+		return fmt.Errorf("scheduler: recurring job kind %q holds a NUL character, which PostgreSQL cannot store", kind)
+	}
 	if key == "" || !utf8.ValidString(key) || utf8.RuneCountInString(key) > KeyMaxLength {
 		return fmt.Errorf("scheduler: recurring job %s key %q must be 1 to %d characters of UTF-8", kind, key, KeyMaxLength)
+	}
+	if strings.ContainsRune(key, 0) {
+		return fmt.Errorf("scheduler: recurring job %s key %q holds a NUL character, which PostgreSQL cannot store", kind, key)
 	}
 	return nil
 }
@@ -145,9 +152,12 @@ func (s *Scheduler) Ensure(ctx context.Context, kind, key string, args any, firs
 // again and stores args, keeping its next_run_at. It returns next_run_at. A
 // dead letter stays parked; Revive brings it back.
 //
-// args are the River job's args: anything encoding/json accepts, a
-// json.RawMessage as is, at most Config.MaxArgsBytes once encoded (larger
-// args are an *ArgsTooLargeError naming the kind, the key and the limit). When args is a river.JobArgs, kind may be empty
+// kind and key are UTF-8 text without NUL characters, at most
+// KindMaxLength and KeyMaxLength characters. args are the River job's
+// args: anything encoding/json accepts, a json.RawMessage as is, that
+// PostgreSQL's jsonb can store (queue.CheckJSONB: no \u0000, say), at most
+// Config.MaxArgsBytes once encoded (larger args are an
+// *ArgsTooLargeError naming the kind, the key and the limit). When args is a river.JobArgs, kind may be empty
 // and is taken from it, and the Queue and Priority of its InsertOpts, if it
 // has any, apply to the job.
 func (s *Scheduler) EnsureTx(ctx context.Context, tx pgx.Tx, kind, key string, args any, firstRunAt time.Time) (time.Time, error) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
@@ -1115,5 +1116,72 @@ func TestRecurringLostRunOfDisabledRowReclaimed(t *testing.T) {
 	if r, _ := s.GetRecurring(ctx, "ping", "lost"); riverJobs(t, pool, "lost") != 2 || r.ConsecutiveFailures != 1 || r.RunningSince == nil {
 		t.Errorf("lost: %d jobs, %d failures, running since %v after its backoff; want 2 jobs, the failure counted once, running",
 			riverJobs(t, pool, "lost"), r.ConsecutiveFailures, r.RunningSince)
+	}
+}
+
+// TestRecurringRefusesTextPostgreSQLCannotStore: a NUL character in a kind,
+// a key, a schedule's name or target, or args that PostgreSQL's jsonb
+// refuses, are refused before they reach the database, with an error
+// that names them (without the raw NUL byte), and the caller's transaction
+// stays usable.
+func TestRecurringRefusesTextPostgreSQLCannotStore(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.DB(t)
+	s := newScheduler(t, pool, nil)
+	check := func(what string, err error, want string) {
+		t.Helper()
+		var pgErr *pgconn.PgError
+		switch {
+		case err == nil:
+			t.Errorf("%s: accepted", what)
+		case errors.As(err, &pgErr):
+			t.Errorf("%s: a PostgreSQL error reached the caller: %v", what, err)
+		case !strings.Contains(err.Error(), want) || strings.ContainsRune(err.Error(), 0):
+			t.Errorf("%s: error %q, want it to say %q, without a raw NUL", what, err, want)
+		}
+	}
+	for _, c := range []struct {
+		what, kind, key string
+		args            any
+		want            string
+	}{
+		{"NUL in the key", "ping", "a\x00b", nil, `key "a\x00b" holds a NUL character`},
+		{"NUL in the kind", "pi\x00ng", "k", nil, `kind "pi\x00ng" holds a NUL character`},
+		{"NUL in args", "ping", "k", map[string]string{"a": "x\x00y"}, `args cannot be stored: it holds a NUL character`},
+		{"NUL in raw args", "ping", "k", json.RawMessage(`{"a": "\u0000"}`), `args cannot be stored: it holds a NUL character`},
+		{"unpaired surrogate", "ping", "k", json.RawMessage(`{"a": "\udc00"}`), `unpaired surrogate \udc00`},
+		{"number out of range", "ping", "k", json.RawMessage(`{"a": 1e200000}`), `digits before the decimal point`},
+	} {
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			_, err := s.EnsureTx(ctx, tx, c.kind, c.key, c.args, time.Time{})
+			if _, txErr := tx.Exec(ctx, `SELECT 1`); txErr != nil {
+				t.Errorf("%s: the caller's transaction is unusable after EnsureTx: %v", c.what, txErr)
+			}
+			return err
+		})
+		check(c.what, err, c.want)
+	}
+	if n := queryValue[int](t, pool, `SELECT count(*) FROM braid_recurring`); n != 0 {
+		t.Errorf("%d rows stored by refused Ensures", n)
+	}
+
+	valid := func() ScheduleParams {
+		return ScheduleParams{TargetType: TargetJob, Name: "n", Expression: "@daily", Target: "kind"}
+	}
+	for _, c := range []struct {
+		what   string
+		change func(p *ScheduleParams)
+		want   string
+	}{
+		{"NUL in a schedule's name", func(p *ScheduleParams) { p.Name = "n\x00" }, `schedule name "n\x00" holds a NUL character`},
+		{"NUL in a schedule's target", func(p *ScheduleParams) { p.Target = "k\x00" }, `target "k\x00" is not UTF-8 text without NUL characters`},
+		{"NUL in a schedule's args", func(p *ScheduleParams) { p.Args = map[string]string{"a": "\x00"} }, "args cannot be stored: it holds a NUL character"},
+		{"NUL in a workflow's input", func(p *ScheduleParams) { p.TargetType, p.Args = TargetWorkflow, "\x00" }, "args cannot be stored: it holds a NUL character"},
+	} {
+		p := valid()
+		c.change(&p)
+		_, err := s.Create(ctx, &p)
+		check(c.what, err, c.want)
 	}
 }
