@@ -129,6 +129,9 @@
 // fetch_feed per feed. Applications call EnsureTx when an entity gains
 // its first subscriber, in the same transaction as the subscription; it
 // creates the row or enables it again, and returns next_run_at to mirror.
+// A row parked as a dead letter stays parked: EnsureTx then also returns a
+// *RecurringParkedError (ErrRecurringParked), since that next_run_at does
+// not come until Revive.
 // When the last subscriber leaves, SyncEnabledTx (or DisableTx) disables the
 // row in the same transaction. A disabled row keeps next_run_at; enabled
 // again it runs at that time, or at once if it has passed.

@@ -32,9 +32,41 @@ const (
 	KeyMaxLength = 500
 )
 
-// ErrRecurringNotFound is returned (wrapped) when no recurring job has the
-// given kind and key.
-var ErrRecurringNotFound = errors.New("scheduler: recurring job not found")
+var (
+	// ErrRecurringNotFound is returned (wrapped) when no recurring job has
+	// the given kind and key.
+	ErrRecurringNotFound = errors.New("scheduler: recurring job not found")
+
+	// ErrRecurringParked matches the *RecurringParkedError of Ensure and
+	// EnsureTx when the recurring job is parked as a dead letter.
+	ErrRecurringParked = errors.New("scheduler: recurring job parked as a dead letter")
+)
+
+// RecurringParkedError is returned by Ensure and EnsureTx when the
+// recurring job they ensured is parked as a dead letter. The job is ensured
+// all the same (enabled, its args stored; EnsureTx leaves tx usable), but
+// it does not run, and its next_run_at does not come, until Revive. It
+// matches ErrRecurringParked.
+type RecurringParkedError struct {
+	// Kind and Key name the recurring job.
+	Kind, Key string
+
+	// DeadAt is when it was parked.
+	DeadAt time.Time
+
+	// ConsecutiveFailures and LastError are those of the failures that
+	// parked it.
+	ConsecutiveFailures int
+	LastError           string
+}
+
+func (e *RecurringParkedError) Error() string {
+	return fmt.Sprintf("scheduler: recurring job %s/%s has been parked as a dead letter since %s, after %d consecutive failures; it does not run until revived (Scheduler.Revive)",
+		e.Kind, e.Key, e.DeadAt.UTC().Format(time.RFC3339), e.ConsecutiveFailures)
+}
+
+// Is reports whether target is ErrRecurringParked.
+func (e *RecurringParkedError) Is(target error) bool { return target == ErrRecurringParked }
 
 // Recurring is one durable recurring job: a row of braid_recurring, one per
 // (kind, entity key).
@@ -136,21 +168,36 @@ func notFound(kind, key string) error {
 
 // Ensure makes sure the recurring job (kind, key) exists and is enabled,
 // and returns its next_run_at so the application can mirror it. See
-// EnsureTx.
+// EnsureTx. A parked job is ensured (the change commits) and reported with
+// a *RecurringParkedError.
 func (s *Scheduler) Ensure(ctx context.Context, kind, key string, args any, firstRunAt time.Time) (time.Time, error) {
-	var next time.Time
+	var (
+		next   time.Time
+		parked error
+	)
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		var err error
 		next, err = s.EnsureTx(ctx, tx, kind, key, args, firstRunAt)
+		if errors.Is(err, ErrRecurringParked) {
+			parked, err = err, nil
+		}
 		return err
 	})
-	return next, err
+	if err != nil {
+		return time.Time{}, err
+	}
+	return next, parked
 }
 
 // EnsureTx is idempotent: it creates the recurring job (kind, key), first
 // due at firstRunAt (zero means now), or, when the job exists, enables it
-// again and stores args, keeping its next_run_at. It returns next_run_at. A
-// dead letter stays parked; Revive brings it back.
+// again and stores args, keeping its next_run_at. It returns next_run_at.
+//
+// A dead letter stays parked; Revive brings it back. EnsureTx then still
+// enables it and stores args, and returns its next_run_at with a
+// *RecurringParkedError (matching ErrRecurringParked), since that time
+// does not come until the job is revived: the caller can tell the job is
+// not running (mirror no next run, or call ReviveTx), and tx stays usable.
 //
 // kind and key are UTF-8 text without NUL characters, at most
 // KindMaxLength and KeyMaxLength characters. args are the River job's
@@ -196,18 +243,30 @@ func (s *Scheduler) EnsureTx(ctx context.Context, tx pgx.Tx, kind, key string, a
 	if !firstRunAt.IsZero() {
 		first = &firstRunAt
 	}
-	var next time.Time
+	var (
+		next      time.Time
+		deadAt    *time.Time
+		failures  int32
+		lastError *string
+	)
 	err = tx.QueryRow(ctx, `
 INSERT INTO braid_recurring (kind, key, args, queue, priority, next_run_at)
 VALUES ($1, $2, $3, $4, $5, coalesce($6, braid_now()))
 ON CONFLICT (kind, key) DO UPDATE
 SET enabled = true, args = excluded.args, queue = excluded.queue, priority = excluded.priority, updated_at = braid_now()
-RETURNING next_run_at`, kind, key, encoded, queue, priority, first).Scan(&next)
+RETURNING next_run_at, dead_at, consecutive_failures, last_error`, kind, key, encoded, queue, priority, first).Scan(&next, &deadAt, &failures, &lastError)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("scheduler: ensuring recurring job %s/%s: %w", kind, key, err)
 	}
 	if err := notify(ctx, tx); err != nil {
 		return time.Time{}, err
+	}
+	if deadAt != nil {
+		parked := &RecurringParkedError{Kind: kind, Key: key, DeadAt: *deadAt, ConsecutiveFailures: int(failures)}
+		if lastError != nil {
+			parked.LastError = *lastError
+		}
+		return next, parked
 	}
 	return next, nil
 }

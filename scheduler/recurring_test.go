@@ -656,16 +656,35 @@ func TestRecurringParkedAndRevived(t *testing.T) {
 	if n := riverJobs(t, h.pool, "k"); n != 3 {
 		t.Fatalf("dead letter claimed: %d jobs", n)
 	}
-	// Ensure does not revive it; Revive does.
-	if _, err := h.s.Ensure(ctx, "ping", "k", nil, time.Time{}); err != nil {
-		t.Fatal(err)
+	// Ensure does not revive it, and says so: the row is ensured (its
+	// args stored), but its next run does not come; Revive revives it.
+	next, err := h.s.Ensure(ctx, "ping", "k", pingArgs{N: 9}, time.Time{})
+	var parked *RecurringParkedError
+	if !errors.Is(err, ErrRecurringParked) || !errors.As(err, &parked) || parked.Kind != "ping" || parked.Key != "k" ||
+		parked.ConsecutiveFailures != 3 || !strings.Contains(parked.LastError, "handler panicked") || !strings.Contains(err.Error(), "Revive") {
+		t.Fatalf("Ensure of a dead letter: %v; want a *RecurringParkedError naming ping/k, its 3 failures and Revive", err)
 	}
-	if r, _ := h.s.GetRecurring(ctx, "ping", "k"); r.DeadAt == nil {
-		t.Error("Ensure revived a dead letter")
+	r, _ := h.s.GetRecurring(ctx, "ping", "k")
+	if r.DeadAt == nil || !parked.DeadAt.Equal(*r.DeadAt) || !next.Equal(r.NextRunAt) || string(r.Args) != `{"n": 9}` {
+		t.Errorf("after Ensure of a dead letter: %+v (returned %s, parked at %s); want still parked, args stored", r, next, parked.DeadAt)
 	}
-	r, err := h.s.Revive(ctx, "ping", "k")
+	err = pgx.BeginFunc(ctx, h.pool, func(tx pgx.Tx) error {
+		_, err := h.s.EnsureTx(ctx, tx, "ping", "k", nil, time.Time{})
+		if !errors.Is(err, ErrRecurringParked) {
+			t.Errorf("EnsureTx of a dead letter: %v, want ErrRecurringParked", err)
+		}
+		_, err = tx.Exec(ctx, `SELECT 1`)
+		return err
+	})
+	if err != nil {
+		t.Errorf("the transaction after EnsureTx of a dead letter: %v", err)
+	}
+	r, err = h.s.Revive(ctx, "ping", "k")
 	if err != nil || r.DeadAt != nil || r.ConsecutiveFailures != 0 {
 		t.Fatalf("Revive: %v, %+v", err, r)
+	}
+	if _, err := h.s.Ensure(ctx, "ping", "k", nil, time.Time{}); err != nil {
+		t.Errorf("Ensure of a revived row: %v", err)
 	}
 	h.handle(func(context.Context, *river.Job[pingArgs]) error { return nil })
 	tick(t, h.s)

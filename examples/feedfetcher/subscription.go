@@ -33,9 +33,13 @@ type Subscription struct {
 	// call: always after Subscribe, and after Unsubscribe only while other
 	// subscribers are left.
 	FetchEnabled bool `json:"fetch_enabled"`
+	// FetchParked is true when Subscribe found the feed's fetch_feed job
+	// parked as a dead letter (it failed too often): the feed is not
+	// fetched until an operator revives the job.
+	FetchParked bool `json:"fetch_parked,omitempty"`
 	// NextFetchAt is the feed's next fetch as mirrored into
 	// feeds.next_fetch_at: the job's next_run_at, or nil once the job is
-	// disabled.
+	// disabled or while it is parked.
 	NextFetchAt *time.Time `json:"next_fetch_at,omitempty"`
 }
 
@@ -59,6 +63,8 @@ func (a *App) EnsureUserTx(ctx context.Context, tx pgx.Tx, name, email string) (
 //     fetch_feed recurring job, due at once;
 //   - for a feed that exists, its job is enabled again (it may have been
 //     disabled when its last subscriber left) and keeps its next_run_at;
+//     a job parked as a dead letter stays parked (FetchParked), and no
+//     next fetch is mirrored until it is revived;
 //
 // either way next_run_at is mirrored into feeds.next_fetch_at and the
 // subscription is added. Subscribing twice returns the active subscription
@@ -91,15 +97,22 @@ func (a *App) SubscribeTx(ctx context.Context, tx pgx.Tx, userID int64, feedURL 
 		return nil, err
 	}
 	// EnsureTx creates the job of a new feed, due now, and enables the job
-	// of an existing one, keeping its next_run_at.
+	// of an existing one, keeping its next_run_at. A job parked as a dead
+	// letter stays parked, and its next_run_at does not come: the mirror
+	// shows no next fetch.
+	sub := &Subscription{UserID: userID, FeedID: feed.ID, FeedURL: feed.URL, NewFeed: created, FetchEnabled: true}
 	next, err := a.sched.EnsureTx(ctx, tx, "", feedKey(feed.ID), FetchFeedArgs{FeedID: feed.ID}, time.Time{})
-	if err != nil {
+	switch {
+	case errors.Is(err, scheduler.ErrRecurringParked):
+		sub.FetchParked = true
+	case err != nil:
 		return nil, fmt.Errorf("feedfetcher: ensuring the %s job of feed %d: %w", FetchFeedKind, feed.ID, err)
+	default:
+		sub.NextFetchAt = &next
 	}
-	if _, err := tx.Exec(ctx, `UPDATE feeds SET next_fetch_at = $2, updated_at = now() WHERE id = $1`, feed.ID, next); err != nil {
+	if _, err := tx.Exec(ctx, `UPDATE feeds SET next_fetch_at = $2, updated_at = now() WHERE id = $1`, feed.ID, sub.NextFetchAt); err != nil {
 		return nil, fmt.Errorf("feedfetcher: mirroring the next fetch of feed %d: %w", feed.ID, err)
 	}
-	sub := &Subscription{UserID: userID, FeedID: feed.ID, FeedURL: feed.URL, NewFeed: created, FetchEnabled: true, NextFetchAt: &next}
 	err = tx.QueryRow(ctx, `
 INSERT INTO subscriptions (user_id, feed_id) VALUES ($1, $2)
 ON CONFLICT (user_id, feed_id) WHERE unsubscribed_at IS NULL DO NOTHING
@@ -201,8 +214,12 @@ func (a *App) logSubscribed(ctx context.Context, sub *Subscription) {
 	case sub.NewFeed:
 		what = "subscribed to a new feed; its fetch_feed job is created"
 	}
-	a.logger.InfoContext(ctx, what, slog.Int64("user_id", sub.UserID), slog.Int64("feed_id", sub.FeedID),
-		slog.String("feed", sub.FeedURL), slog.Time("next_fetch_at", *sub.NextFetchAt))
+	attrs := []any{slog.Int64("user_id", sub.UserID), slog.Int64("feed_id", sub.FeedID), slog.String("feed", sub.FeedURL)}
+	if sub.FetchParked {
+		a.logger.WarnContext(ctx, what+", but it is parked as a dead letter: the feed is not fetched until it is revived", attrs...)
+		return
+	}
+	a.logger.InfoContext(ctx, what, append(attrs, slog.Time("next_fetch_at", *sub.NextFetchAt))...)
 }
 
 func (a *App) logUnsubscribed(ctx context.Context, sub *Subscription) {

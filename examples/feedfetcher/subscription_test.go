@@ -208,3 +208,36 @@ func TestUnsubscribeRacesSubscribe(t *testing.T) {
 		}
 	}
 }
+
+// TestSubscribeToParkedFeed: subscribing to a feed whose fetch_feed job is
+// parked as a dead letter succeeds, but says the feed is not fetched
+// (FetchParked) and mirrors no next fetch, since the job's next run does
+// not come until it is revived.
+func TestSubscribeToParkedFeed(t *testing.T) {
+	t.Parallel()
+	pool := testDB(t)
+	ctx := ctxTimeout(t, 30*time.Second)
+	app := newApp(t, pool, &Config{Logger: quietLogger()})
+	alice, bob := user(t, app, "alice"), user(t, app, "bob")
+	first, err := app.Subscribe(ctx, alice.ID, "https://example.org/broken.xml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE braid_recurring SET dead_at = now(), consecutive_failures = 10,
+    last_error = 'HTTP 500', next_run_at = now() + interval '1 hour'`); err != nil {
+		t.Fatal(err)
+	}
+	sub, err := app.Subscribe(ctx, bob.ID, "https://example.org/broken.xml")
+	if err != nil {
+		t.Fatalf("Subscribe to a feed whose job is parked: %v", err)
+	}
+	if !sub.FetchParked || sub.NextFetchAt != nil || sub.FeedID != first.FeedID || sub.AlreadySubscribed {
+		t.Errorf("subscription to a parked feed: %+v; want FetchParked and no next fetch", sub)
+	}
+	if m := mirror(t, pool, first.FeedID); m != nil {
+		t.Errorf("next_fetch_at of a parked feed = %v, want NULL", m)
+	}
+	if job := fetchJob(t, app, first.FeedID); job.DeadAt == nil || !job.Enabled {
+		t.Errorf("job after the subscription: %+v; want still parked, enabled", job)
+	}
+}
