@@ -160,7 +160,11 @@
 // The handler of a recurring job is an ordinary River worker for its kind.
 // RecurringMiddleware, added to the queue's middleware, records each
 // run's outcome on the row. After a success the row runs next at the time
-// the handler chose with NextRunAt, or after its kind's interval. After a
+// the handler chose with NextRunAt, or the delay it chose with NextRunIn,
+// or else after its kind's interval; delays count from the database's
+// clock (braid_now()), as every recurring time does, so a handler that
+// means "in d" calls NextRunIn(ctx, d) rather than NextRunAt with a time
+// from its own clock. After a
 // failure it backs off (by RecurringConfig.Backoff, a queue.Backoff:
 // 1m·2^(n-1), capped at 24h, ±20% by default) and counts
 // consecutive_failures; after

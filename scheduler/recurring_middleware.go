@@ -75,9 +75,10 @@ type RecurringConfig struct {
 // Its River job is inserted with MaxAttempts 1: River does not retry it,
 // because the row's backoff is the retry. After the handler returns:
 //
-//   - success: next_run_at is the time the handler passed to NextRunAt, or
-//     now plus the kind's interval; consecutive_failures and last_error are
-//     reset;
+//   - success: next_run_at is the time the handler passed to NextRunAt,
+//     or now plus the delay it passed to NextRunIn, or else now plus the
+//     kind's interval (now is the database's clock, braid_now());
+//     consecutive_failures and last_error are reset;
 //   - river.JobSnooze(d): counts as a success that runs again in d; the
 //     River job completes rather than snoozing;
 //   - an error, a panic or river.JobCancel: consecutive_failures grows,
@@ -167,16 +168,26 @@ func recurringConfig(cfg *RecurringConfig) (RecurringConfig, error) {
 
 type runStateKey struct{}
 
-// runState carries the handler's choice of next run time.
+// runState carries the handler's choice of next run: a time (NextRunAt),
+// or a delay from the database's clock (NextRunIn).
 type runState struct {
-	mu   sync.Mutex
-	next time.Time
+	mu       sync.Mutex
+	next     time.Time
+	in       time.Duration
+	relative bool
 }
 
 // NextRunAt sets when the recurring job whose handler is running runs next
-// after this run succeeds. Call it from the handler with the context River
-// passed to Work. It returns ErrNotRecurring outside the run of a recurring
-// job. A failed run ignores it and backs off.
+// after this run succeeds: at t, an absolute time, stored as given. Call it
+// from the handler with the context River passed to Work. It returns
+// ErrNotRecurring outside the run of a recurring job. A failed run ignores
+// it and backs off. The last call of NextRunAt or NextRunIn wins.
+//
+// The database's clock (braid_now()) decides when the job is due, so t
+// should come from it: a time read in the handler's transaction, say. A
+// time computed from the worker's clock (time.Now().Add(d)) carries that
+// clock's skew, and, under a test kit that moves the database's clock, is
+// in its past; for "d from now" use NextRunIn.
 func NextRunAt(ctx context.Context, t time.Time) error {
 	st, ok := ctx.Value(runStateKey{}).(*runState)
 	if !ok {
@@ -186,7 +197,28 @@ func NextRunAt(ctx context.Context, t time.Time) error {
 		return errors.New("scheduler: NextRunAt needs a non-zero time")
 	}
 	st.mu.Lock()
-	st.next = t
+	st.next, st.relative = t, false
+	st.mu.Unlock()
+	return nil
+}
+
+// NextRunIn sets the recurring job whose handler is running to run next d
+// after this run succeeds, on the database's clock: its next_run_at is
+// braid_now() + d when the outcome is recorded. Call it from the handler
+// with the context River passed to Work. It returns ErrNotRecurring outside
+// the run of a recurring job, and an error for a negative d (zero runs
+// again at once). A failed run ignores it and backs off. The last call of
+// NextRunAt or NextRunIn wins.
+func NextRunIn(ctx context.Context, d time.Duration) error {
+	st, ok := ctx.Value(runStateKey{}).(*runState)
+	if !ok {
+		return ErrNotRecurring
+	}
+	if d < 0 {
+		return fmt.Errorf("scheduler: NextRunIn needs a delay of zero or more, got %s", d)
+	}
+	st.mu.Lock()
+	st.in, st.relative = d, true
 	st.mu.Unlock()
 	return nil
 }
@@ -215,11 +247,14 @@ func (m *RecurringMiddleware) Work(ctx context.Context, job *rivertype.JobRow, d
 	switch {
 	case err == nil:
 		st.mu.Lock()
-		next := st.next
+		next, in, relative := st.next, st.in, st.relative
 		st.mu.Unlock()
 		interval, ok := m.cfg.Intervals[job.Kind]
 		if !ok {
 			interval = m.cfg.Interval
+		}
+		if relative {
+			next, interval = time.Time{}, in
 		}
 		m.succeed(wctx, id, job, next, interval)
 	case errors.As(err, &snooze):

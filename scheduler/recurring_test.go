@@ -1204,3 +1204,39 @@ func TestRecurringRefusesTextPostgreSQLCannotStore(t *testing.T) {
 		check(c.what, err, c.want)
 	}
 }
+
+// TestRecurringNextRunInUsesTheDatabaseClock: NextRunIn sets the next run
+// a delay after the database's time (braid_now()), however far the
+// worker's clock is from it; here the database's clock runs two days
+// ahead.
+func TestRecurringNextRunInUsesTheDatabaseClock(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h := newRecurringHarness(t, nil)
+	exec(t, h.pool, `CREATE OR REPLACE FUNCTION braid_now() RETURNS timestamptz LANGUAGE sql STABLE AS $$ SELECT now() + interval '48 hours' $$`)
+	if _, err := h.s.Ensure(ctx, "ping", "k", nil, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	h.handle(func(ctx context.Context, _ *river.Job[pingArgs]) error {
+		if err := NextRunIn(ctx, -time.Second); err == nil || !strings.Contains(err.Error(), "-1s") {
+			t.Errorf("NextRunIn(-1s) = %v, want an error naming the delay", err)
+		}
+		// The last choice wins.
+		if err := NextRunAt(ctx, time.Now().Add(time.Minute)); err != nil {
+			return err
+		}
+		return NextRunIn(ctx, time.Hour)
+	})
+	tick(t, h.s)
+	var r *Recurring
+	waitFor(t, 10*time.Second, "the run", func() bool {
+		r, _ = h.s.GetRecurring(ctx, "ping", "k")
+		return r.RunningSince == nil && r.LastRunAt != nil
+	})
+	if got := r.NextRunAt.Sub(*r.LastRunAt); got != time.Hour || r.NextRunAt.Before(time.Now().Add(48*time.Hour)) {
+		t.Errorf("next run at %s, %s after the run; want an hour after the database's time", r.NextRunAt, got)
+	}
+	if err := NextRunIn(ctx, time.Hour); !errors.Is(err, ErrNotRecurring) {
+		t.Errorf("NextRunIn outside a run: %v, want ErrNotRecurring", err)
+	}
+}
