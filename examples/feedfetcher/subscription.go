@@ -96,11 +96,18 @@ func (a *App) SubscribeTx(ctx context.Context, tx pgx.Tx, userID int64, feedURL 
 	if err != nil {
 		return nil, err
 	}
+	// The subscription's row comes before the job's, the order
+	// UnsubscribeTx takes them in: the other order deadlocks a subscribe
+	// with an unsubscribe of the same user and feed, which holds the
+	// subscription while it waits for the job.
+	sub := &Subscription{UserID: userID, FeedID: feed.ID, FeedURL: feed.URL, NewFeed: created, FetchEnabled: true}
+	if err := insertSubscription(ctx, tx, sub); err != nil {
+		return nil, err
+	}
 	// EnsureTx creates the job of a new feed, due now, and enables the job
 	// of an existing one, keeping its next_run_at. A job parked as a dead
 	// letter stays parked, and its next_run_at does not come: the mirror
 	// shows no next fetch.
-	sub := &Subscription{UserID: userID, FeedID: feed.ID, FeedURL: feed.URL, NewFeed: created, FetchEnabled: true}
 	next, err := a.sched.EnsureTx(ctx, tx, "", feedKey(feed.ID), FetchFeedArgs{FeedID: feed.ID}, time.Time{})
 	switch {
 	case errors.Is(err, scheduler.ErrRecurringParked):
@@ -113,19 +120,35 @@ func (a *App) SubscribeTx(ctx context.Context, tx pgx.Tx, userID int64, feedURL 
 	if _, err := tx.Exec(ctx, `UPDATE feeds SET next_fetch_at = $2, updated_at = now() WHERE id = $1`, feed.ID, sub.NextFetchAt); err != nil {
 		return nil, fmt.Errorf("feedfetcher: mirroring the next fetch of feed %d: %w", feed.ID, err)
 	}
-	err = tx.QueryRow(ctx, `
+	return sub, nil
+}
+
+// insertSubscription adds sub's user's subscription to its feed, or finds
+// the active one and sets AlreadySubscribed. An active subscription that a
+// concurrent unsubscribe ends between the insert, which it made do
+// nothing, and the read, which then finds none, is no longer in the way:
+// the insert is tried again.
+func insertSubscription(ctx context.Context, tx pgx.Tx, sub *Subscription) error {
+	const attempts = 3
+	for range attempts {
+		err := tx.QueryRow(ctx, `
 INSERT INTO subscriptions (user_id, feed_id) VALUES ($1, $2)
 ON CONFLICT (user_id, feed_id) WHERE unsubscribed_at IS NULL DO NOTHING
-RETURNING id, subscribed_at`, userID, feed.ID).Scan(&sub.ID, &sub.SubscribedAt)
-	if errors.Is(err, pgx.ErrNoRows) {
-		sub.AlreadySubscribed = true
-		err = tx.QueryRow(ctx, `SELECT id, subscribed_at FROM subscriptions
-WHERE user_id = $1 AND feed_id = $2 AND unsubscribed_at IS NULL`, userID, feed.ID).Scan(&sub.ID, &sub.SubscribedAt)
+RETURNING id, subscribed_at`, sub.UserID, sub.FeedID).Scan(&sub.ID, &sub.SubscribedAt)
+		if errors.Is(err, pgx.ErrNoRows) {
+			err = tx.QueryRow(ctx, `SELECT id, subscribed_at FROM subscriptions
+WHERE user_id = $1 AND feed_id = $2 AND unsubscribed_at IS NULL`, sub.UserID, sub.FeedID).Scan(&sub.ID, &sub.SubscribedAt)
+			if errors.Is(err, pgx.ErrNoRows) {
+				continue // ended meanwhile
+			}
+			sub.AlreadySubscribed = err == nil
+		}
+		if err != nil {
+			return fmt.Errorf("feedfetcher: subscribing user %d to feed %d: %w", sub.UserID, sub.FeedID, err)
+		}
+		return nil
 	}
-	if err != nil {
-		return nil, fmt.Errorf("feedfetcher: subscribing user %d to feed %d: %w", userID, feed.ID, err)
-	}
-	return sub, nil
+	return fmt.Errorf("feedfetcher: subscribing user %d to feed %d: its active subscription kept changing under %d attempts", sub.UserID, sub.FeedID, attempts)
 }
 
 // Unsubscribe ends a user's subscription to a feed, in one transaction: the

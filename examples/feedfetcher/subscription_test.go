@@ -241,3 +241,33 @@ func TestSubscribeToParkedFeed(t *testing.T) {
 		t.Errorf("job after the subscription: %+v; want still parked, enabled", job)
 	}
 }
+
+// TestResubscribeRacesUnsubscribe: a user who unsubscribes from a feed and
+// subscribes to it again at the same moment gets no deadlock: Subscribe
+// takes the subscription's row before the job's, in Unsubscribe's order.
+func TestResubscribeRacesUnsubscribe(t *testing.T) {
+	t.Parallel()
+	pool := testDB(t)
+	ctx := ctxTimeout(t, 60*time.Second)
+	app := newApp(t, pool, &Config{Logger: quietLogger()})
+	u := user(t, app, "fickle")
+	const url = "https://example.org/fickle"
+
+	for i := range 30 {
+		sub, err := app.Subscribe(ctx, u.ID, url)
+		if err != nil {
+			t.Fatalf("round %d: %v", i, err)
+		}
+		var wg sync.WaitGroup
+		errs := make([]error, 2)
+		wg.Go(func() { _, errs[0] = app.Unsubscribe(ctx, u.ID, sub.FeedID) })
+		wg.Go(func() { _, errs[1] = app.Subscribe(ctx, u.ID, url) })
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			t.Fatalf("round %d: %v", i, err)
+		}
+		if _, err := app.Unsubscribe(ctx, u.ID, sub.FeedID); err != nil && !errors.Is(err, ErrNotSubscribed) {
+			t.Fatalf("round %d: %v", i, err)
+		}
+	}
+}
