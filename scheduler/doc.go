@@ -129,6 +129,9 @@
 // fetch_feed per feed. Applications call EnsureTx when an entity gains
 // its first subscriber, in the same transaction as the subscription; it
 // creates the row or enables it again, and returns next_run_at to mirror.
+// A row parked as a dead letter stays parked: EnsureTx then also returns a
+// *RecurringParkedError (ErrRecurringParked), since that next_run_at does
+// not come until Revive.
 // When the last subscriber leaves, SyncEnabledTx (or DisableTx) disables the
 // row in the same transaction. A disabled row keeps next_run_at; enabled
 // again it runs at that time, or at once if it has passed.
@@ -145,7 +148,8 @@
 // Config.RecurringStaleAfter only guards a run that ended without its
 // outcome being recorded, say because the process died in the handler or
 // after it: such a row is reclaimed once it has been claimed for longer
-// than that. A lost run whose River job did not complete counts as a
+// than that, whether or not it is enabled (a disabled row is released
+// then, and not run). A lost run whose River job did not complete counts as a
 // failed run (below), so that a handler that kills its process every time
 // parks its row as a dead letter rather than be run again, and kill its
 // process again, for ever; one whose job completed (only the write of its
@@ -156,12 +160,19 @@
 // The handler of a recurring job is an ordinary River worker for its kind.
 // RecurringMiddleware, added to the queue's middleware, records each
 // run's outcome on the row. After a success the row runs next at the time
-// the handler chose with NextRunAt, or after its kind's interval. After a
+// the handler chose with NextRunAt, or the delay it chose with NextRunIn,
+// or else after its kind's interval; delays count from the database's
+// clock (braid_now()), as every recurring time does, so a handler that
+// means "in d" calls NextRunIn(ctx, d) rather than NextRunAt with a time
+// from its own clock. After a
 // failure it backs off (by RecurringConfig.Backoff, a queue.Backoff:
 // 1m·2^(n-1), capped at 24h, ±20% by default) and counts
 // consecutive_failures; after
 // RecurringConfig.MaxFailures in a row it is parked as a dead letter until
-// Revive. A reclaimed run whose River job did not complete counts as a
+// Revive. A run interrupted by a stop (the queue cancels its handler at
+// shutdown, and River makes its job available again) is no failure:
+// nothing is recorded, and the row stays claimed by that job, which runs
+// again as the row's run. A reclaimed run whose River job did not complete counts as a
 // failure in the same way, by the middleware given as Config.Recurring. River itself never retries these
 // jobs: the row's backoff is the retry. A River job of a recurring job
 // retried by hand runs only as its row's run: when it is the row's last

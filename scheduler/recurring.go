@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -18,15 +19,54 @@ import (
 	"github.com/braidflow/braid/queue"
 )
 
-// Limits that braid_recurring enforces.
+// Limits of recurring jobs.
 const (
-	KindMaxLength = 200
-	KeyMaxLength  = 500
+	// KindMaxLength is the longest kind of a recurring job, in characters:
+	// River's limit for a job kind (river_job refuses a kind of 128
+	// characters or more), since each run is a River job of that kind.
+	// It is also the longest River job kind a schedule may target.
+	KindMaxLength = 127
+
+	// KeyMaxLength is the longest entity key of a recurring job, in
+	// characters.
+	KeyMaxLength = 500
 )
 
-// ErrRecurringNotFound is returned (wrapped) when no recurring job has the
-// given kind and key.
-var ErrRecurringNotFound = errors.New("scheduler: recurring job not found")
+var (
+	// ErrRecurringNotFound is returned (wrapped) when no recurring job has
+	// the given kind and key.
+	ErrRecurringNotFound = errors.New("scheduler: recurring job not found")
+
+	// ErrRecurringParked matches the *RecurringParkedError of Ensure and
+	// EnsureTx when the recurring job is parked as a dead letter.
+	ErrRecurringParked = errors.New("scheduler: recurring job parked as a dead letter")
+)
+
+// RecurringParkedError is returned by Ensure and EnsureTx when the
+// recurring job they ensured is parked as a dead letter. The job is ensured
+// all the same (enabled, its args stored; EnsureTx leaves tx usable), but
+// it does not run, and its next_run_at does not come, until Revive. It
+// matches ErrRecurringParked.
+type RecurringParkedError struct {
+	// Kind and Key name the recurring job.
+	Kind, Key string
+
+	// DeadAt is when it was parked.
+	DeadAt time.Time
+
+	// ConsecutiveFailures and LastError are those of the failures that
+	// parked it.
+	ConsecutiveFailures int
+	LastError           string
+}
+
+func (e *RecurringParkedError) Error() string {
+	return fmt.Sprintf("scheduler: recurring job %s/%s has been parked as a dead letter since %s, after %d consecutive failures; it does not run until revived (Scheduler.Revive)",
+		e.Kind, e.Key, e.DeadAt.UTC().Format(time.RFC3339), e.ConsecutiveFailures)
+}
+
+// Is reports whether target is ErrRecurringParked.
+func (e *RecurringParkedError) Is(target error) bool { return target == ErrRecurringParked }
 
 // Recurring is one durable recurring job: a row of braid_recurring, one per
 // (kind, entity key).
@@ -108,10 +148,16 @@ func scanRecurring(row pgx.Row) (*Recurring, error) {
 
 func validateKindKey(kind, key string) error {
 	if kind == "" || !utf8.ValidString(kind) || utf8.RuneCountInString(kind) > KindMaxLength {
-		return fmt.Errorf("scheduler: recurring job kind %q must be 1 to %d characters of UTF-8", kind, KindMaxLength)
+		return fmt.Errorf("scheduler: recurring job kind %q must be 1 to %d characters of UTF-8 (River's limit for a job kind)", kind, KindMaxLength)
+	}
+	if strings.ContainsRune(kind, 0) {
+		return fmt.Errorf("scheduler: recurring job kind %q holds a NUL character, which PostgreSQL cannot store", kind)
 	}
 	if key == "" || !utf8.ValidString(key) || utf8.RuneCountInString(key) > KeyMaxLength {
 		return fmt.Errorf("scheduler: recurring job %s key %q must be 1 to %d characters of UTF-8", kind, key, KeyMaxLength)
+	}
+	if strings.ContainsRune(key, 0) {
+		return fmt.Errorf("scheduler: recurring job %s key %q holds a NUL character, which PostgreSQL cannot store", kind, key)
 	}
 	return nil
 }
@@ -122,25 +168,43 @@ func notFound(kind, key string) error {
 
 // Ensure makes sure the recurring job (kind, key) exists and is enabled,
 // and returns its next_run_at so the application can mirror it. See
-// EnsureTx.
+// EnsureTx. A parked job is ensured (the change commits) and reported with
+// a *RecurringParkedError.
 func (s *Scheduler) Ensure(ctx context.Context, kind, key string, args any, firstRunAt time.Time) (time.Time, error) {
-	var next time.Time
+	var (
+		next   time.Time
+		parked error
+	)
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		var err error
 		next, err = s.EnsureTx(ctx, tx, kind, key, args, firstRunAt)
+		if errors.Is(err, ErrRecurringParked) {
+			parked, err = err, nil
+		}
 		return err
 	})
-	return next, err
+	if err != nil {
+		return time.Time{}, err
+	}
+	return next, parked
 }
 
 // EnsureTx is idempotent: it creates the recurring job (kind, key), first
 // due at firstRunAt (zero means now), or, when the job exists, enables it
-// again and stores args, keeping its next_run_at. It returns next_run_at. A
-// dead letter stays parked; Revive brings it back.
+// again and stores args, keeping its next_run_at. It returns next_run_at.
 //
-// args are the River job's args: anything encoding/json accepts, a
-// json.RawMessage as is, at most Config.MaxArgsBytes once encoded (larger
-// args are an *ArgsTooLargeError naming the kind, the key and the limit). When args is a river.JobArgs, kind may be empty
+// A dead letter stays parked; Revive brings it back. EnsureTx then still
+// enables it and stores args, and returns its next_run_at with a
+// *RecurringParkedError (matching ErrRecurringParked), since that time
+// does not come until the job is revived: the caller can tell the job is
+// not running (mirror no next run, or call ReviveTx), and tx stays usable.
+//
+// kind and key are UTF-8 text without NUL characters, at most
+// KindMaxLength and KeyMaxLength characters. args are the River job's
+// args: anything encoding/json accepts, a json.RawMessage as is, that
+// PostgreSQL's jsonb can store (queue.CheckJSONB: no \u0000, say), at most
+// Config.MaxArgsBytes once encoded (larger args are an
+// *ArgsTooLargeError naming the kind, the key and the limit). When args is a river.JobArgs, kind may be empty
 // and is taken from it, and the Queue and Priority of its InsertOpts, if it
 // has any, apply to the job.
 func (s *Scheduler) EnsureTx(ctx context.Context, tx pgx.Tx, kind, key string, args any, firstRunAt time.Time) (time.Time, error) {
@@ -179,18 +243,30 @@ func (s *Scheduler) EnsureTx(ctx context.Context, tx pgx.Tx, kind, key string, a
 	if !firstRunAt.IsZero() {
 		first = &firstRunAt
 	}
-	var next time.Time
+	var (
+		next      time.Time
+		deadAt    *time.Time
+		failures  int32
+		lastError *string
+	)
 	err = tx.QueryRow(ctx, `
 INSERT INTO braid_recurring (kind, key, args, queue, priority, next_run_at)
 VALUES ($1, $2, $3, $4, $5, coalesce($6, braid_now()))
 ON CONFLICT (kind, key) DO UPDATE
 SET enabled = true, args = excluded.args, queue = excluded.queue, priority = excluded.priority, updated_at = braid_now()
-RETURNING next_run_at`, kind, key, encoded, queue, priority, first).Scan(&next)
+RETURNING next_run_at, dead_at, consecutive_failures, last_error`, kind, key, encoded, queue, priority, first).Scan(&next, &deadAt, &failures, &lastError)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("scheduler: ensuring recurring job %s/%s: %w", kind, key, err)
 	}
 	if err := notify(ctx, tx); err != nil {
 		return time.Time{}, err
+	}
+	if deadAt != nil {
+		parked := &RecurringParkedError{Kind: kind, Key: key, DeadAt: *deadAt, ConsecutiveFailures: int(failures)}
+		if lastError != nil {
+			parked.LastError = *lastError
+		}
+		return next, parked
 	}
 	return next, nil
 }
@@ -309,7 +385,10 @@ RETURNING `+recurringColumns, kind, key))
 
 // DeleteRecurring removes the recurring job (kind, key), for when its
 // entity is gone for good. A run in progress finishes; its outcome is
-// dropped. It returns an error matching ErrRecurringNotFound when there is
+// dropped. A job of the row still waiting in its queue never runs its
+// handler: the middleware cancels it when it is worked, even when the same
+// kind and key have been ensured again since, so that the old job never
+// runs beside the new row's. It returns an error matching ErrRecurringNotFound when there is
 // no such job.
 func (s *Scheduler) DeleteRecurring(ctx context.Context, kind, key string) error {
 	return s.inTx(ctx, func(tx pgx.Tx) error { return s.DeleteRecurringTx(ctx, tx, kind, key) })
@@ -397,6 +476,7 @@ type claimedRow struct {
 	args     json.RawMessage
 	queue    string
 	priority int16
+	enabled  bool       // false for a disabled row whose lost run is reclaimed: it is released, not run
 	previous *time.Time // running_since before the claim: set when reclaimed
 	failures int32      // consecutive_failures
 	jobState string     // the state of the row's last River job, "deleted" when it is gone
@@ -421,8 +501,10 @@ WITH due AS (
     SELECT r.id, r.running_since AS previous,
            coalesce(j.state::text, 'deleted') AS job_state, j.errors[cardinality(j.errors)]->>'error' AS job_error
       FROM braid_recurring r LEFT JOIN river_job j ON j.id = r.job_id
-    WHERE r.enabled AND r.dead_at IS NULL AND r.next_run_at <= braid_now()
-      AND (r.running_since IS NULL OR (
+    WHERE r.dead_at IS NULL AND r.next_run_at <= braid_now()
+      AND ((r.enabled AND r.running_since IS NULL) OR (
+          -- A lost run is reclaimed whether or not the row is enabled; a
+          -- disabled row is only released, never run.
           r.running_since <= braid_now() - $1::bigint * interval '1 microsecond'
           -- Never while the claimed run's job is live (available, scheduled,
           -- pending, retryable or running), however long it waits.
@@ -433,7 +515,7 @@ WITH due AS (
 )
 UPDATE braid_recurring r SET running_since = braid_now(), updated_at = braid_now()
 FROM due WHERE r.id = due.id
-RETURNING r.id, r.kind, r.key, r.args, r.queue, r.priority, due.previous, r.consecutive_failures,
+RETURNING r.id, r.kind, r.key, r.args, r.queue, r.priority, r.enabled, due.previous, r.consecutive_failures,
     due.job_state, due.job_error`,
 		s.cfg.RecurringStaleAfter.Microseconds(), s.cfg.RecurringBatchSize)
 	if err != nil {
@@ -441,7 +523,7 @@ RETURNING r.id, r.kind, r.key, r.args, r.queue, r.priority, due.previous, r.cons
 	}
 	claimed, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (claimedRow, error) {
 		var c claimedRow
-		err := row.Scan(&c.id, &c.kind, &c.key, &c.args, &c.queue, &c.priority, &c.previous, &c.failures, &c.jobState, &c.jobError)
+		err := row.Scan(&c.id, &c.kind, &c.key, &c.args, &c.queue, &c.priority, &c.enabled, &c.previous, &c.failures, &c.jobState, &c.jobError)
 		return c, err
 	})
 	if err != nil {
@@ -454,10 +536,20 @@ RETURNING r.id, r.kind, r.key, r.args, r.queue, r.priority, due.previous, r.cons
 	// A reclaimed row's run was lost: unless its River job completed (the
 	// handler succeeded; only the write of its outcome was lost), it counts
 	// as a failed run, and the row backs off (or is parked) rather than
-	// run at once.
+	// run at once. A disabled row is reclaimed too, so that it does not
+	// show as running for ever and, enabled again, runs at its time; but
+	// it is only released, not run.
 	var run []claimedRow
 	for _, c := range claimed {
 		if c.previous == nil || c.jobState == string(rivertype.JobStateCompleted) {
+			if !c.enabled {
+				s.logger.InfoContext(ctx, "scheduler: released a disabled recurring job whose run completed without a recorded outcome",
+					slog.String("kind", c.kind), slog.String("key", c.key), slog.Time("running_since", *c.previous))
+				if _, err := tx.Exec(ctx, `UPDATE braid_recurring SET running_since = NULL, updated_at = braid_now() WHERE id = $1`, c.id); err != nil {
+					return 0, fmt.Errorf("scheduler: releasing recurring job %s/%s: %w", c.kind, c.key, err)
+				}
+				continue
+			}
 			if c.previous != nil {
 				s.logger.WarnContext(ctx, "scheduler: reclaimed a recurring job whose run completed without a recorded outcome; running it again",
 					slog.String("kind", c.kind), slog.String("key", c.key), slog.Time("running_since", *c.previous))

@@ -75,16 +75,22 @@ type RecurringConfig struct {
 // Its River job is inserted with MaxAttempts 1: River does not retry it,
 // because the row's backoff is the retry. After the handler returns:
 //
-//   - success: next_run_at is the time the handler passed to NextRunAt, or
-//     now plus the kind's interval; consecutive_failures and last_error are
-//     reset;
+//   - success: next_run_at is the time the handler passed to NextRunAt,
+//     or now plus the delay it passed to NextRunIn, or else now plus the
+//     kind's interval (now is the database's clock, braid_now());
+//     consecutive_failures and last_error are reset;
 //   - river.JobSnooze(d): counts as a success that runs again in d; the
 //     River job completes rather than snoozing;
 //   - an error, a panic or river.JobCancel: consecutive_failures grows,
 //     last_error is stored and next_run_at is now plus Backoff; after
 //     MaxFailures in a row the job is parked (dead_at) until Revive. The
 //     error is returned to River, so the attempt fails (and its River job
-//     ends discarded) as any other. A panic never escapes.
+//     ends discarded) as any other. A panic never escapes;
+//   - a stop: when the queue stops and cancels the running handler (Stop
+//     past its deadline), and the handler returns that cancellation, River
+//     makes the job available again rather than fail it. Nothing is
+//     recorded: the row stays claimed by that job, which runs again as the
+//     row's run once a queue works it. A shutdown is no failed run.
 //
 // A row whose run was reclaimed as stale (the run then counts as a
 // failure unless its River job completed; see Config.Recurring), or that
@@ -95,7 +101,9 @@ type RecurringConfig struct {
 // only if it is the row's last job and the row is idle, enabled and not
 // parked; it then runs as the row's run. Any other is cancelled
 // (river.JobCancel) with the reason, so that the entity never runs twice
-// at once: revive a parked row with Revive.
+// at once: revive a parked row with Revive. So is a job whose row was
+// deleted (DeleteRecurring), even when the same kind and key were ensured
+// again since, and a job whose row cannot be read does not run either.
 //
 // The span of the run (the queue's river.job <kind> span, when the
 // middleware is installed after braid's own, as Config.Middleware of the
@@ -160,16 +168,26 @@ func recurringConfig(cfg *RecurringConfig) (RecurringConfig, error) {
 
 type runStateKey struct{}
 
-// runState carries the handler's choice of next run time.
+// runState carries the handler's choice of next run: a time (NextRunAt),
+// or a delay from the database's clock (NextRunIn).
 type runState struct {
-	mu   sync.Mutex
-	next time.Time
+	mu       sync.Mutex
+	next     time.Time
+	in       time.Duration
+	relative bool
 }
 
 // NextRunAt sets when the recurring job whose handler is running runs next
-// after this run succeeds. Call it from the handler with the context River
-// passed to Work. It returns ErrNotRecurring outside the run of a recurring
-// job. A failed run ignores it and backs off.
+// after this run succeeds: at t, an absolute time, stored as given. Call it
+// from the handler with the context River passed to Work. It returns
+// ErrNotRecurring outside the run of a recurring job. A failed run ignores
+// it and backs off. The last call of NextRunAt or NextRunIn wins.
+//
+// The database's clock (braid_now()) decides when the job is due, so t
+// should come from it: a time read in the handler's transaction, say. A
+// time computed from the worker's clock (time.Now().Add(d)) carries that
+// clock's skew, and, under a test kit that moves the database's clock, is
+// in its past; for "d from now" use NextRunIn.
 func NextRunAt(ctx context.Context, t time.Time) error {
 	st, ok := ctx.Value(runStateKey{}).(*runState)
 	if !ok {
@@ -179,7 +197,28 @@ func NextRunAt(ctx context.Context, t time.Time) error {
 		return errors.New("scheduler: NextRunAt needs a non-zero time")
 	}
 	st.mu.Lock()
-	st.next = t
+	st.next, st.relative = t, false
+	st.mu.Unlock()
+	return nil
+}
+
+// NextRunIn sets the recurring job whose handler is running to run next d
+// after this run succeeds, on the database's clock: its next_run_at is
+// braid_now() + d when the outcome is recorded. Call it from the handler
+// with the context River passed to Work. It returns ErrNotRecurring outside
+// the run of a recurring job, and an error for a negative d (zero runs
+// again at once). A failed run ignores it and backs off. The last call of
+// NextRunAt or NextRunIn wins.
+func NextRunIn(ctx context.Context, d time.Duration) error {
+	st, ok := ctx.Value(runStateKey{}).(*runState)
+	if !ok {
+		return ErrNotRecurring
+	}
+	if d < 0 {
+		return fmt.Errorf("scheduler: NextRunIn needs a delay of zero or more, got %s", d)
+	}
+	st.mu.Lock()
+	st.in, st.relative = d, true
 	st.mu.Unlock()
 	return nil
 }
@@ -196,8 +235,8 @@ func (m *RecurringMiddleware) Work(ctx context.Context, job *rivertype.JobRow, d
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
 		span.SetAttributes(recurringAttributes(id, job)...)
 	}
-	if refusal := m.admit(ctx, id, job); refusal != "" {
-		return river.JobCancel(errors.New(refusal))
+	if err := m.admit(ctx, id, job); err != nil {
+		return err
 	}
 	st := &runState{}
 	err := callSafely(context.WithValue(ctx, runStateKey{}, st), doInner)
@@ -208,20 +247,59 @@ func (m *RecurringMiddleware) Work(ctx context.Context, job *rivertype.JobRow, d
 	switch {
 	case err == nil:
 		st.mu.Lock()
-		next := st.next
+		next, in, relative := st.next, st.in, st.relative
 		st.mu.Unlock()
 		interval, ok := m.cfg.Intervals[job.Kind]
 		if !ok {
 			interval = m.cfg.Interval
 		}
+		if relative {
+			next, interval = time.Time{}, in
+		}
 		m.succeed(wctx, id, job, next, interval)
 	case errors.As(err, &snooze):
 		m.succeed(wctx, id, job, time.Time{}, snooze.Duration)
 		err = nil
+	case stoppedByClient(ctx, err):
+		// River puts the job back to available, its attempt given back,
+		// and runs it again as the row's run (admit): the row stays
+		// claimed by it, and no failure is recorded.
+		m.cfg.Logger.InfoContext(wctx, "scheduler: a recurring job's run was interrupted by a stop; it runs again when its job is worked",
+			slog.String("kind", job.Kind), slog.Int64("job_id", job.ID), slog.Int64("recurring_id", id))
 	default:
 		m.fail(wctx, id, job, err)
 	}
 	return err
+}
+
+// stoppedByClient reports whether the handler returned err because the
+// River client is stopping and cancelled the job's context (a soft stop:
+// Queue.Stop past its deadline, River's StopAndCancel). River then neither
+// fails nor discards the job but makes it available again with its attempt
+// given back, so the run is not over and is no failure.
+//
+// River marks such a stop with a context cause of its own that it does not
+// export, so this is told apart from the causes that do end the attempt: a
+// deadline (the job's timeout), a plain cancellation of River's start
+// context, a remote or explicit cancel (river.JobCancel), and braid's
+// queue.ErrCancelRequested and queue.ErrJobNotRunning. Should it ever take
+// another cancellation for a stop, the row merely stays claimed until the
+// job is final and RecurringStaleAfter has passed; the stale reclaim then
+// counts the lost run from the job's final state.
+func stoppedByClient(ctx context.Context, err error) bool {
+	if err == nil || ctx.Err() == nil {
+		return false
+	}
+	var jc *rivertype.JobCancelError
+	if errors.As(err, &jc) {
+		return false
+	}
+	cause := context.Cause(ctx)
+	if cause == nil || errors.As(cause, &jc) || errors.Is(cause, context.DeadlineExceeded) || errors.Is(cause, context.Canceled) ||
+		errors.Is(cause, queue.ErrCancelRequested) || errors.Is(cause, queue.ErrJobNotRunning) {
+		return false
+	}
+	return errors.Is(err, context.Canceled) || errors.Is(err, cause)
 }
 
 // admitSQL locks a recurring row and reads whether job $2 is its run,
@@ -239,40 +317,46 @@ WITH r AS (
 )
 SELECT r.job_id, r.running, r.dead, r.enabled, EXISTS (SELECT 1 FROM adopted) FROM r`
 
-// admit decides whether job may run the handler of recurring row id. It
-// runs when it is the row's claimed run, or when it is the row's last job
-// retried by hand (see admitSQL). It is refused, with the reason, when
-// another job has since run or is running for the row, or when the row is
-// parked or disabled: an old job retried by hand, say from River's dead
-// letters, would otherwise run the entity beside the row's own runs. A row
-// that is gone, or that cannot be read, lets the job run as before; its
-// outcome is then ignored.
-func (m *RecurringMiddleware) admit(ctx context.Context, id int64, job *rivertype.JobRow) string {
+// admit decides whether job may run the handler of recurring row id: it
+// returns nil when it may, and otherwise the error that ends the attempt
+// without running the handler. It runs when it is the row's claimed run,
+// or when it is the row's last job retried by hand (see admitSQL). It is
+// cancelled (river.JobCancel), with the reason, when another job has since
+// run or is running for the row, when the row is parked or disabled, or
+// when the row is gone: an old job retried by hand, say from River's dead
+// letters, or a job left in the queue by a row that was deleted (and
+// perhaps ensured again, under a new ID, with a run of its own), would
+// otherwise run the entity beside the row's own runs. When the row cannot
+// be read, the job does not run either: the attempt fails with the error
+// (or, when its context was cancelled by a stop, ends as River's soft stop,
+// and the job runs later).
+func (m *RecurringMiddleware) admit(ctx context.Context, id int64, job *rivertype.JobRow) error {
 	var (
 		current                         *int64
 		running, dead, enabled, adopted bool
 	)
 	err := m.pool.QueryRow(ctx, admitSQL, id, job.ID).Scan(&current, &running, &dead, &enabled, &adopted)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return ""
+		return river.JobCancel(fmt.Errorf("recurring job %d was deleted; its job does not run", id))
 	}
 	if err != nil {
-		m.cfg.Logger.WarnContext(ctx, "scheduler: cannot read whether a job is its recurring row's run; running it",
-			slog.String("kind", job.Kind), slog.Int64("job_id", job.ID), slog.String("error", err.Error()))
-		return ""
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("scheduler: cannot read whether job %d is the run of recurring job %d, so it does not run: %w", job.ID, id, err)
 	}
 	mine := current != nil && *current == job.ID
 	switch {
 	case mine && (running || adopted):
-		return ""
+		return nil
 	case !mine && current != nil:
-		return fmt.Sprintf("recurring job %d has run since as job %d; this older job does not run", id, *current)
+		return river.JobCancel(fmt.Errorf("recurring job %d has run since as job %d; this older job does not run", id, *current))
 	case dead:
-		return fmt.Sprintf("recurring job %d is parked as a dead letter; revive it (Scheduler.Revive) to run it again", id)
+		return river.JobCancel(fmt.Errorf("recurring job %d is parked as a dead letter; revive it (Scheduler.Revive) to run it again", id))
 	case !enabled:
-		return fmt.Sprintf("recurring job %d is disabled", id)
+		return river.JobCancel(fmt.Errorf("recurring job %d is disabled", id))
 	default:
-		return fmt.Sprintf("recurring job %d has no run to adopt this job as", id)
+		return river.JobCancel(fmt.Errorf("recurring job %d has no run to adopt this job as", id))
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
@@ -101,7 +102,8 @@ func TestEnsure(t *testing.T) {
 		args      any
 		want      string
 	}{
-		{"", "k", nil, `recurring job kind "" must be 1 to 200 characters`},
+		{"", "k", nil, `recurring job kind "" must be 1 to 127 characters`},
+		{strings.Repeat("k", 128), "k", nil, `must be 1 to 127 characters of UTF-8 (River's limit for a job kind)`},
 		{"k", "", nil, `recurring job k key "" must be 1 to 500 characters`},
 		{"other", "k", feedArgs{}, `recurring job kind "other" does not match the kind "fetch_feed" of its args`},
 		{"k", "k", []int{1}, "args must be a JSON object, got [1]"},
@@ -544,6 +546,7 @@ type recurringHarness struct {
 	t       *testing.T
 	pool    *pgxpool.Pool
 	s       *Scheduler
+	q       *queue.Queue
 	handler atomic.Pointer[func(ctx context.Context, job *river.Job[pingArgs]) error]
 }
 
@@ -565,8 +568,8 @@ func newRecurringHarness(t *testing.T, cfg *RecurringConfig) *recurringHarness {
 	river.AddWorker(workers, &pingWorker{fn: func(ctx context.Context, job *river.Job[pingArgs]) error {
 		return (*h.handler.Load())(ctx, job)
 	}})
-	q := workingQueue(t, h.pool, workers, mw)
-	h.s = newScheduler(t, h.pool, &Config{Queue: q})
+	h.q = workingQueue(t, h.pool, workers, mw)
+	h.s = newScheduler(t, h.pool, &Config{Queue: h.q})
 	return h
 }
 
@@ -653,16 +656,35 @@ func TestRecurringParkedAndRevived(t *testing.T) {
 	if n := riverJobs(t, h.pool, "k"); n != 3 {
 		t.Fatalf("dead letter claimed: %d jobs", n)
 	}
-	// Ensure does not revive it; Revive does.
-	if _, err := h.s.Ensure(ctx, "ping", "k", nil, time.Time{}); err != nil {
-		t.Fatal(err)
+	// Ensure does not revive it, and says so: the row is ensured (its
+	// args stored), but its next run does not come; Revive revives it.
+	next, err := h.s.Ensure(ctx, "ping", "k", pingArgs{N: 9}, time.Time{})
+	var parked *RecurringParkedError
+	if !errors.Is(err, ErrRecurringParked) || !errors.As(err, &parked) || parked.Kind != "ping" || parked.Key != "k" ||
+		parked.ConsecutiveFailures != 3 || !strings.Contains(parked.LastError, "handler panicked") || !strings.Contains(err.Error(), "Revive") {
+		t.Fatalf("Ensure of a dead letter: %v; want a *RecurringParkedError naming ping/k, its 3 failures and Revive", err)
 	}
-	if r, _ := h.s.GetRecurring(ctx, "ping", "k"); r.DeadAt == nil {
-		t.Error("Ensure revived a dead letter")
+	r, _ := h.s.GetRecurring(ctx, "ping", "k")
+	if r.DeadAt == nil || !parked.DeadAt.Equal(*r.DeadAt) || !next.Equal(r.NextRunAt) || string(r.Args) != `{"n": 9}` {
+		t.Errorf("after Ensure of a dead letter: %+v (returned %s, parked at %s); want still parked, args stored", r, next, parked.DeadAt)
 	}
-	r, err := h.s.Revive(ctx, "ping", "k")
+	err = pgx.BeginFunc(ctx, h.pool, func(tx pgx.Tx) error {
+		_, err := h.s.EnsureTx(ctx, tx, "ping", "k", nil, time.Time{})
+		if !errors.Is(err, ErrRecurringParked) {
+			t.Errorf("EnsureTx of a dead letter: %v, want ErrRecurringParked", err)
+		}
+		_, err = tx.Exec(ctx, `SELECT 1`)
+		return err
+	})
+	if err != nil {
+		t.Errorf("the transaction after EnsureTx of a dead letter: %v", err)
+	}
+	r, err = h.s.Revive(ctx, "ping", "k")
 	if err != nil || r.DeadAt != nil || r.ConsecutiveFailures != 0 {
 		t.Fatalf("Revive: %v, %+v", err, r)
+	}
+	if _, err := h.s.Ensure(ctx, "ping", "k", nil, time.Time{}); err != nil {
+		t.Errorf("Ensure of a revived row: %v", err)
 	}
 	h.handle(func(context.Context, *river.Job[pingArgs]) error { return nil })
 	tick(t, h.s)
@@ -944,5 +966,277 @@ func TestSchedulerFindsTheRecurringMiddlewareInItsQueue(t *testing.T) {
 	}
 	if s := newScheduler(t, pool, &Config{Queue: insertOnlyQueue(t, pool)}); s.failures.MaxFailures != RecurringMaxFailuresDefault {
 		t.Errorf("with no middleware: MaxFailures %d, want the default %d", s.failures.MaxFailures, RecurringMaxFailuresDefault)
+	}
+}
+
+// TestRecurringGracefulStopIsNotAFailure: a run whose handler returns
+// because the queue stops and cancels it (River puts its job back to
+// available) is no failed run: the row stays claimed by that job, with no
+// failure, no backoff and no dead letter, and the job runs as the row's
+// run once the queue starts again.
+func TestRecurringGracefulStopIsNotAFailure(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h := newRecurringHarness(t, &RecurringConfig{MaxFailures: 1})
+	if _, err := h.s.Ensure(ctx, "ping", "k", nil, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan struct{}, 1)
+	h.handle(func(ctx context.Context, _ *river.Job[pingArgs]) error {
+		started <- struct{}{}
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	tick(t, h.s)
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the run did not start")
+	}
+	stopCtx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if err := h.q.Stop(stopCtx); err != nil {
+		t.Fatalf("stopping the queue: %v", err)
+	}
+	r, err := h.s.GetRecurring(ctx, "ping", "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobID := queryValue[int64](t, h.pool, `SELECT id FROM river_job WHERE metadata->>'braid_recurring_key' = 'k'`)
+	state := queryValue[string](t, h.pool, `SELECT state::text FROM river_job WHERE id = $1`, jobID)
+	if r.ConsecutiveFailures != 0 || r.DeadAt != nil || r.LastError != "" || r.RunningSince == nil || r.JobID == nil || *r.JobID != jobID || state != "available" {
+		t.Fatalf("after a stop during the run: %d failures, dead at %v, error %q, running since %v, job %v (%s); "+
+			"want no failure, still claimed by job %d, available",
+			r.ConsecutiveFailures, r.DeadAt, r.LastError, r.RunningSince, r.JobID, state, jobID)
+	}
+
+	// Started again, the queue runs the same job as the row's run.
+	h.handle(func(context.Context, *river.Job[pingArgs]) error { return nil })
+	if err := h.q.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the interrupted run to finish", func() bool {
+		r, _ = h.s.GetRecurring(ctx, "ping", "k")
+		return r.RunningSince == nil
+	})
+	if r.ConsecutiveFailures != 0 || r.LastRunAt == nil || r.NextRunAt.Sub(*r.LastRunAt) != RecurringIntervalDefault {
+		t.Errorf("after the interrupted run ran: %+v; want a success", r)
+	}
+	waitFor(t, 10*time.Second, "the job to complete", func() bool {
+		return queryValue[string](t, h.pool, `SELECT state::text FROM river_job WHERE id = $1`, jobID) == "completed"
+	})
+	if n := riverJobs(t, h.pool, "k"); n != 1 {
+		t.Errorf("%d jobs of the row, want 1", n)
+	}
+}
+
+// TestRecurringJobOfDeletedRowDoesNotRun: a job still queued when its row
+// is deleted, and the same kind and key ensured again and claimed, is
+// cancelled before its handler runs, so the entity never runs twice at
+// once; nor does a job whose row cannot be read.
+func TestRecurringJobOfDeletedRowDoesNotRun(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.DB(t)
+	s := newScheduler(t, pool, &Config{Queue: insertOnlyQueue(t, pool)})
+	mw, err := NewRecurringMiddleware(pool, &RecurringConfig{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Ensure(ctx, "ping", "k", nil, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	tick(t, s)
+	old := jobRow(t, pool, queryValue[int64](t, pool, `SELECT max(id) FROM river_job`))
+	if err := s.DeleteRecurring(ctx, "ping", "k"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Ensure(ctx, "ping", "k", nil, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	tick(t, s)
+	if r, _ := s.GetRecurring(ctx, "ping", "k"); r.RunningSince == nil || r.JobID == nil || *r.JobID == old.ID {
+		t.Fatalf("the new row is not running a job of its own: %+v", r)
+	}
+	called := false
+	err = mw.Work(ctx, old, func(context.Context) error { called = true; return nil })
+	var jc *rivertype.JobCancelError
+	if called || !errors.As(err, &jc) || !strings.Contains(err.Error(), "was deleted") {
+		t.Errorf("the deleted row's job: handler called %v, Work = %v; want it cancelled, naming the deleted row", called, err)
+	}
+
+	// A row that cannot be read runs nothing.
+	closed, err := pgxpool.New(ctx, pool.Config().ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed.Close()
+	blind, err := NewRecurringMiddleware(closed, &RecurringConfig{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	current := jobRow(t, pool, queryValue[int64](t, pool, `SELECT max(id) FROM river_job`))
+	err = blind.Work(ctx, current, func(context.Context) error { called = true; return nil })
+	if called || err == nil || !strings.Contains(err.Error(), "does not run") {
+		t.Errorf("a job whose row cannot be read: handler called %v, Work = %v; want it refused", called, err)
+	}
+}
+
+// TestRecurringLostRunOfDisabledRowReclaimed: a run lost while its row is
+// disabled is reclaimed once stale like any other, without inserting a
+// job: the row stops showing as running, a failed run counts (and backs
+// off) then, and a run whose job completed counts as none, so that the
+// row, enabled again, runs at once.
+func TestRecurringLostRunOfDisabledRowReclaimed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.DB(t)
+	s := newScheduler(t, pool, &Config{Queue: insertOnlyQueue(t, pool), RecurringStaleAfter: time.Minute})
+	for _, c := range []struct {
+		key, state string
+		failures   int
+	}{{"lost", "discarded", 1}, {"done", "completed", 0}} {
+		if _, err := s.Ensure(ctx, "ping", c.key, nil, time.Time{}); err != nil {
+			t.Fatal(err)
+		}
+		tick(t, s)
+		if _, err := s.Disable(ctx, "ping", c.key); err != nil {
+			t.Fatal(err)
+		}
+		exec(t, pool, `UPDATE river_job SET state = $2, finalized_at = now() WHERE metadata->>'braid_recurring_key' = $1`, c.key, c.state)
+		exec(t, pool, `UPDATE braid_recurring SET running_since = now() - interval '61 seconds' WHERE key = $1`, c.key)
+		tick(t, s)
+		r, _ := s.GetRecurring(ctx, "ping", c.key)
+		if r.RunningSince != nil || r.ConsecutiveFailures != c.failures || r.Enabled {
+			t.Errorf("%s: disabled row with a stale run whose job is %s: running since %v, %d failures, enabled %v; want released, %d failures, disabled",
+				c.key, c.state, r.RunningSince, r.ConsecutiveFailures, r.Enabled, c.failures)
+		}
+		if c.failures > 0 {
+			checkLostRun(t, r, c.failures, c.state)
+		}
+		if n := riverJobs(t, pool, c.key); n != 1 {
+			t.Errorf("%s: %d jobs, want 1: a disabled row is never run", c.key, n)
+		}
+	}
+
+	// Enabled again, the row whose run completed runs at once; the other
+	// once its backoff has passed.
+	for _, key := range []string{"lost", "done"} {
+		if _, err := s.Ensure(ctx, "ping", key, nil, time.Time{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tick(t, s)
+	if n := riverJobs(t, pool, "done"); n != 2 {
+		t.Errorf("done: %d jobs after enabling it again, want 2", n)
+	}
+	exec(t, pool, `UPDATE braid_recurring SET next_run_at = now() WHERE key = 'lost'`)
+	tick(t, s)
+	if r, _ := s.GetRecurring(ctx, "ping", "lost"); riverJobs(t, pool, "lost") != 2 || r.ConsecutiveFailures != 1 || r.RunningSince == nil {
+		t.Errorf("lost: %d jobs, %d failures, running since %v after its backoff; want 2 jobs, the failure counted once, running",
+			riverJobs(t, pool, "lost"), r.ConsecutiveFailures, r.RunningSince)
+	}
+}
+
+// TestRecurringRefusesTextPostgreSQLCannotStore: a NUL character in a kind,
+// a key, a schedule's name or target, or args that PostgreSQL's jsonb
+// refuses, are refused before they reach the database, with an error
+// that names them (without the raw NUL byte), and the caller's transaction
+// stays usable.
+func TestRecurringRefusesTextPostgreSQLCannotStore(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.DB(t)
+	s := newScheduler(t, pool, nil)
+	check := func(what string, err error, want string) {
+		t.Helper()
+		var pgErr *pgconn.PgError
+		switch {
+		case err == nil:
+			t.Errorf("%s: accepted", what)
+		case errors.As(err, &pgErr):
+			t.Errorf("%s: a PostgreSQL error reached the caller: %v", what, err)
+		case !strings.Contains(err.Error(), want) || strings.ContainsRune(err.Error(), 0):
+			t.Errorf("%s: error %q, want it to say %q, without a raw NUL", what, err, want)
+		}
+	}
+	for _, c := range []struct {
+		what, kind, key string
+		args            any
+		want            string
+	}{
+		{"NUL in the key", "ping", "a\x00b", nil, `key "a\x00b" holds a NUL character`},
+		{"NUL in the kind", "pi\x00ng", "k", nil, `kind "pi\x00ng" holds a NUL character`},
+		{"NUL in args", "ping", "k", map[string]string{"a": "x\x00y"}, `args cannot be stored: it holds a NUL character`},
+		{"NUL in raw args", "ping", "k", json.RawMessage(`{"a": "\u0000"}`), `args cannot be stored: it holds a NUL character`},
+		{"unpaired surrogate", "ping", "k", json.RawMessage(`{"a": "\udc00"}`), `unpaired surrogate \udc00`},
+		{"number out of range", "ping", "k", json.RawMessage(`{"a": 1e200000}`), `digits before the decimal point`},
+	} {
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			_, err := s.EnsureTx(ctx, tx, c.kind, c.key, c.args, time.Time{})
+			if _, txErr := tx.Exec(ctx, `SELECT 1`); txErr != nil {
+				t.Errorf("%s: the caller's transaction is unusable after EnsureTx: %v", c.what, txErr)
+			}
+			return err
+		})
+		check(c.what, err, c.want)
+	}
+	if n := queryValue[int](t, pool, `SELECT count(*) FROM braid_recurring`); n != 0 {
+		t.Errorf("%d rows stored by refused Ensures", n)
+	}
+
+	valid := func() ScheduleParams {
+		return ScheduleParams{TargetType: TargetJob, Name: "n", Expression: "@daily", Target: "kind"}
+	}
+	for _, c := range []struct {
+		what   string
+		change func(p *ScheduleParams)
+		want   string
+	}{
+		{"NUL in a schedule's name", func(p *ScheduleParams) { p.Name = "n\x00" }, `schedule name "n\x00" holds a NUL character`},
+		{"NUL in a schedule's target", func(p *ScheduleParams) { p.Target = "k\x00" }, `target "k\x00" is not UTF-8 text without NUL characters`},
+		{"NUL in a schedule's args", func(p *ScheduleParams) { p.Args = map[string]string{"a": "\x00"} }, "args cannot be stored: it holds a NUL character"},
+		{"NUL in a workflow's input", func(p *ScheduleParams) { p.TargetType, p.Args = TargetWorkflow, "\x00" }, "args cannot be stored: it holds a NUL character"},
+	} {
+		p := valid()
+		c.change(&p)
+		_, err := s.Create(ctx, &p)
+		check(c.what, err, c.want)
+	}
+}
+
+// TestRecurringNextRunInUsesTheDatabaseClock: NextRunIn sets the next run
+// a delay after the database's time (braid_now()), however far the
+// worker's clock is from it; here the database's clock runs two days
+// ahead.
+func TestRecurringNextRunInUsesTheDatabaseClock(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h := newRecurringHarness(t, nil)
+	exec(t, h.pool, `CREATE OR REPLACE FUNCTION braid_now() RETURNS timestamptz LANGUAGE sql STABLE AS $$ SELECT now() + interval '48 hours' $$`)
+	if _, err := h.s.Ensure(ctx, "ping", "k", nil, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	h.handle(func(ctx context.Context, _ *river.Job[pingArgs]) error {
+		if err := NextRunIn(ctx, -time.Second); err == nil || !strings.Contains(err.Error(), "-1s") {
+			t.Errorf("NextRunIn(-1s) = %v, want an error naming the delay", err)
+		}
+		// The last choice wins.
+		if err := NextRunAt(ctx, time.Now().Add(time.Minute)); err != nil {
+			return err
+		}
+		return NextRunIn(ctx, time.Hour)
+	})
+	tick(t, h.s)
+	var r *Recurring
+	waitFor(t, 10*time.Second, "the run", func() bool {
+		r, _ = h.s.GetRecurring(ctx, "ping", "k")
+		return r.RunningSince == nil && r.LastRunAt != nil
+	})
+	if got := r.NextRunAt.Sub(*r.LastRunAt); got != time.Hour || r.NextRunAt.Before(time.Now().Add(48*time.Hour)) {
+		t.Errorf("next run at %s, %s after the run; want an hour after the database's time", r.NextRunAt, got)
+	}
+	if err := NextRunIn(ctx, time.Hour); !errors.Is(err, ErrNotRecurring) {
+		t.Errorf("NextRunIn outside a run: %v, want ErrNotRecurring", err)
 	}
 }

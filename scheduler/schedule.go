@@ -71,9 +71,13 @@ const (
 	CatchUpAll CatchUpPolicy = "all"
 )
 
-// Limits that braid_schedules enforces.
+// Limits of schedules.
 const (
-	NameMaxLength   = 200
+	// NameMaxLength is the longest schedule name, in characters.
+	NameMaxLength = 200
+
+	// TargetMaxLength is the longest target, in characters: a workflow
+	// name. A River job kind is at most KindMaxLength, River's limit.
 	TargetMaxLength = 200
 )
 
@@ -231,14 +235,16 @@ type ScheduleParams struct {
 	TargetType TargetType
 
 	// Target is the River job kind or the workflow name; 1 to
-	// TargetMaxLength characters. When the scheduler can tell (see
+	// TargetMaxLength characters, and a job kind at most KindMaxLength
+	// (River's limit). When the scheduler can tell (see
 	// Config.Queue and Config.Workflows), it must exist: an unknown one is
 	// an *UnknownTargetError.
 	Target string
 
 	// Args are the job's args (a JSON object) or the workflow's input.
-	// Anything encoding/json accepts; a json.RawMessage is used as is. At
-	// most Config.MaxArgsBytes once encoded.
+	// Anything encoding/json accepts; a json.RawMessage is used as is.
+	// PostgreSQL's jsonb must be able to store it (queue.CheckJSONB: no
+	// \u0000, say). At most Config.MaxArgsBytes once encoded.
 	//
 	// Defaults to {}.
 	Args any
@@ -363,14 +369,20 @@ func validateName(name string) error {
 	if !utf8.ValidString(name) {
 		return fmt.Errorf("schedule name %q is not valid UTF-8", name)
 	}
+	if strings.ContainsRune(name, 0) {
+		return fmt.Errorf("schedule name %q holds a NUL character, which PostgreSQL cannot store", name)
+	}
 	if n := utf8.RuneCountInString(name); n > NameMaxLength {
 		return fmt.Errorf("schedule name is %d characters; the limit is %d", n, NameMaxLength)
 	}
 	return nil
 }
 
-// encodeArgs encodes args as JSON; nil becomes {}.
+// encodeArgs encodes args as JSON; nil becomes {}. It refuses JSON that
+// PostgreSQL's jsonb cannot store (queue.CheckJSONB), such as a string
+// holding \u0000, which encoding/json produces and accepts.
 func encodeArgs(args any) (json.RawMessage, error) {
+	var b []byte
 	switch a := args.(type) {
 	case nil:
 		return json.RawMessage(`{}`), nil
@@ -385,14 +397,17 @@ func encodeArgs(args any) (json.RawMessage, error) {
 		if err := json.Compact(&buf, a); err != nil {
 			return nil, err
 		}
-		return buf.Bytes(), nil
+		b = buf.Bytes()
 	default:
-		b, err := json.Marshal(args)
-		if err != nil {
+		var err error
+		if b, err = json.Marshal(args); err != nil {
 			return nil, fmt.Errorf("args cannot be encoded as JSON: %w", err)
 		}
-		return b, nil
 	}
+	if err := queue.CheckJSONB(b); err != nil {
+		return nil, fmt.Errorf("args cannot be stored: %w", err)
+	}
+	return b, nil
 }
 
 // validate checks a complete schedule and returns its parsed expression.
@@ -416,6 +431,12 @@ func (sch *Schedule) validate() (*Expression, error) {
 	}
 	if sch.Target == "" || utf8.RuneCountInString(sch.Target) > TargetMaxLength {
 		return fail(fmt.Errorf("target %q must be 1 to %d characters", sch.Target, TargetMaxLength))
+	}
+	if !utf8.ValidString(sch.Target) || strings.ContainsRune(sch.Target, 0) {
+		return fail(fmt.Errorf("target %q is not UTF-8 text without NUL characters, which PostgreSQL can store", sch.Target))
+	}
+	if n := utf8.RuneCountInString(sch.Target); sch.TargetType == TargetJob && n > KindMaxLength {
+		return fail(fmt.Errorf("target %q is a job kind of %d characters; River's limit for a job kind is %d", sch.Target, n, KindMaxLength))
 	}
 	if sch.TargetType == TargetJob && (len(sch.Args) == 0 || sch.Args[0] != '{') {
 		return fail(fmt.Errorf("args of a job target must be a JSON object, got %s", sch.Args))

@@ -248,6 +248,8 @@ func TestScheduleValidation(t *testing.T) {
 		{"bad zone", func(p *ScheduleParams) { p.TimeZone = "Mars/Base" }, `unknown time zone "Mars/Base"`},
 		{"bad target type", func(p *ScheduleParams) { p.TargetType = "email" }, `target type "email" is invalid`},
 		{"empty target", func(p *ScheduleParams) { p.Target = "" }, `target "" must be 1 to 200 characters`},
+		{"job kind over River's limit", func(p *ScheduleParams) { p.Target = strings.Repeat("k", 128) },
+			"is a job kind of 128 characters; River's limit for a job kind is 127"},
 		{"job args not an object", func(p *ScheduleParams) { p.Args = []int{1} }, "args of a job target must be a JSON object, got [1]"},
 		{"args not JSON", func(p *ScheduleParams) { p.Args = json.RawMessage(`{`) }, "args are not valid JSON"},
 		{"args not encodable", func(p *ScheduleParams) { p.Args = make(chan int) }, "args cannot be encoded as JSON"},

@@ -141,7 +141,9 @@ type Config struct {
 	// process died during the handler or between its end and the write of
 	// the outcome. Such a row is reclaimed once it has been claimed for
 	// longer than RecurringStaleAfter, and the lost run counts as a
-	// failure unless its job completed (see Recurring). A row whose job is
+	// failure unless its job completed (see Recurring). A disabled row is
+	// reclaimed too, and released without being run, so that it does not
+	// show as running for ever. A row whose job is
 	// still live
 	// (waiting in a backlog, scheduled, retryable or running) is never
 	// claimed again, however long it waits, so at most one job per row is

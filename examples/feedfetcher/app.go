@@ -259,7 +259,10 @@ func New(pool *pgxpool.Pool, cfg *Config) (*App, error) {
 	if err := river.AddWorkerSafely(qc.Workers, &renewWebSubWorker{app: a}); err != nil {
 		return nil, fmt.Errorf("feedfetcher: registering the %s worker: %w", RenewWebSubKind, err)
 	}
-	qc.Middleware = append([]rivertype.Middleware{mw}, qc.Middleware...)
+	// The mirror wraps the recurring middleware, so it reads each outcome
+	// that middleware records.
+	mirror := &fetchMirror{pool: pool, logger: c.Logger}
+	qc.Middleware = append([]rivertype.Middleware{mirror, mw}, qc.Middleware...)
 	ec.Queue = &qc
 	a.article = workflow.Define(FetchArticleWorkflow, a.fetchArticle, workflow.WithMaxAttempts(5))
 	a.digest = workflow.Define(DigestWorkflow, a.sendDigest, workflow.WithMaxAttempts(10))

@@ -39,9 +39,14 @@
 // The job's handler fetches the feed with a conditional GET, stores the new
 // entries and starts the digests in one transaction, and picks the next run
 // from the HTTP cache headers and the feed's TTL within the fetcher's
-// bounds (scheduler.NextRunAt). A failed fetch counts consecutive_failures
+// bounds, as a time on the database's clock, read in that transaction,
+// mirrored into next_fetch_at and given to scheduler.NextRunAt. A failed fetch counts consecutive_failures
 // on the feed, mirrors the backoff into next_fetch_at, and fails the run, so
 // the job's row counts the failure and backs off by the same schedule.
+// After every run, a worker middleware outside the scheduler's recurring
+// middleware copies the row's next_run_at and consecutive_failures into
+// the feed, so the mirror follows the row on every path, those the handler
+// never sees too (a timeout, a failure before the fetch, a refused run).
 //
 // # Digests
 //

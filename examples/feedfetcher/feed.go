@@ -197,7 +197,7 @@ WHERE id = $1 RETURNING consecutive_failures`, feedID, clipError(fetchErr)).Scan
 	}
 	var next *time.Time
 	err = db.QueryRow(ctx, `
-UPDATE feeds SET next_fetch_at = CASE WHEN `+activeSubscribersSQL+` THEN now() + $2::bigint * interval '1 microsecond' END
+UPDATE feeds SET next_fetch_at = CASE WHEN `+activeSubscribersSQL+` THEN braid_now() + $2::bigint * interval '1 microsecond' END
 WHERE id = $1 RETURNING next_fetch_at`, feedID, backoff(failures).Microseconds()).Scan(&next)
 	if err != nil {
 		return 0, nil, fmt.Errorf("feedfetcher: recording the backoff of feed %d: %w", feedID, err)

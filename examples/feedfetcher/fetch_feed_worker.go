@@ -33,7 +33,8 @@ type fetchFeedWorker struct {
 // Work fetches one feed with a conditional GET. On success it stores the
 // new entries and, in the same transaction, starts an article pipeline run
 // per entry and a digest run per subscriber, and chooses the next run from
-// the response's cache headers and the feed's TTL (NextRunAt). On failure it counts the failure on the feed, mirrors the
+// the response's cache headers and the feed's TTL (NextRunAt, on the
+// database's clock). On failure it counts the failure on the feed, mirrors the
 // backoff into next_fetch_at, and returns the error, so that the recurring
 // row counts it too and backs off by the same schedule.
 func (w *fetchFeedWorker) Work(ctx context.Context, job *river.Job[FetchFeedArgs]) error {
@@ -64,6 +65,13 @@ func (w *fetchFeedWorker) Work(ctx context.Context, job *river.Job[FetchFeedArgs
 
 	var digests, pipelines int
 	err = pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
+		// The next fetch is on the database's clock, which decides when the
+		// feed's job is due, rather than the fetcher's: it is both mirrored
+		// and given to NextRunAt.
+		if err := tx.QueryRow(ctx, `SELECT braid_now() + $1::bigint * interval '1 microsecond'`,
+			res.Interval.Microseconds()).Scan(&res.NextFetch); err != nil {
+			return fmt.Errorf("feedfetcher: reading the next fetch of feed %d: %w", feed.ID, err)
+		}
 		if err := recordFetchSuccess(ctx, tx, feed.ID, res); err != nil {
 			return err
 		}

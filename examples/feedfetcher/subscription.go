@@ -33,9 +33,13 @@ type Subscription struct {
 	// call: always after Subscribe, and after Unsubscribe only while other
 	// subscribers are left.
 	FetchEnabled bool `json:"fetch_enabled"`
+	// FetchParked is true when Subscribe found the feed's fetch_feed job
+	// parked as a dead letter (it failed too often): the feed is not
+	// fetched until an operator revives the job.
+	FetchParked bool `json:"fetch_parked,omitempty"`
 	// NextFetchAt is the feed's next fetch as mirrored into
 	// feeds.next_fetch_at: the job's next_run_at, or nil once the job is
-	// disabled.
+	// disabled or while it is parked.
 	NextFetchAt *time.Time `json:"next_fetch_at,omitempty"`
 }
 
@@ -59,6 +63,8 @@ func (a *App) EnsureUserTx(ctx context.Context, tx pgx.Tx, name, email string) (
 //     fetch_feed recurring job, due at once;
 //   - for a feed that exists, its job is enabled again (it may have been
 //     disabled when its last subscriber left) and keeps its next_run_at;
+//     a job parked as a dead letter stays parked (FetchParked), and no
+//     next fetch is mirrored until it is revived;
 //
 // either way next_run_at is mirrored into feeds.next_fetch_at and the
 // subscription is added. Subscribing twice returns the active subscription
@@ -90,29 +96,59 @@ func (a *App) SubscribeTx(ctx context.Context, tx pgx.Tx, userID int64, feedURL 
 	if err != nil {
 		return nil, err
 	}
-	// EnsureTx creates the job of a new feed, due now, and enables the job
-	// of an existing one, keeping its next_run_at.
-	next, err := a.sched.EnsureTx(ctx, tx, "", feedKey(feed.ID), FetchFeedArgs{FeedID: feed.ID}, time.Time{})
-	if err != nil {
-		return nil, fmt.Errorf("feedfetcher: ensuring the %s job of feed %d: %w", FetchFeedKind, feed.ID, err)
+	// The subscription's row comes before the job's, the order
+	// UnsubscribeTx takes them in: the other order deadlocks a subscribe
+	// with an unsubscribe of the same user and feed, which holds the
+	// subscription while it waits for the job.
+	sub := &Subscription{UserID: userID, FeedID: feed.ID, FeedURL: feed.URL, NewFeed: created, FetchEnabled: true}
+	if err := insertSubscription(ctx, tx, sub); err != nil {
+		return nil, err
 	}
-	if _, err := tx.Exec(ctx, `UPDATE feeds SET next_fetch_at = $2, updated_at = now() WHERE id = $1`, feed.ID, next); err != nil {
+	// EnsureTx creates the job of a new feed, due now, and enables the job
+	// of an existing one, keeping its next_run_at. A job parked as a dead
+	// letter stays parked, and its next_run_at does not come: the mirror
+	// shows no next fetch.
+	next, err := a.sched.EnsureTx(ctx, tx, "", feedKey(feed.ID), FetchFeedArgs{FeedID: feed.ID}, time.Time{})
+	switch {
+	case errors.Is(err, scheduler.ErrRecurringParked):
+		sub.FetchParked = true
+	case err != nil:
+		return nil, fmt.Errorf("feedfetcher: ensuring the %s job of feed %d: %w", FetchFeedKind, feed.ID, err)
+	default:
+		sub.NextFetchAt = &next
+	}
+	if _, err := tx.Exec(ctx, `UPDATE feeds SET next_fetch_at = $2, updated_at = now() WHERE id = $1`, feed.ID, sub.NextFetchAt); err != nil {
 		return nil, fmt.Errorf("feedfetcher: mirroring the next fetch of feed %d: %w", feed.ID, err)
 	}
-	sub := &Subscription{UserID: userID, FeedID: feed.ID, FeedURL: feed.URL, NewFeed: created, FetchEnabled: true, NextFetchAt: &next}
-	err = tx.QueryRow(ctx, `
+	return sub, nil
+}
+
+// insertSubscription adds sub's user's subscription to its feed, or finds
+// the active one and sets AlreadySubscribed. An active subscription that a
+// concurrent unsubscribe ends between the insert, which it made do
+// nothing, and the read, which then finds none, is no longer in the way:
+// the insert is tried again.
+func insertSubscription(ctx context.Context, tx pgx.Tx, sub *Subscription) error {
+	const attempts = 3
+	for range attempts {
+		err := tx.QueryRow(ctx, `
 INSERT INTO subscriptions (user_id, feed_id) VALUES ($1, $2)
 ON CONFLICT (user_id, feed_id) WHERE unsubscribed_at IS NULL DO NOTHING
-RETURNING id, subscribed_at`, userID, feed.ID).Scan(&sub.ID, &sub.SubscribedAt)
-	if errors.Is(err, pgx.ErrNoRows) {
-		sub.AlreadySubscribed = true
-		err = tx.QueryRow(ctx, `SELECT id, subscribed_at FROM subscriptions
-WHERE user_id = $1 AND feed_id = $2 AND unsubscribed_at IS NULL`, userID, feed.ID).Scan(&sub.ID, &sub.SubscribedAt)
+RETURNING id, subscribed_at`, sub.UserID, sub.FeedID).Scan(&sub.ID, &sub.SubscribedAt)
+		if errors.Is(err, pgx.ErrNoRows) {
+			err = tx.QueryRow(ctx, `SELECT id, subscribed_at FROM subscriptions
+WHERE user_id = $1 AND feed_id = $2 AND unsubscribed_at IS NULL`, sub.UserID, sub.FeedID).Scan(&sub.ID, &sub.SubscribedAt)
+			if errors.Is(err, pgx.ErrNoRows) {
+				continue // ended meanwhile
+			}
+			sub.AlreadySubscribed = err == nil
+		}
+		if err != nil {
+			return fmt.Errorf("feedfetcher: subscribing user %d to feed %d: %w", sub.UserID, sub.FeedID, err)
+		}
+		return nil
 	}
-	if err != nil {
-		return nil, fmt.Errorf("feedfetcher: subscribing user %d to feed %d: %w", userID, feed.ID, err)
-	}
-	return sub, nil
+	return fmt.Errorf("feedfetcher: subscribing user %d to feed %d: its active subscription kept changing under %d attempts", sub.UserID, sub.FeedID, attempts)
 }
 
 // Unsubscribe ends a user's subscription to a feed, in one transaction: the
@@ -201,8 +237,12 @@ func (a *App) logSubscribed(ctx context.Context, sub *Subscription) {
 	case sub.NewFeed:
 		what = "subscribed to a new feed; its fetch_feed job is created"
 	}
-	a.logger.InfoContext(ctx, what, slog.Int64("user_id", sub.UserID), slog.Int64("feed_id", sub.FeedID),
-		slog.String("feed", sub.FeedURL), slog.Time("next_fetch_at", *sub.NextFetchAt))
+	attrs := []any{slog.Int64("user_id", sub.UserID), slog.Int64("feed_id", sub.FeedID), slog.String("feed", sub.FeedURL)}
+	if sub.FetchParked {
+		a.logger.WarnContext(ctx, what+", but it is parked as a dead letter: the feed is not fetched until it is revived", attrs...)
+		return
+	}
+	a.logger.InfoContext(ctx, what, append(attrs, slog.Time("next_fetch_at", *sub.NextFetchAt))...)
 }
 
 func (a *App) logUnsubscribed(ctx context.Context, sub *Subscription) {

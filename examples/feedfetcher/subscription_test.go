@@ -208,3 +208,66 @@ func TestUnsubscribeRacesSubscribe(t *testing.T) {
 		}
 	}
 }
+
+// TestSubscribeToParkedFeed: subscribing to a feed whose fetch_feed job is
+// parked as a dead letter succeeds, but says the feed is not fetched
+// (FetchParked) and mirrors no next fetch, since the job's next run does
+// not come until it is revived.
+func TestSubscribeToParkedFeed(t *testing.T) {
+	t.Parallel()
+	pool := testDB(t)
+	ctx := ctxTimeout(t, 30*time.Second)
+	app := newApp(t, pool, &Config{Logger: quietLogger()})
+	alice, bob := user(t, app, "alice"), user(t, app, "bob")
+	first, err := app.Subscribe(ctx, alice.ID, "https://example.org/broken.xml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE braid_recurring SET dead_at = now(), consecutive_failures = 10,
+    last_error = 'HTTP 500', next_run_at = now() + interval '1 hour'`); err != nil {
+		t.Fatal(err)
+	}
+	sub, err := app.Subscribe(ctx, bob.ID, "https://example.org/broken.xml")
+	if err != nil {
+		t.Fatalf("Subscribe to a feed whose job is parked: %v", err)
+	}
+	if !sub.FetchParked || sub.NextFetchAt != nil || sub.FeedID != first.FeedID || sub.AlreadySubscribed {
+		t.Errorf("subscription to a parked feed: %+v; want FetchParked and no next fetch", sub)
+	}
+	if m := mirror(t, pool, first.FeedID); m != nil {
+		t.Errorf("next_fetch_at of a parked feed = %v, want NULL", m)
+	}
+	if job := fetchJob(t, app, first.FeedID); job.DeadAt == nil || !job.Enabled {
+		t.Errorf("job after the subscription: %+v; want still parked, enabled", job)
+	}
+}
+
+// TestResubscribeRacesUnsubscribe: a user who unsubscribes from a feed and
+// subscribes to it again at the same moment gets no deadlock: Subscribe
+// takes the subscription's row before the job's, in Unsubscribe's order.
+func TestResubscribeRacesUnsubscribe(t *testing.T) {
+	t.Parallel()
+	pool := testDB(t)
+	ctx := ctxTimeout(t, 60*time.Second)
+	app := newApp(t, pool, &Config{Logger: quietLogger()})
+	u := user(t, app, "fickle")
+	const url = "https://example.org/fickle"
+
+	for i := range 30 {
+		sub, err := app.Subscribe(ctx, u.ID, url)
+		if err != nil {
+			t.Fatalf("round %d: %v", i, err)
+		}
+		var wg sync.WaitGroup
+		errs := make([]error, 2)
+		wg.Go(func() { _, errs[0] = app.Unsubscribe(ctx, u.ID, sub.FeedID) })
+		wg.Go(func() { _, errs[1] = app.Subscribe(ctx, u.ID, url) })
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			t.Fatalf("round %d: %v", i, err)
+		}
+		if _, err := app.Unsubscribe(ctx, u.ID, sub.FeedID); err != nil && !errors.Is(err, ErrNotSubscribed) {
+			t.Fatalf("round %d: %v", i, err)
+		}
+	}
+}
