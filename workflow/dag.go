@@ -44,7 +44,8 @@ func (o nodeOption) applyNode(n *dagNode) { o(n) }
 
 // After makes the node depend on the nodes named: it runs once each of
 // them is final (completed, or skipped; or failed under Continue). A node
-// without dependencies is a root and starts with the run.
+// without dependencies is a root and starts with the run; its When
+// condition, if any, reads the input and is decided when the run starts.
 func After(names ...string) NodeOption {
 	return nodeOption(func(n *dagNode) { n.after = append(n.after, names...) })
 }

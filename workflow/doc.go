@@ -51,7 +51,9 @@
 //
 // A DAG run is its root task and one task per node, the root's children,
 // created in the transaction that creates the root. A node without
-// dependencies gets its first turn there; the others are blocked, their
+// dependencies is decided there: it gets its first turn, or, when its
+// condition is false on the input, it is skipped there, and the skip
+// settles as any other (below). The other nodes are blocked, their
 // count of remaining dependencies on their row (invariant 6). When a node
 // is final, the batch that records it counts it off each of its
 // dependents, in the same transaction: this is the settle path of joins

@@ -1,0 +1,141 @@
+package workflow_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/braidflow/braid/testutil"
+	"github.com/braidflow/braid/workflow"
+)
+
+// TestRootNodeConditionIsDecidedAtStart starts a DAG whose node without
+// dependencies has a When condition on the input: a false condition skips
+// it before it ever gets a turn, and the skip cascades to its dependents;
+// a true one runs it.
+func TestRootNodeConditionIsDecidedAtStart(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	a := workflow.Define("rw_a", func(t *workflow.Task, in dagIn) (string, error) { return "a ran", nil })
+	b := workflow.Define("rw_b", func(t *workflow.Task, in dagIn) (string, error) { return "b ran", nil })
+	c := workflow.Define("rw_c", func(t *workflow.Task, in dagIn) (string, error) { return "c ran", nil })
+	aRef := workflow.Node("a", a, workflow.When(`input.lang == "en"`))
+	cRef := workflow.Node("c", c, workflow.After("a"))
+	dag := workflow.DAG[dagIn]("rw_dag", aRef, workflow.Node("b", b), cRef)
+	eng := startEngine(t, pool, testConfig(dag, a, b, c))
+	ctx := ctxTimeout(t, 30*time.Second)
+
+	run, err := dag.Start(ctx, eng, dagIn{Lang: "fr"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run.Result(ctx); err != nil {
+		t.Fatal(err)
+	}
+	status, reasons := nodeStatuses(t, pool, run.ID)
+	if diff := cmp.Diff(map[string]string{"a": "skipped", "b": "completed", "c": "skipped"}, status); diff != "" {
+		t.Errorf("statuses (-want +got):\n%s", diff)
+	}
+	wantReasons := map[string]string{"a": `condition false: input.lang == "en"`, "c": "every dependency was skipped: a"}
+	if diff := cmp.Diff(wantReasons, reasons); diff != "" {
+		t.Errorf("skip reasons (-want +got):\n%s", diff)
+	}
+	if n := nodeTurns(t, pool, run.ID, "a") + nodeTurns(t, pool, run.ID, "c"); n != 0 {
+		t.Errorf("skipped nodes had %d turns", n)
+	}
+
+	run, err = dag.Start(ctx, eng, dagIn{Lang: "en"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := run.Result(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := cRef.From(res); err != nil || got != "c ran" {
+		t.Errorf("c = %q, %v", got, err)
+	}
+}
+
+// TestDAGWhoseEveryNodeIsSkippedAtStartCompletes starts, as a run and as a
+// child, a DAG whose only node's condition is false at start: the root
+// counts the skip off at once and the run completes with no output.
+func TestDAGWhoseEveryNodeIsSkippedAtStartCompletes(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	a := workflow.Define("rs_a", func(t *workflow.Task, in dagIn) (string, error) { return "a ran", nil })
+	aRef := workflow.Node("a", a, workflow.When(`input.n > 0`))
+	dag := workflow.DAG[dagIn]("rs_dag", aRef)
+	parent := workflow.Define("rs_parent", func(t *workflow.Task, n int) (string, error) {
+		res, err := workflow.Go(t, "dag", dag, dagIn{N: n}).Get()
+		if err != nil {
+			return "", err
+		}
+		return aRef.From(res)
+	})
+	eng := startEngine(t, pool, testConfig(dag, a, parent))
+	ctx := ctxTimeout(t, 30*time.Second)
+
+	run, err := dag.Start(ctx, eng, dagIn{N: 0}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := run.Result(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 0 {
+		t.Errorf("result = %v, want none", res)
+	}
+	if status, _ := nodeStatuses(t, pool, run.ID); status["a"] != "skipped" {
+		t.Errorf("a is %q, want skipped", status["a"])
+	}
+
+	// As a child: the parent's batch creates the DAG and decides its node.
+	prun, err := parent.Start(ctx, eng, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := prun.Result(ctx); err == nil || !strings.Contains(err.Error(), "no output") {
+		t.Errorf("parent's result: %v, want no output for a skipped node", err)
+	}
+	prun, err = parent.Start(ctx, eng, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := prun.Result(ctx); err != nil || got != "a ran" {
+		t.Errorf("parent's result = %q, %v", got, err)
+	}
+}
+
+// TestRootNodeConditionErrorAtStartFailsTheNode starts a DAG whose root
+// node's condition cannot be evaluated on the input: the node fails at
+// start, as a dependent's would once released, and the run fails naming
+// it.
+func TestRootNodeConditionErrorAtStartFailsTheNode(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	a := workflow.Define("re_a", func(t *workflow.Task, in dagIn) (string, error) { return "a ran", nil })
+	b := workflow.Define("re_b", func(t *workflow.Task, in dagIn) (string, error) { return "b ran", nil })
+	dag := workflow.DAG[dagIn]("re_dag",
+		workflow.Node("a", a, workflow.When(`input.lang.x == 1`)),
+		workflow.Node("b", b, workflow.After("a")))
+	eng := startEngine(t, pool, testConfig(dag, a, b))
+	ctx := ctxTimeout(t, 30*time.Second)
+	run, err := dag.Start(ctx, eng, dagIn{Lang: "fr"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run.Result(ctx); err == nil || !strings.Contains(err.Error(), `node "a"`) {
+		t.Fatalf("result error %v, want node a's failure", err)
+	}
+	status, _ := nodeStatuses(t, pool, run.ID)
+	if diff := cmp.Diff(map[string]string{"a": "failed", "b": "skipped"}, status); diff != "" {
+		t.Errorf("statuses (-want +got):\n%s", diff)
+	}
+	if n := nodeTurns(t, pool, run.ID, "a"); n != 0 {
+		t.Errorf("a had %d turns", n)
+	}
+}
