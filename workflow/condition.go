@@ -150,8 +150,8 @@ type condition struct {
 //     round, int, float, type; trim, trimPrefix, trimSuffix, upper, lower,
 //     hasPrefix, hasSuffix; and string, of a scalar only. All operators are
 //     available (in, contains, startsWith, endsWith, matches, .., ??, ?.);
-//   - the source is at most ConditionMaxLength bytes and ConditionMaxNodes
-//     nodes;
+//   - the source is UTF-8 text without NUL characters, at most
+//     ConditionMaxLength bytes and ConditionMaxNodes nodes;
 //   - an evaluation allocates at most ConditionMemoryBudget elements,
 //     spends at most ConditionMaxSteps in predicates, and builds at most
 //     ConditionMaxBytes of strings.
@@ -177,6 +177,11 @@ func compileCondition(dag, node, source string, deps []string) (c *condition, er
 	}
 	if strings.TrimSpace(source) == "" {
 		return nil, fail("the expression is empty", 0, 0)
+	}
+	if !isText(source) {
+		// A node's skip reason quotes its condition, and PostgreSQL's
+		// text refuses both.
+		return nil, fail("the expression holds a NUL character or invalid UTF-8, which braid cannot store", 0, 0)
 	}
 	depSet := make(map[string]bool, len(deps))
 	status := types.Map{}

@@ -139,3 +139,16 @@ func TestRootNodeConditionErrorAtStartFailsTheNode(t *testing.T) {
 		t.Errorf("a had %d turns", n)
 	}
 }
+
+// TestDAGConditionThatIsNotText refuses a When condition holding a NUL
+// character or invalid UTF-8, which the node's skip reason could not
+// store, naming the DAG, the node and the rule.
+func TestDAGConditionThatIsNotText(t *testing.T) {
+	t.Parallel()
+	for _, src := range []string{"input.source == \"\x00\"", "input.source == \"\xff\""} {
+		dag := workflow.DAG[etlIn]("dag_nul_cond",
+			workflow.Node("extract", extractWF),
+			workflow.Node("load", loadWF, workflow.After("extract"), workflow.When(src)))
+		badDAG(t, dag, `"dag_nul_cond"`, `"load"`, "NUL character or invalid UTF-8")
+	}
+}

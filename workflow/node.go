@@ -471,6 +471,9 @@ func (e *Engine) decide(ctx context.Context, tx pgx.Tx, cands []releaseCandidate
 			tr.releasedBy = c.by
 			released = append(released, tr)
 		default:
+			// The reason may quote a condition: it is stored as error
+			// text is, safe for PostgreSQL's text.
+			reason = queue.SanitizeErrorText(reason, e.cfg.MaxErrorBytes)
 			finIDs, finStatus, finReason, finErr = append(finIDs, c.tr.taskID), append(finStatus, "skipped"), append(finReason, reason), append(finErr, nil)
 		}
 	}
