@@ -1,6 +1,7 @@
 package workflow_test
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -150,5 +151,106 @@ func TestDAGConditionThatIsNotText(t *testing.T) {
 			workflow.Node("extract", extractWF),
 			workflow.Node("load", loadWF, workflow.After("extract"), workflow.When(src)))
 		badDAG(t, dag, `"dag_nul_cond"`, `"load"`, "NUL character or invalid UTF-8")
+	}
+}
+
+// TestDAGStartedByNameFromAnEngineThatDoesNotKnowIt starts DAG runs by
+// name on an engine that registers nothing: one of a DAG the database has
+// seen, and one forced of a DAG it has never seen. The engine that knows
+// the DAG creates the nodes on the root's first turn and the runs
+// complete, a root node's false condition skipping it there.
+func TestDAGStartedByNameFromAnEngineThatDoesNotKnowIt(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	ctx := ctxTimeout(t, 60*time.Second)
+	a := workflow.Define("sbn_a", func(t *workflow.Task, in int) (int, error) { return in + 1, nil })
+	aRef := workflow.Node("a", a)
+	bRef := workflow.Node("b", a, workflow.After("a"))
+	dag := workflow.DAG[int]("sbn_dag", aRef, bRef)
+	gRef := workflow.Node("g", a, workflow.When(`input > 5`))
+	hRef := workflow.Node("h", a)
+	gated := workflow.DAG[int]("sbn_gated", gRef, hRef)
+	worker := startEngine(t, pool, testConfig(a, dag, gated))
+	dispatcher := newEngine(t, pool, testConfig())
+
+	first, err := dag.Start(ctx, worker, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := first.Result(ctx); err != nil {
+		t.Fatal(err)
+	}
+	started, err := dispatcher.StartByName(ctx, "sbn_dag", json.RawMessage(`2`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := worker.Wait(ctx, started.ID)
+	if err != nil {
+		t.Fatalf("the run started by name: %v", err)
+	}
+	var res workflow.DAGResult
+	if err := json.Unmarshal(raw, &res); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := bRef.From(res); err != nil || got != 3 {
+		t.Errorf("b = %d, %v; want 3", got, err)
+	}
+
+	forced, err := dispatcher.StartByName(ctx, "sbn_gated", json.RawMessage(`1`), &workflow.StartByNameOpts{Force: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := worker.Wait(ctx, forced.ID); err != nil {
+		t.Fatalf("the forced run: %v", err)
+	}
+	status, reasons := nodeStatuses(t, pool, forced.ID)
+	if diff := cmp.Diff(map[string]string{"g": "skipped", "h": "completed"}, status); diff != "" {
+		t.Errorf("statuses (-want +got):\n%s", diff)
+	}
+	if reasons["g"] != "condition false: input > 5" {
+		t.Errorf("g's skip reason = %q", reasons["g"])
+	}
+}
+
+// TestStartByNameKeepsTheRunTimeout starts by name, from an engine that
+// does not register it, a workflow whose runs have a timeout: the run gets
+// the timeout of the most recent run, and StartByNameOpts.Timeout
+// overrides it.
+func TestStartByNameKeepsTheRunTimeout(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	ctx := ctxTimeout(t, 60*time.Second)
+	w := workflow.Define("sbn_timed", func(t *workflow.Task, in int) (int, error) { return in, nil },
+		workflow.WithRunTimeout(time.Hour))
+	worker := startEngine(t, pool, testConfig(w))
+	dispatcher := newEngine(t, pool, testConfig())
+	first, err := w.Start(ctx, worker, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := first.Result(ctx); err != nil {
+		t.Fatal(err)
+	}
+	timeoutOf := func(id string) int {
+		return count(t, pool, `SELECT coalesce(extract(epoch FROM timeout), 0)::int FROM braid_runs WHERE id = $1`, id)
+	}
+	started, err := dispatcher.StartByName(ctx, "sbn_timed", json.RawMessage(`2`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := timeoutOf(started.ID); got != 3600 {
+		t.Errorf("run started by name has a timeout of %ds, want 3600", got)
+	}
+	started, err = dispatcher.StartByName(ctx, "sbn_timed", json.RawMessage(`3`), &workflow.StartByNameOpts{Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := timeoutOf(started.ID); got != 60 {
+		t.Errorf("run started by name with a timeout of 1m has %ds", got)
+	}
+	for _, id := range []string{started.ID} {
+		if _, err := worker.Wait(ctx, id); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
