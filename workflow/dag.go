@@ -153,8 +153,14 @@ type dagSpec struct {
 // DAG declares a workflow that is a graph of nodes: each node a task of
 // the run, started once its dependencies are final and its When condition
 // holds, one queue hop per edge. The DAG is a Workflow: start it, wait for
-// its result, cancel and retry it as any other, or start it as a child
-// with Go or Map. Its output is the outputs of its sink nodes.
+// its result, cancel and retry it as any other, start it as a child with
+// Go or Map, or run it as a node of another DAG. Its output is the outputs
+// of its sink nodes.
+//
+// A DAG that is a node of another runs as that node's task: its own nodes
+// are created by the node's first turn, once the node is released, and
+// the node finishes with the inner DAG's result, or fails as the inner
+// DAG fails, like any node.
 //
 // A bad DAG is reported by NewEngine, with an error naming the culprit: no
 // nodes, two nodes of one name, a dependency on an unknown node, a cycle
@@ -315,7 +321,8 @@ func findCycle(order []string, byName map[string]*dagNode) []string {
 
 // checkDAGWorkflows reports a node of a registered DAG whose workflow the
 // engine does not register, or registers under that name as another
-// definition.
+// definition. A node may run another DAG: a DAG is built from nodes that
+// exist before it, so DAGs cannot nest in a cycle.
 func checkDAGWorkflows(registry map[string]*definition) error {
 	for _, d := range registry {
 		if d.dag == nil {

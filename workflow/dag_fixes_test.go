@@ -2,7 +2,9 @@ package workflow_test
 
 import (
 	"encoding/json"
+	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -252,5 +254,76 @@ func TestStartByNameKeepsTheRunTimeout(t *testing.T) {
 		if _, err := worker.Wait(ctx, id); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestDAGAsANodeOfAnotherDAG runs a DAG whose middle node is a DAG: the
+// inner DAG's nodes are created when its node is released, and the outer
+// DAG goes on with the inner's result; an inner node's failure fails the
+// node, and so the outer DAG.
+func TestDAGAsANodeOfAnotherDAG(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	ctx := ctxTimeout(t, 60*time.Second)
+	plus := workflow.Define("nest_plus", func(t *workflow.Task, in int) (int, error) { return in + 1, nil })
+	var fixed atomic.Bool
+	fail := workflow.Define("nest_fail", func(t *workflow.Task, in int) (int, error) {
+		if in < 0 && !fixed.Load() {
+			return 0, errors.New("negative input")
+		}
+		return in, nil
+	}, workflow.WithMaxAttempts(1))
+	xRef := workflow.Node("x", plus)
+	yRef := workflow.Node("y", fail, workflow.After("x"))
+	inner := workflow.DAG[int]("nest_inner", xRef, yRef)
+	subRef := workflow.Node("sub", inner, workflow.After("pre"))
+	post := workflow.Define("nest_post", func(t *workflow.Task, in int) (int, error) {
+		res, err := subRef.Output(t)
+		if err != nil {
+			return 0, err
+		}
+		y, err := yRef.From(res)
+		return y * 10, err
+	})
+	postRef := workflow.Node("post", post, workflow.After("sub"))
+	outer := workflow.DAG[int]("nest_outer", workflow.Node("pre", plus), subRef, postRef)
+	eng := startEngine(t, pool, testConfig(plus, fail, post, inner, outer))
+
+	run, err := outer.Start(ctx, eng, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := run.Result(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := postRef.From(res); err != nil || got != 10 {
+		t.Errorf("post = %d, %v; want 10", got, err)
+	}
+
+	run, err = outer.Start(ctx, eng, -5, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = run.Result(ctx)
+	if err == nil || !strings.Contains(err.Error(), `node "sub"`) || !strings.Contains(err.Error(), "negative input") {
+		t.Fatalf("result error %v, want node sub's failure with the inner node's error", err)
+	}
+	status, _ := nodeStatuses(t, pool, run.ID)
+	want := map[string]string{"pre": "completed", "sub": "failed", "post": "skipped", "x": "completed", "y": "failed"}
+	if diff := cmp.Diff(want, status); diff != "" {
+		t.Errorf("statuses (-want +got):\n%s", diff)
+	}
+
+	// Retry runs the failed inner node again, and the outer DAG on.
+	fixed.Store(true)
+	if err := eng.Retry(ctx, run.ID); err != nil {
+		t.Fatal(err)
+	}
+	if res, err = run.Result(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := postRef.From(res); err != nil || got != -50 {
+		t.Errorf("post after Retry = %d, %v; want -50", got, err)
 	}
 }

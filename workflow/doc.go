@@ -38,8 +38,10 @@
 //	var Pipeline = workflow.DAG[Article]("article", fetch, lang, sum, index)
 //
 // A DAG is a [Workflow]: Start, StartTx, Result, Cancel and Retry work on
-// its runs as on any other, and a workflow can start one as a child with
-// [Go] or [Map]. Every node gets the DAG's input as its own. A dependent
+// its runs as on any other, a workflow can start one as a child with
+// [Go] or [Map], and a node of another DAG can run one (its nodes are
+// created once that node is released). Every node gets the DAG's input as
+// its own. A dependent
 // reads a dependency's output typed, through the dependency's [NodeRef]
 // ([NodeRef.Output]); the DAG's output, a [DAGResult], holds the outputs
 // of its sinks (the nodes nothing depends on) that completed, read with

@@ -578,10 +578,10 @@ func (s *dagSpec) node(name string) *dagNode {
 // is final: the run fails with the first node (in topological order) that
 // failed under FailDAG, and otherwise completes with its sinks' outputs.
 // A root whose nodes are not all final (a Retry that reset some) waits for
-// them. A root that has no nodes at all was started by a process that does
-// not know the DAG (StartByName): its turn creates them, as the start of
-// the run would have (createNodesTx, in the turn's outcome), and waits for
-// them.
+// them. A root that has no nodes at all is a node of another DAG, or was
+// started by a process that does not know the DAG (StartByName): its turn
+// creates them, as the start of a run does (createNodesTx, in the turn's
+// outcome), and waits for them.
 func (s *dagSpec) result(t *Task) (json.RawMessage, error) {
 	if len(t.children) == 0 {
 		t.nodes, t.waitChildren = s, true
