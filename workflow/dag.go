@@ -9,6 +9,22 @@ import (
 	"github.com/braidflow/braid/queue"
 )
 
+// The limits of a DAG's size, checked by NewEngine. A DAG run creates all
+// of its nodes in the transaction that starts it, and the settle path of
+// each finishing node locks the DAG's blocked nodes, so a DAG's size
+// bounds the cost of its start and of each of its edges. Work that fans
+// out wider than this is a Map, whose children cost nothing of the kind.
+const (
+	// DAGMaxNodes bounds the nodes of a DAG, on-failure nodes included.
+	DAGMaxNodes = 1000
+	// DAGMaxDependencies bounds the dependencies of a DAG, its edges:
+	// the names given to After, summed over its nodes.
+	DAGMaxDependencies = 10_000
+)
+
+// dagErrorNamesMax is how many node names an error lists.
+const dagErrorNamesMax = 10
+
 // FailurePolicy says what the permanent failure of a DAG node does to the
 // rest of its DAG. A node's attempts and backoff are its workflow's own
 // (WithMaxAttempts, WithRetry): the policy applies once they are spent.
@@ -163,9 +179,10 @@ type dagSpec struct {
 // DAG fails, like any node.
 //
 // A bad DAG is reported by NewEngine, with an error naming the culprit: no
-// nodes, two nodes of one name, a dependency on an unknown node, a cycle
-// (naming the nodes on it), a condition that does not compile or is not
-// boolean (with its position), a bad option. NewEngine also rejects a DAG
+// nodes, more than DAGMaxNodes nodes or DAGMaxDependencies dependencies,
+// two nodes of one name, a dependency on an unknown node, a cycle (naming
+// the nodes on it), a condition that does not compile or is not boolean
+// (with its position), a bad option. NewEngine also rejects a DAG
 // whose node's workflow is not registered.
 func DAG[In any](name string, nodes ...DAGNode) *Workflow[In, DAGResult] {
 	d := &definition{name: name, maxAttempts: MaxAttemptsDefault, queue: "default", priority: queue.PriorityNormal}
@@ -187,6 +204,18 @@ func buildDAG(name string, decl []DAGNode) (*dagSpec, error) {
 	}
 	if len(decl) == 0 {
 		return nil, bad("the DAG has no nodes")
+	}
+	if len(decl) > DAGMaxNodes {
+		return nil, bad("the DAG has %d nodes, over the limit of %d (DAGMaxNodes)", len(decl), DAGMaxNodes)
+	}
+	edges := 0
+	for _, dn := range decl {
+		if dn != nil && dn.node() != nil {
+			edges += len(dn.node().after)
+		}
+	}
+	if edges > DAGMaxDependencies {
+		return nil, bad("the DAG's nodes have %d dependencies, over the limit of %d (DAGMaxDependencies)", edges, DAGMaxDependencies)
 	}
 	spec := &dagSpec{name: name, index: map[string]int{}, dependents: map[string][]string{}}
 	byName := map[string]*dagNode{}
@@ -222,7 +251,7 @@ func buildDAG(name string, decl []DAGNode) (*dagSpec, error) {
 			case dep == nm:
 				return nil, bad("node %q depends on itself", nm)
 			case byName[dep] == nil:
-				return nil, bad("node %q depends on %q, which is not a node of the DAG (its nodes: %s)", nm, dep, strings.Join(order, ", "))
+				return nil, bad("node %q depends on %q, which is not a node of the DAG (its nodes: %s)", nm, dep, nameList(order, dagErrorNamesMax))
 			case byName[dep].onFailure:
 				return nil, bad("node %q depends on %q, which runs only if the DAG fails", nm, dep)
 			case seen[dep]:
@@ -276,6 +305,15 @@ func buildDAG(name string, decl []DAGNode) (*dagSpec, error) {
 		}
 	}
 	return spec, nil
+}
+
+// nameList joins names for an error, the first limit of them, saying how
+// many more there are.
+func nameList(names []string, limit int) string {
+	if len(names) <= limit {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s, and %d more", strings.Join(names[:limit], ", "), len(names)-limit)
 }
 
 // findCycle returns the nodes of a cycle, first node repeated last, or nil.

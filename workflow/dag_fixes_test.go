@@ -3,6 +3,7 @@ package workflow_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -325,5 +326,49 @@ func TestDAGAsANodeOfAnotherDAG(t *testing.T) {
 	}
 	if got, err := postRef.From(res); err != nil || got != -50 {
 		t.Errorf("post after Retry = %d, %v; want -50", got, err)
+	}
+}
+
+// TestDAGOverTheSizeLimits refuses a DAG of more than DAGMaxNodes nodes,
+// or more than DAGMaxDependencies dependencies, naming the limit.
+func TestDAGOverTheSizeLimits(t *testing.T) {
+	t.Parallel()
+	nodes := make([]workflow.DAGNode, workflow.DAGMaxNodes+1)
+	for i := range nodes {
+		nodes[i] = workflow.Node(fmt.Sprintf("n%d", i), extractWF)
+	}
+	badDAG(t, workflow.DAG[etlIn]("dag_too_many_nodes", nodes...),
+		`"dag_too_many_nodes"`, fmt.Sprintf("%d nodes", workflow.DAGMaxNodes+1), fmt.Sprintf("limit of %d (DAGMaxNodes)", workflow.DAGMaxNodes))
+
+	// Each node depends on every one before it.
+	var deps []string
+	nodes = nodes[:0]
+	total := 0
+	for i := 0; total <= workflow.DAGMaxDependencies; i++ {
+		name := fmt.Sprintf("n%d", i)
+		nodes = append(nodes, workflow.Node(name, extractWF, workflow.After(deps...)))
+		total += len(deps)
+		deps = append(deps, name)
+	}
+	badDAG(t, workflow.DAG[etlIn]("dag_too_many_deps", nodes...),
+		`"dag_too_many_deps"`, fmt.Sprintf("%d dependencies", total), fmt.Sprintf("limit of %d (DAGMaxDependencies)", workflow.DAGMaxDependencies))
+}
+
+// TestDAGUnknownDependencyErrorIsBounded names an unknown dependency of a
+// DAG of many nodes: the error lists a few of its nodes, and says how many
+// it leaves out.
+func TestDAGUnknownDependencyErrorIsBounded(t *testing.T) {
+	t.Parallel()
+	var nodes []workflow.DAGNode
+	for i := range 50 {
+		nodes = append(nodes, workflow.Node(fmt.Sprintf("node%02d", i), extractWF))
+	}
+	nodes = append(nodes, workflow.Node("load", loadWF, workflow.After("transfrom")))
+	dag := workflow.DAG[etlIn]("dag_unknown_many", nodes...)
+	badDAG(t, dag, `node "load" depends on "transfrom", which is not a node of the DAG (its nodes: node00, node01,`, "and 41 more)")
+	pool := testutil.DB(t)
+	_, err := workflow.NewEngine(pool, &workflow.Config{Workflows: []workflow.Definition{extractWF, loadWF, dag}})
+	if err == nil || strings.Contains(err.Error(), "node20") {
+		t.Errorf("error %v lists every node", err)
 	}
 }

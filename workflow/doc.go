@@ -46,7 +46,8 @@
 // ([NodeRef.Output]); the DAG's output, a [DAGResult], holds the outputs
 // of its sinks (the nodes nothing depends on) that completed, read with
 // [NodeRef.From]. Register each node's workflow with the engine too.
-// [NewEngine] rejects a DAG with no nodes, a duplicate node, an unknown
+// [NewEngine] rejects a DAG with no nodes, more than [DAGMaxNodes] nodes
+// or [DAGMaxDependencies] dependencies, a duplicate node, an unknown
 // dependency, a cycle (naming its nodes), a condition that does not
 // compile or is not boolean (with its position), or a node whose workflow
 // is not registered.
