@@ -140,7 +140,8 @@ type condition struct {
 // $env["fetch-text"]; $env takes only such a constant name. An identifier
 // that is neither input, status nor a dependency, or status.x where x is no
 // dependency, is a compile error naming it; so is a dependency named input or
-// status. The result must be boolean.
+// status, or like one of the sandbox's own names (each begins with a
+// space). The result must be boolean.
 //
 // Only data is visible, in a sandbox:
 //   - no method calls (input.String()), no let, and only these builtins:
@@ -190,7 +191,8 @@ func compileCondition(dag, node, source string, deps []string) (c *condition, er
 		condBudgetKey: types.TypeOf((*condBudget)(nil)),
 	}
 	for _, d := range deps {
-		if d == condInput || d == condStatus {
+		switch d {
+		case condInput, condStatus, condBudgetKey, condStepFn, condChargeFn, condChargeStrFn:
 			return nil, fail(fmt.Sprintf("dependency %q takes a name the condition reserves for itself", d), 0, 0)
 		}
 		depSet[d] = true

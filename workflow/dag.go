@@ -224,7 +224,11 @@ func buildDAG(name string, decl []DAGNode) (*dagSpec, error) {
 		if dn == nil || dn.node() == nil {
 			return nil, bad("node %d is nil", i)
 		}
-		n := dn.node()
+		// The DAG's own copy of the node: a NodeRef may be declared in
+		// several DAGs, and each compiles the node's condition under its
+		// own name.
+		c := *dn.node()
+		n := &c
 		if err := checkName("node", n.name); err != nil {
 			return nil, bad("node %d: %s", i, strings.TrimPrefix(err.Error(), "workflow: "))
 		}

@@ -372,3 +372,34 @@ func TestDAGUnknownDependencyErrorIsBounded(t *testing.T) {
 		t.Errorf("error %v lists every node", err)
 	}
 }
+
+// TestDAGDependencyNamedLikeTheSandbox refuses a condition over a
+// dependency whose name the sandbox of conditions keeps for itself.
+func TestDAGDependencyNamedLikeTheSandbox(t *testing.T) {
+	t.Parallel()
+	dag := workflow.DAG[etlIn]("dag_budget_dep",
+		workflow.Node(" budget", extractWF),
+		workflow.Node("load", loadWF, workflow.After(" budget"), workflow.When(`status[" budget"] == "completed"`)))
+	badDAG(t, dag, `"dag_budget_dep"`, `"load"`, `dependency " budget" takes a name the condition reserves for itself`)
+}
+
+// TestNodeSharedByTwoDAGsNamesItsOwnDAG declares one node in two DAGs:
+// its condition's evaluation error in a run of the first names the first.
+func TestNodeSharedByTwoDAGsNamesItsOwnDAG(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	ex := workflow.Node("extract", extractWF)
+	load := workflow.Node("load", loadWF, workflow.After("extract"), workflow.When(`extract.missing.x == 1`))
+	first := workflow.DAG[etlIn]("dag_shared_first", ex, load)
+	second := workflow.DAG[etlIn]("dag_shared_second", ex, load)
+	eng := startEngine(t, pool, testConfig(extractWF, loadWF, first, second))
+	ctx := ctxTimeout(t, 30*time.Second)
+	run, err := first.Start(ctx, eng, etlIn{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = run.Result(ctx)
+	if err == nil || !strings.Contains(err.Error(), `DAG "dag_shared_first" node "load": condition`) || strings.Contains(err.Error(), "dag_shared_second") {
+		t.Errorf("result error %v, want the condition's error naming dag_shared_first", err)
+	}
+}
