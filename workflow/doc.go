@@ -41,11 +41,11 @@
 // its runs as on any other, a workflow can start one as a child with
 // [Go] or [Map], and a node of another DAG can run one (its nodes are
 // created once that node is released). Every node gets the DAG's input as
-// its own. A dependent
-// reads a dependency's output typed, through the dependency's [NodeRef]
-// ([NodeRef.Output]); the DAG's output, a [DAGResult], holds the outputs
-// of its sinks (the nodes nothing depends on) that completed, read with
-// [NodeRef.From]. Register each node's workflow with the engine too.
+// its own. A dependent reads a dependency's output typed, through the
+// dependency's [NodeRef] ([NodeRef.Output]); the DAG's output, a
+// [DAGResult], holds the outputs of its sinks (the nodes nothing depends
+// on) that completed, read with [NodeRef.From]. Register each node's
+// workflow with the engine too.
 // [NewEngine] rejects a DAG with no nodes, more than [DAGMaxNodes] nodes
 // or [DAGMaxDependencies] dependencies, a duplicate node, an unknown
 // dependency, a cycle (naming its nodes), a condition that does not
