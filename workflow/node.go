@@ -50,8 +50,10 @@ type dagRoot struct {
 // evaluated). What it settles goes through the settle path in tx, so the
 // skip cascades to its dependents and its root counts it off; the turns
 // that gives (nodes released, or a root all of whose nodes are final) are
-// returned with the others. The rows are tx's own, unseen by any other
-// transaction until it commits, so settling them takes no locks.
+// returned with the others. The nodes are tx's own, unseen by any other
+// transaction until it commits, and tx holds their roots (new in tx as
+// well, or, for a root whose turn creates its nodes, locked by that turn's
+// batch), so settling them takes no locks.
 func (e *Engine) createNodesTx(ctx context.Context, tx pgx.Tx, roots []dagRoot) ([]turn, error) {
 	var (
 		ids, runIDs, parents            []uuid.UUID
@@ -159,8 +161,7 @@ func (e *Engine) createNodesTx(ctx context.Context, tx pgx.Tx, roots []dagRoot) 
 		}
 	}
 	// The nodes decided at creation settle as any other: their dependents
-	// count them off, and their roots too. Every row this touches is new
-	// in tx, so none is locked by another transaction.
+	// count them off, and their roots too.
 	var fin finishedRuns
 	wake, err := e.settleTx(ctx, tx, settled, true, nil, &fin)
 	if err != nil {
