@@ -688,7 +688,9 @@ func isRunnable(status string) bool { return status == "pending" || status == "r
 
 // insertSpawns creates the children the batch's live turns started, and
 // their first turns. A child that exists already (a turn that ran twice)
-// is left alone.
+// is left alone. It also creates the nodes of the DAG roots whose turn
+// found none (see dagSpec.result): the turn's outcome is fenced on its
+// attempt, so they are created once.
 func (e *Engine) insertSpawns(ctx context.Context, tx pgx.Tx, st *batchState) error {
 	var (
 		ids, runIDs, parents            []uuid.UUID
@@ -700,10 +702,14 @@ func (e *Engine) insertSpawns(ctx context.Context, tx pgx.Tx, st *batchState) er
 		defs                            = map[uuid.UUID]*definition{}
 		owners                          = map[uuid.UUID]*outcome{}
 		inputOf                         = map[uuid.UUID]json.RawMessage{}
+		dags                            []dagRoot
 	)
 	for _, o := range st.owned {
 		if o.t == nil || (o.kind != outcomeComplete && o.kind != outcomeSuspend) || !isRunnable(st.status[o.taskID]) {
 			continue
+		}
+		if o.t.nodes != nil && o.kind == outcomeSuspend {
+			dags = append(dags, dagRoot{spec: o.t.nodes, runID: o.t.runID, rootID: o.taskID, input: string(o.t.input), by: o})
 		}
 		for i := range o.t.spawns {
 			s := &o.t.spawns[i]
@@ -731,7 +737,7 @@ func (e *Engine) insertSpawns(ctx context.Context, tx pgx.Tx, st *batchState) er
 		}
 	}
 	if len(ids) == 0 {
-		return nil
+		return e.insertNodes(ctx, tx, st, dags)
 	}
 	rows, err := tx.Query(ctx, `
 		INSERT INTO braid_tasks (id, run_id, parent_task_id, key, workflow, status, input, max_attempts, queue, priority, remaining, position, call)
@@ -747,7 +753,6 @@ func (e *Engine) insertSpawns(ctx context.Context, tx pgx.Tx, st *batchState) er
 	if err != nil {
 		return fmt.Errorf("workflow: creating %d children: %w", len(ids), err)
 	}
-	var dags []dagRoot
 	for _, id := range created {
 		d := defs[id]
 		o := owners[id]
@@ -758,16 +763,23 @@ func (e *Engine) insertSpawns(ctx context.Context, tx pgx.Tx, st *batchState) er
 		st.fresh = append(st.fresh, turn{taskID: id, workflow: d.name, queue: d.queue, priority: d.priority, maxAttempts: d.maxAttempts,
 			by: o, link: newTurnLink(o.traceParent(), linkSpawning)})
 	}
-	if len(dags) > 0 {
-		turns, err := e.createNodesTx(ctx, tx, dags)
-		if err != nil {
-			return err
-		}
-		for i := range turns {
-			turns[i].link = newTurnLink(turns[i].by.traceParent(), linkSpawning)
-		}
-		st.fresh = append(st.fresh, turns...)
+	return e.insertNodes(ctx, tx, st, dags)
+}
+
+// insertNodes creates the nodes of the DAG roots of insertSpawns, and
+// their first turns.
+func (e *Engine) insertNodes(ctx context.Context, tx pgx.Tx, st *batchState, dags []dagRoot) error {
+	if len(dags) == 0 {
+		return nil
 	}
+	turns, err := e.createNodesTx(ctx, tx, dags)
+	if err != nil {
+		return err
+	}
+	for i := range turns {
+		turns[i].link = newTurnLink(turns[i].by.traceParent(), linkSpawning)
+	}
+	st.fresh = append(st.fresh, turns...)
 	return nil
 }
 

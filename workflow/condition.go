@@ -140,7 +140,8 @@ type condition struct {
 // $env["fetch-text"]; $env takes only such a constant name. An identifier
 // that is neither input, status nor a dependency, or status.x where x is no
 // dependency, is a compile error naming it; so is a dependency named input or
-// status. The result must be boolean.
+// status, or like one of the sandbox's own names (each begins with a
+// space). The result must be boolean.
 //
 // Only data is visible, in a sandbox:
 //   - no method calls (input.String()), no let, and only these builtins:
@@ -150,8 +151,8 @@ type condition struct {
 //     round, int, float, type; trim, trimPrefix, trimSuffix, upper, lower,
 //     hasPrefix, hasSuffix; and string, of a scalar only. All operators are
 //     available (in, contains, startsWith, endsWith, matches, .., ??, ?.);
-//   - the source is at most ConditionMaxLength bytes and ConditionMaxNodes
-//     nodes;
+//   - the source is UTF-8 text without NUL characters, at most
+//     ConditionMaxLength bytes and ConditionMaxNodes nodes;
 //   - an evaluation allocates at most ConditionMemoryBudget elements,
 //     spends at most ConditionMaxSteps in predicates, and builds at most
 //     ConditionMaxBytes of strings.
@@ -178,6 +179,11 @@ func compileCondition(dag, node, source string, deps []string) (c *condition, er
 	if strings.TrimSpace(source) == "" {
 		return nil, fail("the expression is empty", 0, 0)
 	}
+	if !isText(source) {
+		// A node's skip reason quotes its condition, and PostgreSQL's
+		// text refuses both.
+		return nil, fail("the expression holds a NUL character or invalid UTF-8, which braid cannot store", 0, 0)
+	}
 	depSet := make(map[string]bool, len(deps))
 	status := types.Map{}
 	env := types.Map{
@@ -185,7 +191,8 @@ func compileCondition(dag, node, source string, deps []string) (c *condition, er
 		condBudgetKey: types.TypeOf((*condBudget)(nil)),
 	}
 	for _, d := range deps {
-		if d == condInput || d == condStatus {
+		switch d {
+		case condInput, condStatus, condBudgetKey, condStepFn, condChargeFn, condChargeStrFn:
 			return nil, fail(fmt.Sprintf("dependency %q takes a name the condition reserves for itself", d), 0, 0)
 		}
 		depSet[d] = true

@@ -9,6 +9,22 @@ import (
 	"github.com/braidflow/braid/queue"
 )
 
+// The limits of a DAG's size, checked by NewEngine. A DAG run creates all
+// of its nodes in the transaction that starts it, and the settle path of
+// each finishing node locks the DAG's blocked nodes, so a DAG's size
+// bounds the cost of its start and of each of its edges. Work that fans
+// out wider than this is a Map, whose children cost nothing of the kind.
+const (
+	// DAGMaxNodes bounds the nodes of a DAG, on-failure nodes included.
+	DAGMaxNodes = 1000
+	// DAGMaxDependencies bounds the dependencies of a DAG, its edges:
+	// the names given to After, summed over its nodes.
+	DAGMaxDependencies = 10_000
+)
+
+// dagErrorNamesMax is how many node names an error lists.
+const dagErrorNamesMax = 10
+
 // FailurePolicy says what the permanent failure of a DAG node does to the
 // rest of its DAG. A node's attempts and backoff are its workflow's own
 // (WithMaxAttempts, WithRetry): the policy applies once they are spent.
@@ -44,7 +60,8 @@ func (o nodeOption) applyNode(n *dagNode) { o(n) }
 
 // After makes the node depend on the nodes named: it runs once each of
 // them is final (completed, or skipped; or failed under Continue). A node
-// without dependencies is a root and starts with the run.
+// without dependencies is a root and starts with the run; its When
+// condition, if any, reads the input and is decided when the run starts.
 func After(names ...string) NodeOption {
 	return nodeOption(func(n *dagNode) { n.after = append(n.after, names...) })
 }
@@ -152,13 +169,20 @@ type dagSpec struct {
 // DAG declares a workflow that is a graph of nodes: each node a task of
 // the run, started once its dependencies are final and its When condition
 // holds, one queue hop per edge. The DAG is a Workflow: start it, wait for
-// its result, cancel and retry it as any other, or start it as a child
-// with Go or Map. Its output is the outputs of its sink nodes.
+// its result, cancel and retry it as any other, start it as a child with
+// Go or Map, or run it as a node of another DAG. Its output is the outputs
+// of its sink nodes.
+//
+// A DAG that is a node of another runs as that node's task: its own nodes
+// are created by the node's first turn, once the node is released, and
+// the node finishes with the inner DAG's result, or fails as the inner
+// DAG fails, like any node.
 //
 // A bad DAG is reported by NewEngine, with an error naming the culprit: no
-// nodes, two nodes of one name, a dependency on an unknown node, a cycle
-// (naming the nodes on it), a condition that does not compile or is not
-// boolean (with its position), a bad option. NewEngine also rejects a DAG
+// nodes, more than DAGMaxNodes nodes or DAGMaxDependencies dependencies,
+// two nodes of one name, a dependency on an unknown node, a cycle (naming
+// the nodes on it), a condition that does not compile or is not boolean
+// (with its position), a bad option. NewEngine also rejects a DAG
 // whose node's workflow is not registered.
 func DAG[In any](name string, nodes ...DAGNode) *Workflow[In, DAGResult] {
 	d := &definition{name: name, maxAttempts: MaxAttemptsDefault, queue: "default", priority: queue.PriorityNormal}
@@ -181,6 +205,18 @@ func buildDAG(name string, decl []DAGNode) (*dagSpec, error) {
 	if len(decl) == 0 {
 		return nil, bad("the DAG has no nodes")
 	}
+	if len(decl) > DAGMaxNodes {
+		return nil, bad("the DAG has %d nodes, over the limit of %d (DAGMaxNodes)", len(decl), DAGMaxNodes)
+	}
+	edges := 0
+	for _, dn := range decl {
+		if dn != nil && dn.node() != nil {
+			edges += len(dn.node().after)
+		}
+	}
+	if edges > DAGMaxDependencies {
+		return nil, bad("the DAG's nodes have %d dependencies, over the limit of %d (DAGMaxDependencies)", edges, DAGMaxDependencies)
+	}
 	spec := &dagSpec{name: name, index: map[string]int{}, dependents: map[string][]string{}}
 	byName := map[string]*dagNode{}
 	var order []string
@@ -188,7 +224,11 @@ func buildDAG(name string, decl []DAGNode) (*dagSpec, error) {
 		if dn == nil || dn.node() == nil {
 			return nil, bad("node %d is nil", i)
 		}
-		n := dn.node()
+		// The DAG's own copy of the node: a NodeRef may be declared in
+		// several DAGs, and each compiles the node's condition under its
+		// own name.
+		c := *dn.node()
+		n := &c
 		if err := checkName("node", n.name); err != nil {
 			return nil, bad("node %d: %s", i, strings.TrimPrefix(err.Error(), "workflow: "))
 		}
@@ -215,7 +255,7 @@ func buildDAG(name string, decl []DAGNode) (*dagSpec, error) {
 			case dep == nm:
 				return nil, bad("node %q depends on itself", nm)
 			case byName[dep] == nil:
-				return nil, bad("node %q depends on %q, which is not a node of the DAG (its nodes: %s)", nm, dep, strings.Join(order, ", "))
+				return nil, bad("node %q depends on %q, which is not a node of the DAG (its nodes: %s)", nm, dep, nameList(order, dagErrorNamesMax))
 			case byName[dep].onFailure:
 				return nil, bad("node %q depends on %q, which runs only if the DAG fails", nm, dep)
 			case seen[dep]:
@@ -271,6 +311,15 @@ func buildDAG(name string, decl []DAGNode) (*dagSpec, error) {
 	return spec, nil
 }
 
+// nameList joins names for an error, the first limit of them, saying how
+// many more there are.
+func nameList(names []string, limit int) string {
+	if len(names) <= limit {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s, and %d more", strings.Join(names[:limit], ", "), len(names)-limit)
+}
+
 // findCycle returns the nodes of a cycle, first node repeated last, or nil.
 func findCycle(order []string, byName map[string]*dagNode) []string {
 	const (
@@ -314,7 +363,8 @@ func findCycle(order []string, byName map[string]*dagNode) []string {
 
 // checkDAGWorkflows reports a node of a registered DAG whose workflow the
 // engine does not register, or registers under that name as another
-// definition.
+// definition. A node may run another DAG: a DAG is built from nodes that
+// exist before it, so DAGs cannot nest in a cycle.
 func checkDAGWorkflows(registry map[string]*definition) error {
 	for _, d := range registry {
 		if d.dag == nil {

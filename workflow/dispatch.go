@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -26,6 +27,13 @@ type StartByNameOpts struct {
 
 	// Priority overrides the priority of the root task's turns.
 	Priority queue.Priority
+
+	// Timeout overrides the run's deadline, from its start, as
+	// StartOpts.Timeout does. Default: the definition's WithRunTimeout
+	// when this engine registers the workflow, and otherwise the timeout
+	// of the workflow's most recent run (none for a forced start of a
+	// workflow the database has never seen). Negative is an error.
+	Timeout time.Duration
 
 	// Force starts a run of a workflow this engine does not register and
 	// the database has never seen a run of, with the defaults of Define:
@@ -54,10 +62,15 @@ type StartedRun struct {
 // When name is registered with this engine, it starts the run as
 // StartWorkflowTx does. Otherwise the root task's turns take the queue,
 // priority and max attempts of the root task of the workflow's most recent
-// run, so that the processes that have the definition, and work that
-// queue, run it; opts.Queue and opts.Priority still override them. A name
-// of which the database holds no run is refused with an error matching
+// run, and the run the timeout of that run, so that the processes that
+// have the definition, and work that queue, run it; opts.Queue,
+// opts.Priority and opts.Timeout still override them. A name of which the
+// database holds no run is refused with an error matching
 // ErrUnknownWorkflow, unless opts.Force.
+//
+// A DAG started by a process that does not register it has its root task
+// only: the nodes are created by the root's first turn, in a process that
+// knows the DAG, as they are created with the root otherwise.
 //
 // The input is checked as StartWorkflowTx checks it: valid JSON, within
 // the payload cap, without NUL characters.
@@ -102,7 +115,7 @@ func (e *Engine) StartByNameTx(ctx context.Context, tx pgx.Tx, name string, inpu
 		}
 	}
 	id, existing, err := e.startTx(ctx, tx, d, input, &StartOpts{
-		ID: o.ID, IdempotencyKey: o.IdempotencyKey, Queue: o.Queue, Priority: o.Priority,
+		ID: o.ID, IdempotencyKey: o.IdempotencyKey, Queue: o.Queue, Priority: o.Priority, Timeout: o.Timeout,
 	})
 	if err != nil {
 		return nil, err
@@ -112,20 +125,23 @@ func (e *Engine) StartByNameTx(ctx context.Context, tx pgx.Tx, name string, inpu
 
 // seenDefinition builds the definition of a workflow this engine does not
 // register, for starting runs only (it has no function): the turn options
-// of the root task of its most recent run, or Define's defaults when force
-// is set and it has none.
+// of the root task of its most recent run and that run's timeout, or
+// Define's defaults when force is set and it has none. Its runs are
+// started as a function's, root task only, even when the workflow is a
+// DAG: the root's first turn creates the nodes (dagSpec.result).
 func (e *Engine) seenDefinition(ctx context.Context, tx pgx.Tx, name string, force bool) (*definition, error) {
 	d := &definition{name: name, maxAttempts: MaxAttemptsDefault, queue: "default", priority: queue.PriorityNormal}
 	var (
 		q           string
 		prio        int16
 		maxAttempts int
+		timeout     *int64
 	)
 	err := tx.QueryRow(ctx, `
-		SELECT t.queue, t.priority, t.max_attempts
+		SELECT t.queue, t.priority, t.max_attempts, `+timeoutMicrosSQL+`
 		  FROM braid_runs r JOIN braid_tasks t ON t.run_id = r.id AND t.parent_task_id IS NULL
 		 WHERE r.workflow = $1
-		 ORDER BY r.created_at DESC LIMIT 1`, name).Scan(&q, &prio, &maxAttempts)
+		 ORDER BY r.created_at DESC LIMIT 1`, name).Scan(&q, &prio, &maxAttempts, &timeout)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		if !force {
@@ -136,5 +152,8 @@ func (e *Engine) seenDefinition(ctx context.Context, tx pgx.Tx, name string, for
 		return nil, fmt.Errorf("workflow: reading the turn options of workflow %q: %w", name, err)
 	}
 	d.queue, d.priority, d.maxAttempts = q, queue.Priority(prio), maxAttempts
+	if timeout != nil && *timeout > 0 {
+		d.runTimeout = time.Duration(*timeout) * time.Microsecond
+	}
 	return d, nil
 }

@@ -38,20 +38,25 @@
 //	var Pipeline = workflow.DAG[Article]("article", fetch, lang, sum, index)
 //
 // A DAG is a [Workflow]: Start, StartTx, Result, Cancel and Retry work on
-// its runs as on any other, and a workflow can start one as a child with
-// [Go] or [Map]. Every node gets the DAG's input as its own. A dependent
-// reads a dependency's output typed, through the dependency's [NodeRef]
-// ([NodeRef.Output]); the DAG's output, a [DAGResult], holds the outputs
-// of its sinks (the nodes nothing depends on) that completed, read with
-// [NodeRef.From]. Register each node's workflow with the engine too.
-// [NewEngine] rejects a DAG with no nodes, a duplicate node, an unknown
+// its runs as on any other, a workflow can start one as a child with
+// [Go] or [Map], and a node of another DAG can run one (its nodes are
+// created once that node is released). Every node gets the DAG's input as
+// its own. A dependent reads a dependency's output typed, through the
+// dependency's [NodeRef] ([NodeRef.Output]); the DAG's output, a
+// [DAGResult], holds the outputs of its sinks (the nodes nothing depends
+// on) that completed, read with [NodeRef.From]. Register each node's
+// workflow with the engine too.
+// [NewEngine] rejects a DAG with no nodes, more than [DAGMaxNodes] nodes
+// or [DAGMaxDependencies] dependencies, a duplicate node, an unknown
 // dependency, a cycle (naming its nodes), a condition that does not
 // compile or is not boolean (with its position), or a node whose workflow
 // is not registered.
 //
 // A DAG run is its root task and one task per node, the root's children,
 // created in the transaction that creates the root. A node without
-// dependencies gets its first turn there; the others are blocked, their
+// dependencies is decided there: it gets its first turn, or, when its
+// condition is false on the input, it is skipped there, and the skip
+// settles as any other (below). The other nodes are blocked, their
 // count of remaining dependencies on their row (invariant 6). When a node
 // is final, the batch that records it counts it off each of its
 // dependents, in the same transaction: this is the settle path of joins

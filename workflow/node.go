@@ -19,7 +19,8 @@ import (
 // all created in the transaction that creates the root (Start, or the
 // batch that spawns the DAG as a child). The root waits from the start,
 // counting its nodes (the join of invariant 5); a node without
-// dependencies gets its first turn at once; the others are blocked, with
+// dependencies gets its first turn at once, unless its condition is false
+// (it is skipped at once, see createNodesTx); the others are blocked, with
 // remaining set to their number of dependencies. When a node is final, the
 // settle path (settleNodes) counts it off each of its dependents, in the
 // same transaction; a dependent whose count reaches zero is released (its
@@ -41,15 +42,34 @@ type dagRoot struct {
 // the first turns of the nodes that depend on nothing, to insert with the
 // transaction's other turns. Each node's dependents include the DAG's
 // on-failure nodes, which wait for every other node.
+//
+// A node that depends on nothing but has a When condition is decided here,
+// on the run's input, as the settle path decides a node whose dependencies
+// are final: it gets its first turn when the condition holds, and is
+// created skipped when it does not (failed, when the condition cannot be
+// evaluated). What it settles goes through the settle path in tx, so the
+// skip cascades to its dependents and its root counts it off; the turns
+// that gives (nodes released, or a root all of whose nodes are final) are
+// returned with the others. The nodes are tx's own, unseen by any other
+// transaction until it commits, and tx holds their roots (new in tx as
+// well, or, for a root whose turn creates its nodes, locked by that turn's
+// batch), so settling them takes no locks.
 func (e *Engine) createNodesTx(ctx context.Context, tx pgx.Tx, roots []dagRoot) ([]turn, error) {
 	var (
 		ids, runIDs, parents            []uuid.UUID
 		keys, workflows, inputs, queues []string
 		statuses, dependents            []string
+		reasons                         []string
+		errs                            [][]byte
 		onFailures                      []bool
 		maxAttempts, remaining          []int32
 		prios                           []int16
 		turns                           []turn
+		settled                         []settlement
+		// byTask is the outcome whose batch spawns the DAG, by the
+		// tasks of that DAG: the turns the settle path gives go to its
+		// worker, as the nodes' first turns do.
+		byTask = map[uuid.UUID]*outcome{}
 	)
 	for _, r := range roots {
 		spec := r.spec
@@ -78,12 +98,28 @@ func (e *Engine) createNodesTx(ctx context.Context, tx pgx.Tx, roots []dagRoot) 
 					deps = append(deps, id.String())
 				}
 			}
-			status := "blocked"
+			status, reason, errJSON := "blocked", "", []byte(nil)
 			if count == 0 {
 				status = "pending"
-				turns = append(turns, turn{taskID: nodeIDs[i], workflow: nd.name, queue: nd.queue, priority: nd.priority,
-					maxAttempts: nd.maxAttempts, by: r.by})
+				if n.cond != nil {
+					run, why, evalErr := n.decide(spec, nil, json.RawMessage(r.input))
+					switch {
+					case evalErr != nil:
+						status = "failed"
+						errJSON, _ = json.Marshal(e.storedError(evalErr, 0))
+					case !run:
+						status, reason = "skipped", queue.SanitizeErrorText(why, e.cfg.MaxErrorBytes)
+					}
+				}
+				if status == "pending" {
+					turns = append(turns, turn{taskID: nodeIDs[i], workflow: nd.name, queue: nd.queue, priority: nd.priority,
+						maxAttempts: nd.maxAttempts, by: r.by})
+				} else {
+					settled = append(settled, settlement{taskID: nodeIDs[i], runID: r.runID, parentID: &r.rootID,
+						status: status, errJSON: errJSON, key: n.name, dag: spec.name})
+				}
 			}
+			byTask[nodeIDs[i]] = r.by
 			ids = append(ids, nodeIDs[i])
 			runIDs = append(runIDs, r.runID)
 			parents = append(parents, r.rootID)
@@ -91,6 +127,7 @@ func (e *Engine) createNodesTx(ctx context.Context, tx pgx.Tx, roots []dagRoot) 
 			workflows = append(workflows, nd.name)
 			inputs = append(inputs, r.input)
 			statuses = append(statuses, status)
+			reasons, errs = append(reasons, reason), append(errs, errJSON)
 			dependents = append(dependents, "{"+strings.Join(deps, ",")+"}")
 			onFailures = append(onFailures, n.onFailure)
 			maxAttempts = append(maxAttempts, int32(nd.maxAttempts))
@@ -98,17 +135,41 @@ func (e *Engine) createNodesTx(ctx context.Context, tx pgx.Tx, roots []dagRoot) 
 			queues = append(queues, nd.queue)
 			prios = append(prios, int16(nd.priority))
 		}
+		byTask[r.rootID] = r.by
 	}
 	if len(ids) == 0 {
 		return nil, nil
 	}
 	if _, err := tx.Exec(ctx, `
-		INSERT INTO braid_tasks (id, run_id, parent_task_id, key, workflow, status, input, max_attempts, remaining, queue, priority, dependents, on_failure)
-		SELECT u.id, u.run_id, u.parent, u.key, u.workflow, u.status, u.input::jsonb, u.max_attempts, u.remaining, u.queue, u.prio, u.dependents::uuid[], u.on_failure
-		  FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::text[], $7::text[], $8::int[], $9::int[], $10::text[], $11::smallint[], $12::text[], $13::bool[])
-		       AS u(id, run_id, parent, key, workflow, status, input, max_attempts, remaining, queue, prio, dependents, on_failure)`,
-		pgIDs(ids), pgIDs(runIDs), pgIDs(parents), keys, workflows, statuses, inputs, maxAttempts, remaining, queues, prios, dependents, onFailures); err != nil {
+		INSERT INTO braid_tasks (id, run_id, parent_task_id, key, workflow, status, input, max_attempts, remaining, queue, priority, dependents, on_failure,
+		                         skip_reason, error, finished_at)
+		SELECT u.id, u.run_id, u.parent, u.key, u.workflow, u.status, u.input::jsonb, u.max_attempts, u.remaining, u.queue, u.prio, u.dependents::uuid[], u.on_failure,
+		       nullif(u.reason, ''), u.error, CASE WHEN u.status IN ('skipped', 'failed') THEN braid_now() END
+		  FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::text[], $7::text[], $8::int[], $9::int[], $10::text[], $11::smallint[], $12::text[], $13::bool[],
+		              $14::text[], $15::jsonb[])
+		       AS u(id, run_id, parent, key, workflow, status, input, max_attempts, remaining, queue, prio, dependents, on_failure, reason, error)`,
+		pgIDs(ids), pgIDs(runIDs), pgIDs(parents), keys, workflows, statuses, inputs, maxAttempts, remaining, queues, prios, dependents, onFailures,
+		reasons, errs); err != nil {
 		return nil, fmt.Errorf("workflow: creating the %d nodes of %d DAG runs: %w", len(ids), len(roots), err)
+	}
+	if len(settled) == 0 {
+		return turns, nil
+	}
+	for _, s := range settled {
+		if s.status == "skipped" {
+			e.metrics.nodesSkipped.Add(ctx, 1)
+		}
+	}
+	// The nodes decided at creation settle as any other: their dependents
+	// count them off, and their roots too.
+	var fin finishedRuns
+	wake, err := e.settleTx(ctx, tx, settled, true, nil, &fin)
+	if err != nil {
+		return nil, fmt.Errorf("workflow: settling the nodes of %d DAG runs skipped at their start: %w", len(roots), err)
+	}
+	for _, tr := range wake {
+		tr.by, tr.releasedBy = byTask[tr.taskID], uuid.Nil
+		turns = append(turns, tr)
 	}
 	return turns, nil
 }
@@ -411,6 +472,9 @@ func (e *Engine) decide(ctx context.Context, tx pgx.Tx, cands []releaseCandidate
 			tr.releasedBy = c.by
 			released = append(released, tr)
 		default:
+			// The reason may quote a condition: it is stored as error
+			// text is, safe for PostgreSQL's text.
+			reason = queue.SanitizeErrorText(reason, e.cfg.MaxErrorBytes)
 			finIDs, finStatus, finReason, finErr = append(finIDs, c.tr.taskID), append(finStatus, "skipped"), append(finReason, reason), append(finErr, nil)
 		}
 	}
@@ -515,8 +579,15 @@ func (s *dagSpec) node(name string) *dagNode {
 // is final: the run fails with the first node (in topological order) that
 // failed under FailDAG, and otherwise completes with its sinks' outputs.
 // A root whose nodes are not all final (a Retry that reset some) waits for
-// them.
+// them. A root that has no nodes at all is a node of another DAG, or was
+// started by a process that does not know the DAG (StartByName): its turn
+// creates them, as the start of a run does (createNodesTx, in the turn's
+// outcome), and waits for them.
 func (s *dagSpec) result(t *Task) (json.RawMessage, error) {
+	if len(t.children) == 0 {
+		t.nodes, t.waitChildren = s, true
+		return nil, t.suspend()
+	}
 	var failed *NodeError
 	for _, n := range s.nodes {
 		c := t.children[n.name]

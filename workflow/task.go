@@ -68,8 +68,13 @@ type Task struct {
 	// wait on a signal or an event.
 	wait         *pendingWait
 	waitChildren bool
-	spawns       []spawn
-	spawned      map[string]bool
+	// nodes is, for a DAG's root task that has no nodes yet (a run
+	// started by a process that does not know the DAG), the DAG whose
+	// nodes the turn's outcome creates, as the start of a run creates
+	// them.
+	nodes   *dagSpec
+	spawns  []spawn
+	spawned map[string]bool
 	// detached are the detached children started this turn, each to start
 	// as a run of its own.
 	detached []spawn
