@@ -123,8 +123,13 @@ func (l *listener) once(ctx context.Context, listening func()) error {
 // first waiter and closed when the last one leaves, so a process that
 // waits on no run holds no connection, and Engine.Stop ends it at once.
 // It listens on the channels of finished runs and of run events, whose
-// payload is a run ID. Waiters also poll, so a lost notification only
-// delays them.
+// payload is a run ID.
+//
+// No wake-up is lost: a waiter subscribes before it reads the run's
+// state, and every waiter is woken, to read it again, each time the
+// connection starts to listen (see wakeAll), so a change made before the
+// LISTEN took effect is read and one made after it is notified. Waiters
+// also poll, which covers a connection that cannot be opened.
 type notifier struct {
 	pool   *pgxpool.Pool
 	logger *slog.Logger
@@ -201,7 +206,7 @@ func (n *notifier) listen(ctx context.Context) {
 		logger:   n.logger,
 		what:     "finished runs and run events",
 		channels: notifierChannels,
-		ready:    func() {},
+		ready:    n.wakeAll,
 		note:     n.wake,
 	}
 	l.run(ctx)
@@ -213,6 +218,21 @@ func (n *notifier) wake(note *pgconn.Notification) {
 	defer n.mu.Unlock()
 	for ch := range n.subs[notifierKey{channel: note.Channel, runID: note.Payload}] {
 		nudge(ch)
+	}
+}
+
+// wakeAll wakes every waiter, once the connection listens: a waiter that
+// subscribed before then may have read the run's state before it changed
+// and missed the notification of the change, sent while nothing listened.
+// Woken, it reads the state again, after LISTEN took effect, and so sees
+// the change or is notified of it.
+func (n *notifier) wakeAll() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, chs := range n.subs {
+		for ch := range chs {
+			nudge(ch)
+		}
 	}
 }
 
