@@ -54,11 +54,17 @@
 //
 // # Time
 //
-// All lease times come from the database clock: acquisitions and renewals set
-// expires_at = now() + TTL in SQL, and expiry is judged against now(). The
-// local clock is only used to measure durations: Run treats a lease as lost
-// once TTL has passed since its last successful renewal was sent, which is
-// never later than the database expires it.
+// All lease times come from the database clock (braid_now() and
+// braid_clock()): acquisitions and renewals set expires_at = TTL after the
+// database's time in SQL, and expiry is judged against the database's time.
+// An acquisition that waits on the lease row's lock reads that time once it
+// holds the lock, so a term never starts already expired. The local clock is
+// only used to measure durations: Run treats a lease as lost once TTL has
+// passed since its acquisition or last successful renewal was sent, which is
+// never later than the database expires it. Run gives up an acquisition that
+// has waited TTL less one Heartbeat, and never starts its function on a term
+// of which that much has passed, so the function always has time to be
+// cancelled before the expiry.
 //
 // # Configuration
 //

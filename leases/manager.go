@@ -241,16 +241,21 @@ func scanLease(row pgx.Row) (*Lease, error) {
 // held by the same holder; the generation increases with every new term. The
 // conflict arm's WHERE leaves the row alone (and returns nothing) when
 // another holder's lease is still unexpired.
+//
+// The times of a term that replaces a row are read from braid_clock() in the
+// conflict arm, which PostgreSQL evaluates only once it holds the row's lock:
+// a statement that waited on that lock (a holder's CheckTx transaction, a
+// concurrent acquisition) starts its term when it gets the row, not when it
+// was sent, and never starts one that has already expired.
 const acquireSQL = `
 INSERT INTO braid_leases AS l (name, holder, generation, acquired_at, renewed_at, expires_at)
-VALUES ($1, $2, 1, braid_now(), braid_now(), braid_now() + $3::bigint * interval '1 microsecond')
+SELECT $1, $2, 1, c.now, c.now, c.now + $3::bigint * interval '1 microsecond' FROM braid_clock() AS c(now)
 ON CONFLICT (name) DO UPDATE
-SET holder      = excluded.holder,
-    generation  = l.generation + 1,
-    acquired_at = braid_now(),
-    renewed_at  = braid_now(),
-    expires_at  = excluded.expires_at
-WHERE l.expires_at <= braid_now() OR l.holder = excluded.holder
+SET holder = excluded.holder,
+    generation = l.generation + 1,
+    (acquired_at, renewed_at, expires_at) =
+        (SELECT c.now, c.now, c.now + $3::bigint * interval '1 microsecond' FROM braid_clock() AS c(now))
+WHERE l.expires_at <= braid_clock() OR l.holder = excluded.holder
 RETURNING ` + leaseColumns
 
 const currentHolderSQL = `
@@ -281,7 +286,7 @@ func (m *Manager) TryAcquireTx(ctx context.Context, tx pgx.Tx, name string) (*Le
 }
 
 // tryAcquire also returns a local deadline: the lease surely lasts until then
-// (it was sent before the database read now(), and TTL is added to that).
+// (it was sent before the database read its clock, and TTL is added to that).
 func (m *Manager) tryAcquire(ctx context.Context, db dbtx, name string) (*Lease, time.Time, error) {
 	if err := validateName(name); err != nil {
 		return nil, time.Time{}, err
@@ -320,7 +325,9 @@ func (m *Manager) tryAcquire(ctx context.Context, db dbtx, name string) (*Lease,
 // holder has the lease it retries every Heartbeat, or shortly after the
 // holder's lease expires when that is sooner, with a little jitter so that
 // waiting processes do not all retry at once. Transient database errors are
-// logged and retried. When ctx ends it returns ctx's error.
+// logged and retried, and so is an attempt that waits on the lease row's
+// lock longer than TTL less one Heartbeat. When ctx ends it returns ctx's
+// error.
 func (m *Manager) Acquire(ctx context.Context, name string) (*Lease, error) {
 	lease, _, err := m.acquire(ctx, name)
 	return lease, err
@@ -331,7 +338,14 @@ func (m *Manager) acquire(ctx context.Context, name string) (*Lease, time.Time, 
 		return nil, time.Time{}, err
 	}
 	for {
-		lease, deadline, err := m.tryAcquire(ctx, m.pool, name)
+		// An attempt that waits on the row's lock (see acquireSQL) is
+		// given up before TTL less one Heartbeat has passed, so that the
+		// term it starts is surely unexpired for a Heartbeat, by the local
+		// deadline, once it returns.
+		actx, acancel := context.WithTimeout(ctx, m.ttl-m.heartbeat)
+		lease, deadline, err := m.tryAcquire(actx, m.pool, name)
+		timedOut := actx.Err() != nil
+		acancel()
 		if err == nil {
 			return lease, deadline, nil
 		}
@@ -340,9 +354,13 @@ func (m *Manager) acquire(ctx context.Context, name string) (*Lease, time.Time, 
 		}
 		wait := m.heartbeat
 		var held *HeldError
-		if errors.As(err, &held) {
+		switch {
+		case errors.As(err, &held):
 			wait = min(wait, held.remaining)
-		} else {
+		case timedOut:
+			m.logger.WarnContext(ctx, "leases: acquiring lease waited too long on its row; retrying",
+				slog.String("lease", name), slog.String("holder", m.holder), slog.Duration("limit", m.ttl-m.heartbeat))
+		default:
 			m.fail()
 			m.logger.WarnContext(ctx, "leases: acquiring lease failed; retrying",
 				slog.String("lease", name), slog.String("holder", m.holder), slog.String("error", err.Error()))
@@ -537,10 +555,13 @@ func (m *Manager) List(ctx context.Context) ([]*Lease, error) {
 // fn's context is cancelled as soon as the lease is lost: when a renewal
 // reports ErrLeaseNotHeld, or when renewals keep failing (the database is
 // unreachable) until the lease would expire. The expiry is judged
-// conservatively on the local monotonic clock from when the last successful
-// renewal was sent, so fn is cancelled no later than the database expires
-// the lease. Run then waits for fn to return and returns a *LostError, which
-// matches ErrLeaseNotHeld.
+// conservatively on the local monotonic clock from when the acquisition or
+// the last successful renewal was sent, so fn is cancelled no later than the
+// database expires the lease. Run then waits for fn to return and returns a
+// *LostError, which matches ErrLeaseNotHeld. An acquisition attempt that
+// waits on the lease row longer than TTL less one Heartbeat is given up and
+// tried again, and when one returns after that deadline anyway, fn is not
+// called: Run releases the lease and returns a *LostError.
 //
 // Otherwise, when fn returns, Run releases the lease (within ReleaseTimeout,
 // even if ctx was cancelled) and returns fn's error. A panic in fn is
@@ -595,6 +616,14 @@ func (m *Manager) lockLocal(ctx context.Context, name string) (func(), error) {
 }
 
 func (m *Manager) hold(ctx context.Context, lease *Lease, deadline time.Time, fn func(ctx context.Context, lease *Lease) error) error {
+	if !time.Now().Before(deadline) {
+		// The acquisition returned too late for this process to know that
+		// the term still lasts: fn must not start, so that it can never
+		// run past the database's expiry.
+		m.releaseAfterRun(ctx, lease)
+		return &LostError{Name: lease.Name, Holder: lease.Holder, Generation: lease.Generation,
+			Cause: errors.New("the acquisition returned after the lease could have expired")}
+	}
 	fnCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 
@@ -610,7 +639,7 @@ func (m *Manager) hold(ctx context.Context, lease *Lease, deadline time.Time, fn
 		lost    *LostError
 		lastErr error
 	)
-	timer := time.NewTimer(m.heartbeat)
+	timer := time.NewTimer(min(m.heartbeat, time.Until(deadline)))
 	defer timer.Stop()
 
 	for {

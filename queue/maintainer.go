@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -29,14 +30,17 @@ const (
 )
 
 // maintain runs under MaintenanceLease: the heartbeat rescuer every
-// HeartbeatCheckInterval and, when aging is on, an aging pass four times
-// per AgeInterval, in this goroutine, and each Maintenance task in a
-// goroutine of its own, so that a slow task delays neither the rescuer nor
-// another task. All are safe to run twice at once (a lease lost in the
-// middle of a pass): every rescue is fenced on the attempt it saw, a raise
-// is fenced on the job's last raise, and tasks promise it. maintain
+// HeartbeatCheckInterval, in this goroutine; when aging is on, an aging
+// pass four times per AgeInterval, in a goroutine of its own; and each
+// Maintenance task in a goroutine of its own. So a slow task, or a large
+// backlog of jobs to age, delays neither the rescuer nor another task, and
+// a new term rescues first: after a crash, which is when the lease changes
+// hands, the silent attempts of the dead process are taken back without
+// waiting for aging. All are safe to run twice at once (a lease lost in
+// the middle of a pass): every rescue is fenced on the attempt it saw, a
+// raise is fenced on the job's last raise, and tasks promise it. maintain
 // returns when ctx ends (the lease was lost or the Queue stops), after
-// every task has returned.
+// every task, and aging, has returned.
 func (q *Queue) maintain(ctx context.Context, _ *leases.Lease) error {
 	// A new term of the lease that follows an outage this process lived
 	// through (its leases failed to reach the database lately) counts
@@ -49,28 +53,39 @@ func (q *Queue) maintain(ctx context.Context, _ *leases.Lease) error {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	waitTasks := q.runTasks(ctx)
+	var aging sync.WaitGroup
 	defer func() {
 		cancel()
 		waitTasks()
+		aging.Wait()
 	}()
 	rescueTicker := time.NewTicker(q.check)
 	defer rescueTicker.Stop()
-	var ageC <-chan time.Time
-	if q.ageAfter > 0 {
-		t := time.NewTicker(max(q.ageEvery/4, time.Millisecond))
-		defer t.Stop()
-		ageC = t.C
-		q.runAging(ctx)
-	}
 	q.runRescue(ctx)
+	if q.ageAfter > 0 {
+		aging.Go(func() { q.ageLoop(ctx) })
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-rescueTicker.C:
 			q.runRescue(ctx)
-		case <-ageC:
-			q.runAging(ctx)
+		}
+	}
+}
+
+// ageLoop runs an aging pass at once, then four times per AgeInterval,
+// until ctx ends.
+func (q *Queue) ageLoop(ctx context.Context) {
+	t := time.NewTicker(max(q.ageEvery/4, time.Millisecond))
+	defer t.Stop()
+	for {
+		q.runAging(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
 		}
 	}
 }

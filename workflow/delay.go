@@ -2,12 +2,11 @@ package workflow
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/braidflow/braid/leases"
 	"github.com/braidflow/braid/queue"
@@ -25,16 +24,22 @@ import (
 // holds back the others: it neither takes a place in their batches nor
 // keeps the processor from its next due time. When the database itself
 // fails, the processor sleeps a full poll interval rather than spin.
+//
+// The NOTIFYs only hasten it. They arrive on a connection of their own
+// (listenDelays), which may be unavailable for a while (a server at its
+// connection limit, a proxy that drops idle connections); meanwhile the
+// processor polls every DelayPollInterval, and the connection is opened
+// again in the background. Every statement of a pass runs on the pool, so
+// nothing but the lease ends the processor.
 func (e *Engine) processDelays(ctx context.Context, l *leases.Lease) error {
 	e.logger.InfoContext(ctx, "workflow: delay processor started", "lease.holder", l.Holder, "lease.generation", l.Generation)
 	defer e.logger.InfoContext(context.WithoutCancel(ctx), "workflow: delay processor stopped", "lease.holder", l.Holder)
 
-	conn, err := listen(ctx, e.pool, channelDelay)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = conn.Close(context.Background()) }()
+	wake, stopListening := e.listenDelays(ctx)
+	defer stopListening()
 	p := &delayPass{e: e}
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
 	for {
 		n, err := p.fireDueDelays(ctx)
 		failed := false
@@ -59,12 +64,13 @@ func (e *Engine) processDelays(ctx context.Context, l *leases.Lease) error {
 		runs, nextRun := p.runs.held(time.Now())
 		tasks, names := stepKeyArrays(delays)
 		var next *float64
-		err = conn.QueryRow(ctx, nextDueSQL, tasks, names, pgIDs(runs)).Scan(&next)
+		err = e.pool.QueryRow(ctx, nextDueSQL, tasks, names, pgIDs(runs)).Scan(&next)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			return fmt.Errorf("workflow: finding the next delay or deadline: %w", err)
+			e.logger.WarnContext(ctx, "workflow: finding the next delay or deadline; looking again after the poll interval", "error", err)
+			next, failed = nil, true
 		}
 		if next != nil && !failed {
 			if d := time.Duration(*next * float64(time.Second)); d < wait {
@@ -86,15 +92,40 @@ func (e *Engine) processDelays(ctx context.Context, l *leases.Lease) error {
 			// rather than spin until the lock is gone.
 			wait = delaySkippedPause
 		}
-		waitCtx, cancel := context.WithTimeout(ctx, wait)
-		_, err = conn.WaitForNotification(waitCtx)
-		cancel()
-		if err != nil && ctx.Err() != nil {
+		timer.Reset(wait)
+		select {
+		case <-ctx.Done():
 			return ctx.Err()
+		case <-timer.C:
+		case <-wake:
+			timer.Stop()
 		}
-		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
-			return fmt.Errorf("workflow: waiting for delays: %w", err)
-		}
+	}
+}
+
+// listenDelays listens, until ctx ends or stop is called, for the NOTIFYs
+// that say a nearer delay or deadline was written, and sends on wake for
+// each of them, and each time it starts to listen (a NOTIFY sent while it
+// did not was lost). stop returns once the connection is closed.
+func (e *Engine) listenDelays(ctx context.Context) (wake <-chan struct{}, stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	ch := make(chan struct{}, 1)
+	l := &listener{
+		pool:     e.pool,
+		logger:   e.logger,
+		what:     "new delays and deadlines",
+		channels: []string{channelDelay},
+		ready:    func() { nudge(ch) },
+		note:     func(*pgconn.Notification) { nudge(ch) },
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		l.run(ctx)
+	}()
+	return ch, func() {
+		cancel()
+		<-done
 	}
 }
 

@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"time"
+	"weak"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -30,6 +33,57 @@ var (
 // older (a maintenance leader that was down for longer, a deleted job).
 const reconcileLookback = 10 * time.Minute
 
+// reconcileAside is the reconciler's record of the tasks it failed to
+// settle (setAside), shared by its frequent look and its sweep, which run
+// at once: a task whose transaction fails (its descendants locked by
+// another, a trigger that refuses the update) is left out of both looks
+// for a while, longer after each failure, and its failure is logged once
+// each time it is tried rather than at every look.
+type reconcileAside struct {
+	mu    sync.Mutex
+	tasks setAside[uuid.UUID]
+}
+
+// reconcileAsides holds each Engine's reconcileAside, keyed by a weak
+// pointer to the Engine, so that the record goes with its Engine.
+var reconcileAsides sync.Map // weak.Pointer[Engine] -> *reconcileAside
+
+// reconcileAside returns the Engine's record of the tasks the reconciler
+// set aside.
+func (e *Engine) reconcileAside() *reconcileAside {
+	k := weak.Make(e)
+	if r, ok := reconcileAsides.Load(k); ok {
+		return r.(*reconcileAside)
+	}
+	r, loaded := reconcileAsides.LoadOrStore(k, &reconcileAside{})
+	if !loaded {
+		runtime.AddCleanup(e, func(k weak.Pointer[Engine]) { reconcileAsides.Delete(k) }, k)
+	}
+	return r.(*reconcileAside)
+}
+
+// held returns the tasks set aside now.
+func (r *reconcileAside) held() []uuid.UUID {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ids, _ := r.tasks.held(time.Now())
+	return ids
+}
+
+// fail sets id aside and returns for how long.
+func (r *reconcileAside) fail(id uuid.UUID) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.tasks.fail(id, time.Now())
+}
+
+// done forgets id, which was settled or found settled.
+func (r *reconcileAside) done(id uuid.UUID) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.tasks.done(id)
+}
+
 // reconcile is the reconciler (invariant 10). It finds tasks that are
 // pending or running but have no live turn, because their newest turn job
 // was discarded (its last attempt ended without the engine's failure path
@@ -47,13 +101,14 @@ const reconcileLookback = 10 * time.Minute
 // cancelled moments ago and a new live turn, and a large fan-out's worth
 // of those would otherwise fill every batch, settle nothing, and end the
 // look (reconcileFrom stops at a batch that settles nothing) before it
-// reached a task that is truly stranded.
+// reached a task that is truly stranded. It also skips the tasks set aside
+// after a failure (reconcileAside).
 func (e *Engine) reconcile(ctx context.Context) error {
 	return e.reconcileFrom(ctx, `
 		SELECT DISTINCT t.id FROM river_job j
 		  JOIN braid_tasks t ON t.id = braid_turn_task(j.unique_key, j.args)
 		 WHERE j.state IN ('discarded', 'cancelled') AND j.finalized_at > braid_now() - $2::bigint * interval '1 microsecond'
-		   AND j.kind = $1 AND t.status IN ('pending', 'running')
+		   AND j.kind = $1 AND t.status IN ('pending', 'running') AND t.id <> ALL($4::uuid[])
 		   AND NOT EXISTS (SELECT 1 FROM river_job l
 		                    WHERE l.kind = $1 AND braid_turn_task(l.unique_key, l.args) = t.id AND l.state IN `+liveJobStates+`)
 		 LIMIT $3`, reconcileLookback.Microseconds())
@@ -68,6 +123,7 @@ func (e *Engine) reconcileSweep(ctx context.Context) error {
 	return e.reconcileFrom(ctx, `
 		SELECT t.id FROM braid_tasks t
 		 WHERE t.status IN ('pending', 'running') AND t.updated_at < braid_now() - $2::bigint * interval '1 microsecond'
+		   AND t.id <> ALL($4::uuid[])
 		   AND NOT EXISTS (SELECT 1 FROM river_job j
 		                    WHERE j.kind = $1 AND braid_turn_task(j.unique_key, j.args) = t.id AND j.state IN `+liveJobStates+`)
 		 ORDER BY t.updated_at
@@ -75,10 +131,15 @@ func (e *Engine) reconcileSweep(ctx context.Context) error {
 }
 
 // reconcileFrom settles the tasks that query ($1 the turn kind, $2 its
-// argument, $3 the batch size) names, batch by batch.
+// argument, $3 the batch size, $4 the tasks set aside) names, batch by
+// batch. A task that fails is set aside and logged here, at ERROR when the
+// fault is the task's own (rowFault) and at WARN otherwise (a lock held by
+// another, a lost connection); the others go on. It returns an error only
+// when the tasks cannot be listed.
 func (e *Engine) reconcileFrom(ctx context.Context, query string, arg int64) error {
+	aside := e.reconcileAside()
 	for range 10 {
-		rows, err := e.pool.Query(ctx, query, TaskKind, arg, reconcileBatch)
+		rows, err := e.pool.Query(ctx, query, TaskKind, arg, reconcileBatch, pgIDs(aside.held()))
 		if err != nil {
 			return fmt.Errorf("workflow: reconciler: finding tasks without a live turn: %w", err)
 		}
@@ -86,22 +147,29 @@ func (e *Engine) reconcileFrom(ctx context.Context, query string, arg int64) err
 		if err != nil {
 			return fmt.Errorf("workflow: reconciler: finding tasks without a live turn: %w", err)
 		}
-		var errs []error
 		settled := 0
 		for _, id := range ids {
 			if ctx.Err() != nil {
-				return errors.Join(append(errs, ctx.Err())...)
+				return ctx.Err()
 			}
 			ok, err := e.reconcileTask(ctx, id)
 			if err != nil {
-				errs = append(errs, err)
+				pause := aside.fail(id)
+				log := e.logger.WarnContext
+				if rowFault(err) {
+					log = e.logger.ErrorContext
+				}
+				log(ctx, "workflow: reconciler: settling a task failed; it is set aside and the others go on",
+					"task.id", id, "set_aside", pause, "error", err)
+				continue
 			}
+			aside.done(id)
 			if ok {
 				settled++
 			}
 		}
-		if len(ids) < reconcileBatch || settled == 0 || len(errs) > 0 {
-			return errors.Join(errs...)
+		if len(ids) < reconcileBatch || settled == 0 {
+			return nil
 		}
 	}
 	return nil

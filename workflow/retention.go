@@ -3,24 +3,40 @@ package workflow
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 )
 
+// retentionTaskBatch bounds the tasks that one retention transaction
+// deletes: a batch takes the oldest runs, up to RetentionBatch of them,
+// only as long as their tasks add up to no more than this, and always at
+// least one run. The delete cascades through per-row triggers to tasks and
+// steps, whose queue PostgreSQL keeps in the backend's memory; a batch of
+// a thousand runs with ten thousand children each would lock and delete
+// ten million tasks in one transaction that holds back vacuum for its
+// whole length.
+const retentionTaskBatch = 10_000
+
 // deleteOldRuns deletes finished runs (completed, failed, cancelled) that
 // finished more than Retention ago, with their tasks and steps, in batches
-// of RetentionBatch. An unfinished run is never deleted, however old. It
-// runs in the queue's maintenance loop every RetentionInterval.
+// of RetentionBatch runs and at most retentionTaskBatch tasks. An
+// unfinished run is never deleted, however old. A run left out of a batch
+// (one of its tasks locked by another, or retried meanwhile) is left out
+// of the rest of the pass too, which goes on until no old run is left to
+// try. It runs in the queue's maintenance loop every RetentionInterval.
 func (e *Engine) deleteOldRuns(ctx context.Context) error {
 	total := 0
+	var kept []uuid.UUID
 	for {
-		n, err := e.deleteOldRunsBatch(ctx)
-		total += n
+		b, err := e.deleteOldRunsBatch(ctx, kept, retentionTaskBatch)
+		total += b.deleted
+		kept = append(kept, b.kept...)
 		if err != nil {
 			return err
 		}
-		if n < e.cfg.RetentionBatch {
+		if b.deleted+len(b.kept) == 0 {
 			break
 		}
 	}
@@ -55,18 +71,47 @@ func (e *Engine) deleteOldEvents(ctx context.Context) error {
 	return nil
 }
 
-// deleteOldRunsBatch deletes one batch. It follows the lock order: the
-// runs' tasks first, then the runs. A run with a task locked by someone
-// else (a Retry of an old failed run, say) is left to a later pass rather
-// than waited for.
-func (e *Engine) deleteOldRunsBatch(ctx context.Context) (int, error) {
+// retentionBatch is what one retention batch did: how many runs it
+// deleted, and the runs it found but kept.
+type retentionBatch struct {
+	deleted int
+	kept    []uuid.UUID
+}
+
+// oldRunsSQL picks one retention batch: the runs that finished before the
+// cutoff ($1, microseconds ago), oldest first, up to $2 of them, leaving
+// out those of $3, and only as long as their tasks add up to no more than
+// $4, but at least the first. It walks the runs in order, and counts each
+// run's tasks only up to $4, so that it reads about $4 tasks at most
+// whatever the runs hold.
+const oldRunsSQL = `
+	WITH RECURSIVE candidate AS MATERIALIZED (
+	    SELECT id, row_number() OVER (ORDER BY finished_at, id) AS k FROM (
+	        SELECT id, finished_at FROM braid_runs
+	         WHERE status IN ('completed', 'failed', 'cancelled') AND finished_at < braid_now() - $1::bigint * interval '1 microsecond'
+	           AND id <> ALL($3::uuid[])
+	         ORDER BY finished_at, id LIMIT $2) r
+	), walk (k, id, tasks) AS (
+	    SELECT c.k, c.id, (SELECT count(*) FROM (SELECT 1 FROM braid_tasks t WHERE t.run_id = c.id LIMIT $4::bigint + 1) x)
+	      FROM candidate c WHERE c.k = 1
+	    UNION ALL
+	    SELECT c.k, c.id, w.tasks + (SELECT count(*) FROM (SELECT 1 FROM braid_tasks t WHERE t.run_id = c.id LIMIT $4::bigint + 1) x)
+	      FROM walk w JOIN candidate c ON c.k = w.k + 1
+	     WHERE w.tasks < $4::bigint
+	)
+	SELECT id FROM walk WHERE k = 1 OR tasks <= $4::bigint ORDER BY k`
+
+// deleteOldRunsBatch deletes one batch (see oldRunsSQL), leaving out the
+// runs of skip. It follows the lock order: the runs' tasks first, then the
+// runs. A run with a task locked by someone else (a Retry of an old failed
+// run, say) is kept rather than waited for, and so is one that is no longer
+// finished by the time it is deleted.
+func (e *Engine) deleteOldRunsBatch(ctx context.Context, skip []uuid.UUID, taskLimit int) (retentionBatch, error) {
 	cutoff := e.cfg.Retention.Microseconds()
-	var n int
+	var b retentionBatch
 	err := e.withTx(ctx, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `
-			SELECT id FROM braid_runs
-			 WHERE status IN ('completed', 'failed', 'cancelled') AND finished_at < braid_now() - $1::bigint * interval '1 microsecond'
-			 ORDER BY finished_at LIMIT $2`, cutoff, e.cfg.RetentionBatch)
+		b = retentionBatch{}
+		rows, err := tx.Query(ctx, oldRunsSQL, cutoff, e.cfg.RetentionBatch, pgIDs(skip), taskLimit)
 		if err != nil {
 			return err
 		}
@@ -76,7 +121,7 @@ func (e *Engine) deleteOldRunsBatch(ctx context.Context) (int, error) {
 		}
 		// Tasks first, in the lock order, skipping those held by others
 		// (a Retry of an old failed run, a late turn); a run with a
-		// skipped task is left for a later pass, the others go.
+		// skipped task is kept, the others go.
 		rows, err = tx.Query(ctx, `
 			SELECT id FROM braid_tasks WHERE run_id = ANY($1)
 			 ORDER BY created_at DESC, id DESC FOR UPDATE SKIP LOCKED`, ids)
@@ -91,16 +136,29 @@ func (e *Engine) deleteOldRunsBatch(ctx context.Context) (int, error) {
 			locked = []uuid.UUID{} // <> ALL(NULL) would match nothing
 		}
 		// Fenced again on the status: a run retried meanwhile is kept.
-		tag, err := tx.Exec(ctx, `
+		rows, err = tx.Query(ctx, `
 			DELETE FROM braid_runs r WHERE r.id = ANY($1)
 			   AND r.status IN ('completed', 'failed', 'cancelled') AND r.finished_at < braid_now() - $2::bigint * interval '1 microsecond'
-			   AND NOT EXISTS (SELECT 1 FROM braid_tasks t WHERE t.run_id = r.id AND t.id <> ALL($3))`,
+			   AND NOT EXISTS (SELECT 1 FROM braid_tasks t WHERE t.run_id = r.id AND t.id <> ALL($3))
+			RETURNING r.id`,
 			ids, cutoff, locked)
-		n = int(tag.RowsAffected())
-		return err
+		if err != nil {
+			return err
+		}
+		deleted, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+		if err != nil {
+			return err
+		}
+		b.deleted = len(deleted)
+		for _, id := range ids {
+			if !slices.Contains(deleted, id) {
+				b.kept = append(b.kept, id)
+			}
+		}
+		return nil
 	})
 	if err != nil {
-		return n, fmt.Errorf("workflow: retention: %w", err)
+		return retentionBatch{}, fmt.Errorf("workflow: retention: %w", err)
 	}
-	return n, nil
+	return b, nil
 }

@@ -7,9 +7,10 @@ import (
 )
 
 // setAsideMin and setAsideMax bound how long the delay processor leaves
-// out a row whose wake or cancel failed on its own: the first failure sets
-// it aside for setAsideMin, and each failure after that for twice as long
-// as the one before, up to setAsideMax.
+// out a row whose wake or cancel failed on its own, and the reconciler a
+// task it failed to settle: the first failure sets it aside for
+// setAsideMin, and each failure after that for twice as long as the one
+// before, up to setAsideMax.
 const (
 	setAsideMin = time.Second
 	setAsideMax = 5 * time.Minute
@@ -23,10 +24,13 @@ const (
 // rows behind them, nor hold it to a full poll interval. A row tried again
 // that fails again is set aside for longer; one that is woken or
 // cancelled is forgotten, and so is one that has not failed for
-// setAsideMax since it was last due to be tried.
+// setAsideMax since it was last due to be tried. The reconciler sets aside
+// the tasks it failed to settle the same way (reconcileAside), so that a
+// task that keeps failing is neither tried nor logged at every look.
 //
 // The record belongs to one delay processor, in memory: a process that
-// takes the lease over tries each row again once.
+// takes the lease over tries each row again once. It is not safe for
+// concurrent use.
 type setAside[K comparable] struct {
 	rows map[K]aside
 }
@@ -36,8 +40,9 @@ type aside struct {
 	pause time.Duration
 }
 
-// fail records that k failed at now.
-func (s *setAside[K]) fail(k K, now time.Time) {
+// fail records that k failed at now, and returns how long it is set
+// aside.
+func (s *setAside[K]) fail(k K, now time.Time) time.Duration {
 	if s.rows == nil {
 		s.rows = map[K]aside{}
 	}
@@ -45,6 +50,7 @@ func (s *setAside[K]) fail(k K, now time.Time) {
 	a.pause = min(max(2*a.pause, setAsideMin), setAsideMax)
 	a.until = now.Add(a.pause)
 	s.rows[k] = a
+	return a.pause
 }
 
 // done forgets k, which was woken or cancelled.

@@ -1,0 +1,137 @@
+package workflow_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/braidflow/braid/testutil"
+	"github.com/braidflow/braid/workflow"
+)
+
+// retentionScene starts runs for the retention batch tests: n completed
+// runs finished two hours ago (two tasks each: the root and its child),
+// against a Retention of an hour, and beside them the runs retention must
+// keep: young finished runs, and year-old unfinished ones (one waiting on
+// its delay, one never worked). batch, when not zero, is the runs one
+// retention batch holds. It returns the engine, the old runs, oldest
+// first, and the footprints of the kept ones.
+func retentionScene(t *testing.T, prefix string, n, batch int) (*workflow.Engine, []string, map[string][3]int) {
+	t.Helper()
+	pool := testutil.DB(t)
+	w := newRetentionWorkflows(prefix)
+	cfg := testConfig(w.defs()...)
+	cfg.Retention = time.Hour
+	cfg.RetentionInterval = time.Hour // the test runs retention itself
+	cfg.RetentionBatch = batch
+	eng := startEngine(t, pool, cfg)
+	ctx := ctxTimeout(t, 60*time.Second)
+
+	var old []string
+	for i := range n {
+		r, err := w.ok.Start(ctx, eng, i, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.Result(ctx); err != nil {
+			t.Fatal(err)
+		}
+		old = append(old, r.ID)
+	}
+	young := runStates(t, ctx, eng, pool, w)
+	waiting, err := w.sleepy.Start(ctx, eng, 2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pending, err := w.idle.Start(ctx, eng, 2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the run to sleep", 10*time.Second, func() bool {
+		return count(t, pool, `SELECT count(*) FROM braid_runs WHERE id = $1 AND status = 'waiting'`, waiting.ID) == 1
+	})
+	execSQL(t, pool, `
+		UPDATE braid_runs SET created_at = now() - interval '1 year', updated_at = now() - interval '1 year',
+		       started_at = CASE WHEN started_at IS NULL THEN NULL ELSE now() - interval '1 year' END
+		 WHERE id::text = ANY($1)`, []string{waiting.ID, pending.ID})
+	for i, id := range old {
+		// Oldest first, a second apart.
+		backdateFinished(t, pool, 2*time.Hour+time.Duration(n-i)*time.Second, id)
+	}
+	kept := map[string][3]int{}
+	for _, id := range []string{young["completed"], young["failed"], young["cancelled"], waiting.ID, pending.ID} {
+		kept[id] = footprint(t, pool, id)
+	}
+	return eng, old, kept
+}
+
+// checkKept fails the test unless every kept run has the rows it had.
+func checkKept(t *testing.T, eng *workflow.Engine, kept map[string][3]int) {
+	t.Helper()
+	for id, before := range kept {
+		if f := footprint(t, eng.Pool(), id); f != before {
+			t.Errorf("run %s, which retention must keep: runs, tasks, steps %v, was %v", id, f, before)
+		}
+	}
+}
+
+// A retention batch takes the oldest runs only as long as their tasks add
+// up to its limit, and at least one run however many tasks it has; it
+// deletes nothing that retention must keep.
+func TestRetentionBatchIsBoundedByTasks(t *testing.T) {
+	t.Parallel()
+	eng, old, kept := retentionScene(t, "task_bound", 4, 0)
+	pool := eng.Pool()
+	ctx := ctxTimeout(t, 30*time.Second)
+	remaining := func() int { return count(t, pool, `SELECT count(*) FROM braid_runs WHERE id::text = ANY($1)`, old) }
+
+	for _, step := range []struct {
+		limit, want int
+	}{
+		{1, 1}, // the oldest run alone holds more tasks than the limit
+		{3, 1}, // two runs would be four tasks
+		{4, 2},
+	} {
+		before := remaining()
+		n, err := workflow.DeleteOldRunsBatch(ctx, eng, step.limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n != step.want || remaining() != before-step.want {
+			t.Fatalf("a batch of at most %d tasks deleted %d runs (%d of %d old runs left); want %d", step.limit, n, remaining(), before, step.want)
+		}
+	}
+	if n := remaining(); n != 0 {
+		t.Fatalf("%d old runs left; want none", n)
+	}
+	checkKept(t, eng, kept)
+}
+
+// A run that retention must skip (a task of it is locked) does not end the
+// pass: every other old run goes in the same pass, and the skipped one
+// stays, with everything that retention must keep.
+func TestRetentionPassGoesOnPastASkippedRun(t *testing.T) {
+	t.Parallel()
+	eng, old, kept := retentionScene(t, "skip_on", 5, 2)
+	pool := eng.Pool()
+	ctx := ctxTimeout(t, 30*time.Second)
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM braid_tasks WHERE run_id = $1 AND parent_task_id IS NULL FOR UPDATE`, old[0]); err != nil {
+		t.Fatal(err)
+	}
+	// Batches of two: the first holds the skipped run.
+	if err := workflow.DeleteOldRuns(ctx, eng); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM braid_runs WHERE id::text = ANY($1)`, old[1:]); n != 0 {
+		t.Errorf("%d of the %d old runs that no one locked are left after one pass; want none", n, len(old)-1)
+	}
+	if f := footprint(t, pool, old[0]); f[0] != 1 || f[1] != 2 {
+		t.Errorf("the run with a locked task: runs, tasks, steps %v; want it kept whole", f)
+	}
+	checkKept(t, eng, kept)
+}
