@@ -417,8 +417,12 @@
 // # Pool size
 //
 // Waiting for notifications (Run.Result, the delay processor) uses
-// dedicated connections, not the pool's, so waiting on a result never
-// holds a pool connection and pool.Close never waits for it. A running turn
+// connections that the pool makes, with its connect hooks (a rotating
+// password, say), and then gives up (pgxpool's Hijack), so waiting on a
+// result never holds a slot of the pool and pool.Close never waits for it.
+// While no such connection can be made, the delay processor polls every
+// DelayPollInterval and tries to listen again, and a waiter for a result
+// polls at ResultPollInterval. A running turn
 // uses one pool connection at a time for its queries, plus short
 // background queries for its heartbeat. A batch of outcomes holds one
 // connection for its transaction, and at most Config.OutcomeFlushes

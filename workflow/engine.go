@@ -206,8 +206,9 @@ type Config struct {
 	Retention time.Duration
 
 	// RetentionInterval is how often old runs are deleted, RetentionBatch
-	// runs per statement. Defaults RetentionIntervalDefault and
-	// RetentionBatchDefault.
+	// runs per transaction at most, and fewer when their tasks add up to
+	// more than 10,000 (but always one run, however many tasks it has).
+	// Defaults RetentionIntervalDefault and RetentionBatchDefault.
 	RetentionInterval time.Duration
 	RetentionBatch    int
 
@@ -271,7 +272,9 @@ type Engine struct {
 	tracer   trace.Tracer
 	metrics  *engineMetrics
 	logger   *slog.Logger
-	notifier *notifier
+	// reconcileAsides are the tasks the reconciler set aside.
+	reconcileAsides reconcileAside
+	notifier        *notifier
 	// unknownLogged holds the names of unknown workflows, and of unknown
 	// DAG nodes, already logged.
 	unknownLogged sync.Map

@@ -5,12 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
 	"time"
-	"weak"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -44,23 +42,9 @@ type reconcileAside struct {
 	tasks setAside[uuid.UUID]
 }
 
-// reconcileAsides holds each Engine's reconcileAside, keyed by a weak
-// pointer to the Engine, so that the record goes with its Engine.
-var reconcileAsides sync.Map // weak.Pointer[Engine] -> *reconcileAside
-
 // reconcileAside returns the Engine's record of the tasks the reconciler
 // set aside.
-func (e *Engine) reconcileAside() *reconcileAside {
-	k := weak.Make(e)
-	if r, ok := reconcileAsides.Load(k); ok {
-		return r.(*reconcileAside)
-	}
-	r, loaded := reconcileAsides.LoadOrStore(k, &reconcileAside{})
-	if !loaded {
-		runtime.AddCleanup(e, func(k weak.Pointer[Engine]) { reconcileAsides.Delete(k) }, k)
-	}
-	return r.(*reconcileAside)
-}
+func (e *Engine) reconcileAside() *reconcileAside { return &e.reconcileAsides }
 
 // held returns the tasks set aside now.
 func (r *reconcileAside) held() []uuid.UUID {
