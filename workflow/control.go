@@ -486,7 +486,9 @@ func runStatusIs(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID string, che
 // completed task's code saw its end and went on without it (it handled
 // the *ChildError, or finished without awaiting it).
 // Steps recorded as failed and cancelled delays are forgotten, so they run
-// again. A run with a timeout (StartOpts.Timeout, WithRunTimeout) gets a
+// again, and so is everything a reset task recorded after the first of
+// them (or after a failed or cancelled child it started), since its code
+// saw that failure (see rewindTx and the package documentation). A run with a timeout (StartOpts.Timeout, WithRunTimeout) gets a
 // fresh deadline, the same timeout counted from the retry.
 //
 // A cancelled turn may still be running its code. Retry first waits, up to
@@ -529,7 +531,7 @@ func (e *Engine) retryTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID str
 	// The failed and cancelled tasks, and the nodes of the run's DAGs,
 	// under no completed task (openTasksSQL).
 	rows, err := tx.Query(ctx, openTasksSQL+`
-		SELECT id FROM braid_tasks
+		SELECT id, status IN ('failed', 'cancelled') FROM braid_tasks
 		 WHERE run_id = $1
 		   AND ((status IN ('failed', 'cancelled') AND id IN (SELECT id FROM open))
 		        OR (dependents IS NOT NULL AND parent_task_id IN (SELECT id FROM open)))
@@ -537,8 +539,21 @@ func (e *Engine) retryTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID str
 	if err != nil {
 		return err
 	}
-	reset, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
-	if err != nil {
+	// reset are the tasks that Retry may set going again; rewound, those
+	// among them that failed or were cancelled, whose histories it
+	// rewinds (rewindTx). A completed DAG node is among the former only.
+	var reset, rewound []uuid.UUID
+	var (
+		task   uuid.UUID
+		ending bool
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&task, &ending}, func() error {
+		reset = append(reset, task)
+		if ending {
+			rewound = append(rewound, task)
+		}
+		return nil
+	}); err != nil {
 		return err
 	}
 	// No task is reset while a turn of it runs. Retry waited for them
@@ -555,6 +570,9 @@ func (e *Engine) retryTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID str
 	}
 	nodeTurns, err := e.retryNodesTx(ctx, tx, id)
 	if err != nil {
+		return err
+	}
+	if err := e.rewindTx(ctx, tx, rewound); err != nil {
 		return err
 	}
 	// A reset task with unfinished children waits for them; the others
@@ -589,9 +607,7 @@ func (e *Engine) retryTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID str
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	if _, err := tx.Exec(ctx, `
-		DELETE FROM braid_steps WHERE task_id = ANY($1)
-		   AND (status IN ('failed', 'retrying') OR (kind IN ('delay', 'signal', 'event') AND status = 'cancelled'))`, reset); err != nil {
+	if _, err := tx.Exec(ctx, `DELETE FROM braid_steps WHERE task_id = ANY($1) AND `+forgottenStepSQL, rewound); err != nil {
 		return err
 	}
 	// A run with a timeout gets a fresh deadline, counted from the retry,
@@ -614,6 +630,94 @@ func (e *Engine) retryTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID str
 		}
 	}
 	return e.wakeTurns(ctx, tx, append(turns, nodeTurns...))
+}
+
+// forgottenStepSQL is the condition on a braid_steps row that Retry
+// forgets: a step that failed or waits to be tried again, and a delay or
+// wait on a message that was cancelled.
+const forgottenStepSQL = `(status IN ('failed', 'retrying') OR (kind IN ('delay', 'signal', 'event') AND status = 'cancelled'))`
+
+// rewindTx rewinds, for Retry, the history of each task of tasks (failed
+// or cancelled, and locked by tx) to its earliest call whose end Retry
+// forgets: a step recorded as failed or waiting to be tried again, a
+// cancelled delay or wait, or a failed or cancelled child (which Retry
+// resets). What the task recorded after that call is forgotten with it:
+// the code that ran after it saw the failure (it compensated, say), and
+// once the call succeeds it may take another path, which must not meet
+// the records of the first. So the steps, delays, waits and events set
+// at later positions are deleted, and the children started at later
+// positions are deleted with their descendants; a signal that a deleted
+// wait received goes back to the run's mailbox, for the wait that takes
+// its place. The task's code runs again from that call, and the steps it
+// then makes run again. Records without a position (written before
+// positions were kept) stay.
+//
+// The deleted children are final (a failed task's unfinished children were
+// cancelled when it failed), and no path but Retry changes a final task;
+// they are locked, children before parents, before they are deleted.
+func (e *Engine) rewindTx(ctx context.Context, tx pgx.Tx, tasks []uuid.UUID) error {
+	if len(tasks) == 0 {
+		return nil
+	}
+	rows, err := tx.Query(ctx, `
+		SELECT task, min(pos)::int FROM (
+		    SELECT task_id AS task, position AS pos FROM braid_steps
+		     WHERE task_id = ANY($1) AND position IS NOT NULL AND `+forgottenStepSQL+`
+		    UNION ALL
+		    SELECT parent_task_id, position FROM braid_tasks
+		     WHERE parent_task_id = ANY($1) AND position IS NOT NULL AND status IN ('failed', 'cancelled')
+		) f GROUP BY task`, pgIDs(tasks))
+	if err != nil {
+		return fmt.Errorf("workflow: finding where to rewind %d tasks: %w", len(tasks), err)
+	}
+	var (
+		cutTasks []uuid.UUID
+		cuts     []int32
+		task     uuid.UUID
+		cut      int32
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&task, &cut}, func() error {
+		cutTasks, cuts = append(cutTasks, task), append(cuts, cut)
+		return nil
+	}); err != nil {
+		return fmt.Errorf("workflow: finding where to rewind %d tasks: %w", len(tasks), err)
+	}
+	if len(cutTasks) == 0 {
+		return nil
+	}
+	rows, err = tx.Query(ctx, `
+		WITH RECURSIVE gone AS (
+		    SELECT k.id FROM braid_tasks k JOIN unnest($1::uuid[], $2::int[]) AS c(task, pos)
+		      ON k.parent_task_id = c.task AND k.position > c.pos
+		    UNION ALL
+		    SELECT k.id FROM braid_tasks k JOIN gone g ON k.parent_task_id = g.id
+		)
+		SELECT id FROM braid_tasks WHERE id IN (SELECT id FROM gone)
+		 ORDER BY created_at DESC, id DESC FOR UPDATE`, pgIDs(cutTasks), cuts)
+	if err != nil {
+		return fmt.Errorf("workflow: locking the children to forget of %d tasks: %w", len(cutTasks), err)
+	}
+	gone, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return fmt.Errorf("workflow: locking the children to forget of %d tasks: %w", len(cutTasks), err)
+	}
+	// The forgotten children go with their steps, then the rewound tasks'
+	// later records; the signals that the forgotten waits took go back to
+	// the mailbox.
+	b := &pgx.Batch{}
+	b.Queue(`DELETE FROM braid_tasks WHERE id = ANY($1)`, pgIDs(gone))
+	b.Queue(`
+		WITH d AS (
+		    DELETE FROM braid_steps s USING unnest($1::uuid[], $2::int[]) AS c(task, pos)
+		     WHERE s.task_id = c.task AND s.position > c.pos
+		    RETURNING s.task_id, s.name
+		)
+		UPDATE braid_signals g SET delivered_at = NULL, task_id = NULL, step = NULL
+		 WHERE g.task_id = ANY($3) OR (g.task_id, g.step) IN (SELECT task_id, name FROM d)`, pgIDs(cutTasks), cuts, pgIDs(gone))
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("workflow: rewinding the histories of %d tasks: %w", len(cutTasks), err)
+	}
+	return nil
 }
 
 // openTasksSQL is a WITH clause: open holds the tasks of run $1 that no

@@ -187,7 +187,17 @@
 //
 // [Engine.Cancel] cancels a run's unfinished tasks, pending delays and turns.
 // [Engine.Retry] resumes a failed or cancelled run at the failed step. A
-// failure that a completed task handled stays as it is.
+// failure that a completed task handled stays as it is. In each task it
+// resets, Retry rewinds the history to the first call whose end it
+// forgets (a step recorded as failed, a cancelled delay or wait, a failed
+// or cancelled child) and forgets everything the task recorded after that
+// call: the code that ran after it saw the failure (it compensated, say),
+// and once the call succeeds the code may take another path, which must
+// not meet the records of the first. So the task's code runs again from
+// that call: the steps recorded before it replay, those recorded after it
+// run again, the children started after it are forgotten with all they
+// did, and a signal that a forgotten wait took goes back to the run's
+// mailbox.
 //
 // # An outcome belongs to its attempt
 //

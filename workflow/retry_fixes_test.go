@@ -1,0 +1,113 @@
+package workflow_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/braidflow/braid/testutil"
+	"github.com/braidflow/braid/workflow"
+)
+
+// A step with its own Retry is exhausted, the code compensates with a
+// recorded step and fails the run. Once the cause is fixed, Retry forgets
+// the failed step and what the task recorded after it: the step now
+// succeeds, the code takes its normal path, and the run completes.
+func TestRetryAfterAHandledStepFailureCompletes(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	var broken atomic.Bool
+	broken.Store(true)
+	var released atomic.Int32
+	wf := workflow.Define("retry_compensated_step", func(t *workflow.Task, _ struct{}) (string, error) {
+		_, err := workflow.Step(t, "charge", func(context.Context) (int, error) {
+			if broken.Load() {
+				return 0, errors.New("card declined")
+			}
+			return 1, nil
+		}, workflow.Retry{MaxAttempts: 1, Backoff: fast})
+		if err != nil {
+			if _, cerr := workflow.Step(t, "release-stock", func(context.Context) (int, error) {
+				released.Add(1)
+				return 0, nil
+			}); cerr != nil {
+				return "", cerr
+			}
+			return "", err
+		}
+		if _, err := workflow.Step(t, "ship", func(context.Context) (int, error) { return 2, nil }); err != nil {
+			return "", err
+		}
+		return "shipped", nil
+	}, workflow.WithMaxAttempts(1))
+	eng := startEngine(t, pool, testConfig(wf))
+	ctx := ctxTimeout(t, 60*time.Second)
+	run, err := wf.Start(ctx, eng, struct{}{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run.Result(ctx); err == nil {
+		t.Fatal("the first run completed")
+	}
+	broken.Store(false)
+	if err := eng.Retry(ctx, run.ID); err != nil {
+		t.Fatal(err)
+	}
+	out, err := run.Result(ctx)
+	if err != nil || out != "shipped" {
+		t.Fatalf("after Retry: %q, %v; want shipped", out, err)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM braid_steps s JOIN braid_tasks k ON k.id = s.task_id
+		WHERE k.run_id = $1 AND s.name = 'release-stock'`, run.ID); n != 0 {
+		t.Errorf("the compensation recorded before the Retry is still recorded (%d rows)", n)
+	}
+	if n := released.Load(); n != 1 {
+		t.Errorf("the compensation ran %d times; want 1", n)
+	}
+}
+
+// A parent handles its child's failure with a recorded compensation step,
+// then fails. Retry resets the child and forgets what the parent recorded
+// after starting it: once the child completes, the parent takes its
+// normal path and the run completes.
+func TestRetryAfterAHandledChildFailureCompletes(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	var broken atomic.Bool
+	broken.Store(true)
+	child := workflow.Define("retry_compensated_child", func(t *workflow.Task, in int) (int, error) {
+		if broken.Load() {
+			return 0, errors.New("warehouse down")
+		}
+		return in * 2, nil
+	}, workflow.WithMaxAttempts(1))
+	parent := workflow.Define("retry_compensating_parent", func(t *workflow.Task, _ struct{}) (int, error) {
+		v, err := workflow.Go(t, "reserve", child, 21).Get()
+		if err != nil {
+			if _, cerr := workflow.Step(t, "undo", func(context.Context) (int, error) { return 0, nil }); cerr != nil {
+				return 0, cerr
+			}
+			return 0, err
+		}
+		return workflow.Step(t, "confirm", func(context.Context) (int, error) { return v, nil })
+	}, workflow.WithMaxAttempts(1))
+	eng := startEngine(t, pool, testConfig(parent, child))
+	ctx := ctxTimeout(t, 60*time.Second)
+	run, err := parent.Start(ctx, eng, struct{}{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run.Result(ctx); err == nil {
+		t.Fatal("the first run completed")
+	}
+	broken.Store(false)
+	if err := eng.Retry(ctx, run.ID); err != nil {
+		t.Fatal(err)
+	}
+	out, err := run.Result(ctx)
+	if err != nil || out != 42 {
+		t.Fatalf("after Retry: %d, %v; want 42", out, err)
+	}
+}
