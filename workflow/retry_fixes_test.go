@@ -3,6 +3,7 @@ package workflow_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -109,5 +110,70 @@ func TestRetryAfterAHandledChildFailureCompletes(t *testing.T) {
 	out, err := run.Result(ctx)
 	if err != nil || out != 42 {
 		t.Fatalf("after Retry: %d, %v; want 42", out, err)
+	}
+}
+
+// A step with its own Retry whose later attempt ends after its run was
+// cancelled records nothing, and Step says so: it returns an error, never
+// the zero value as a success read back from the row that waited for
+// that attempt. Both ends are checked: the attempt succeeds, or it is the
+// last one and fails.
+func TestARetriedStepEndingAfterCancelIsNotASuccess(t *testing.T) {
+	t.Parallel()
+	for _, last := range []bool{false, true} {
+		t.Run(fmt.Sprintf("last=%v", last), func(t *testing.T) {
+			t.Parallel()
+			pool := testutil.DB(t)
+			ctx := ctxTimeout(t, 60*time.Second)
+			var attempt atomic.Int32
+			release := make(chan struct{})
+			entered := make(chan struct{}, 1)
+			got := make(chan string, 4)
+			wf := workflow.Define("retried_step_after_cancel", func(t *workflow.Task, _ int) (int, error) {
+				v, err := workflow.Step(t, "price", func(context.Context) (int, error) {
+					if attempt.Add(1) == 1 {
+						return 0, errors.New("flaky")
+					}
+					entered <- struct{}{}
+					<-release // ignores its context, as slow calls do
+					if last {
+						return 0, errors.New("still flaky")
+					}
+					return 42, nil
+				}, workflow.Retry{MaxAttempts: 2, Backoff: fast})
+				if !errors.Is(err, workflow.ErrSuspended) {
+					got <- fmt.Sprintf("v=%d err=%v", v, err)
+				}
+				return v, err
+			})
+			eng := startEngine(t, pool, testConfig(wf))
+			run, err := wf.Start(ctx, eng, 1, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			<-entered
+			// Something holds the turn's job row (a heartbeat, River's
+			// completer): Cancel skips the job, and the turn's context
+			// stays alive meanwhile.
+			hold := holdRunningTurnJob(t, pool, run.ID)
+			cancelled := make(chan error, 1)
+			go func() { cancelled <- eng.Cancel(ctx, run.ID) }()
+			waitFor(t, "the task cancelled", 20*time.Second, func() bool {
+				return count(t, pool, `SELECT count(*) FROM braid_tasks WHERE run_id = $1 AND status = 'cancelled'`, run.ID) == 1
+			})
+			close(release)
+			select {
+			case s := <-got:
+				if s == "v=0 err=<nil>" {
+					t.Errorf("Step returned a zero value and no error for an attempt whose outcome was not recorded")
+				}
+			case <-ctx.Done():
+				t.Fatal("the step's attempt never returned")
+			}
+			_ = hold.Rollback(ctx)
+			if err := <-cancelled; err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }
