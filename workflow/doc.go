@@ -95,7 +95,10 @@
 // database), the node stays blocked with nothing to wait for, and a
 // process that knows the DAG decides it: every process that knows a DAG
 // looks for such nodes every Config.ReconcileInterval, whether or not it
-// holds the maintenance lease.
+// holds the maintenance lease. A node that fails under FailDAG in such a
+// process cannot skip the DAG's blocked nodes there; the failure is read
+// from the node's row by the next process that knows the DAG and settles
+// or decides one of its nodes, which skips them before releasing any.
 //
 // # Turns and replay
 //

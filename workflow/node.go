@@ -196,36 +196,94 @@ func (e *Engine) settleNodes(ctx context.Context, tx pgx.Tx, settled []settlemen
 	return more, wake, nil
 }
 
-// failDAGs skips, for each node of frontier that failed under FailDAG,
-// the blocked nodes of its DAG that do not run on failure, and returns
-// them as settled.
+// failDAGs applies FailDAG to the DAGs of the nodes of frontier (see
+// failDAGsOf), and returns the nodes it skipped as settled.
 func (e *Engine) failDAGs(ctx context.Context, tx pgx.Tx, frontier []settlement) ([]settlement, error) {
+	dags := map[uuid.UUID]string{}
+	for _, s := range frontier {
+		if s.dag != "" && s.parentID != nil {
+			dags[*s.parentID] = s.dag
+		}
+	}
+	return e.failDAGsOf(ctx, tx, dags)
+}
+
+// failDAGsOf skips, in each DAG of dags (root task → DAG name) that this
+// process knows and one of whose nodes is recorded failed under FailDAG,
+// the blocked nodes that do not run on failure, and returns them as
+// settled. The failure is read from the nodes' rows, not taken from the
+// nodes settling now: the node may have failed in a process that does not
+// know the DAG, which could not apply its policy, and left its dependents
+// to a process that does. So the policy holds wherever the node failed:
+// the first settle or decision of the DAG in a process that knows it
+// applies it before releasing anything. tx holds the DAGs' blocked nodes
+// locked.
+func (e *Engine) failDAGsOf(ctx context.Context, tx pgx.Tx, dags map[uuid.UUID]string) ([]settlement, error) {
+	if len(dags) == 0 {
+		return nil, nil
+	}
+	known := make([]uuid.UUID, 0, len(dags))
+	for root, dag := range dags {
+		if e.dagSpecOf(dag) != nil {
+			known = append(known, root)
+		}
+	}
+	if len(known) == 0 {
+		return nil, nil
+	}
+	// The failed regular nodes of the DAGs that still have blocked nodes
+	// to skip.
+	rows, err := tx.Query(ctx, `
+		SELECT f.parent_task_id, f.id, f.key FROM braid_tasks f
+		 WHERE f.parent_task_id = ANY($1) AND f.status = 'failed' AND f.dependents IS NOT NULL AND NOT f.on_failure
+		   AND EXISTS (SELECT 1 FROM braid_tasks b
+		                WHERE b.parent_task_id = f.parent_task_id AND b.status = 'blocked' AND NOT b.on_failure)`, pgIDs(known))
+	if err != nil {
+		return nil, fmt.Errorf("workflow: reading the failed nodes of %d DAGs: %w", len(known), err)
+	}
+	type failedNode struct {
+		id  uuid.UUID
+		key string
+	}
+	failedBy := map[uuid.UUID][]failedNode{}
+	var (
+		root uuid.UUID
+		fn   failedNode
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&root, &fn.id, &fn.key}, func() error {
+		failedBy[root] = append(failedBy[root], fn)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("workflow: reading the failed nodes of %d DAGs: %w", len(known), err)
+	}
 	var (
 		roots, causes []uuid.UUID
 		reasons       []string
-		dags          = map[uuid.UUID]string{}
 	)
-	for _, s := range frontier {
-		if s.status != "failed" || s.parentID == nil {
+	for _, root := range known {
+		failed := failedBy[root]
+		if len(failed) == 0 {
 			continue
 		}
-		spec := e.dagSpecOf(s.dag)
-		if spec == nil {
-			continue
+		spec := e.dagSpecOf(dags[root])
+		// The cause is the first failed node under FailDAG in the DAG's
+		// order, as the run's error names it.
+		for _, n := range spec.nodes {
+			if n.onFailure || n.policy != FailDAG {
+				continue
+			}
+			if i := slices.IndexFunc(failed, func(f failedNode) bool { return f.key == n.name }); i >= 0 {
+				roots = append(roots, root)
+				causes = append(causes, failed[i].id)
+				reasons = append(reasons, fmt.Sprintf("the DAG failed: node %q failed", n.name))
+				break
+			}
 		}
-		n := spec.node(s.key)
-		if n == nil || n.onFailure || n.policy != FailDAG || slices.Contains(roots, *s.parentID) {
-			continue
-		}
-		roots = append(roots, *s.parentID)
-		causes = append(causes, s.taskID)
-		reasons = append(reasons, fmt.Sprintf("the DAG failed: node %q failed", s.key))
-		dags[*s.parentID] = s.dag
 	}
 	if len(roots) == 0 {
 		return nil, nil
 	}
-	rows, err := tx.Query(ctx, `
+	rows, err = tx.Query(ctx, `
 		UPDATE braid_tasks t
 		   SET status = 'skipped', skip_reason = u.reason, remaining = 0, finished_at = braid_now(), updated_at = braid_now()
 		  FROM unnest($1::uuid[], $2::text[], $3::uuid[]) AS u(root, reason, cause)
@@ -783,6 +841,13 @@ func (e *Engine) decideDAG(ctx context.Context, root uuid.UUID, dag string) erro
 			 ORDER BY created_at DESC, id DESC FOR UPDATE`, root); err != nil {
 			return err
 		}
+		// A node that failed under FailDAG in a process that did not
+		// know the DAG skips the DAG's blocked nodes now, before any is
+		// released.
+		skipped, err := e.failDAGsOf(ctx, tx, map[uuid.UUID]string{root: dag})
+		if err != nil {
+			return err
+		}
 		rows, err := tx.Query(ctx, `
 			SELECT id, workflow, queue, priority, max_attempts, run_id, key FROM braid_tasks
 			 WHERE parent_task_id = $1 AND status = 'blocked' AND remaining = 0 AND dependents IS NOT NULL`, root)
@@ -804,7 +869,7 @@ func (e *Engine) decideDAG(ctx context.Context, root uuid.UUID, dag string) erro
 		if err != nil {
 			return err
 		}
-		wake, err := e.settleTx(ctx, tx, final, true, nil, &fin)
+		wake, err := e.settleTx(ctx, tx, append(skipped, final...), true, nil, &fin)
 		if err != nil {
 			return err
 		}
