@@ -568,9 +568,37 @@ func (e *Engine) retryTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID str
 	if running {
 		return errTurnRunning
 	}
-	nodeTurns, err := e.retryNodesTx(ctx, tx, id)
+	nodeTurns, frozen, err := e.retryNodesTx(ctx, tx, id)
 	if err != nil {
 		return err
+	}
+	// What a DAG node that retryNodesTx did not release started stays as
+	// it is: the node is decided afresh first, and only a node that runs
+	// may set its children going again.
+	if len(frozen) > 0 {
+		rows, err := tx.Query(ctx, `
+			WITH RECURSIVE under AS (
+			    SELECT id FROM braid_tasks WHERE parent_task_id = ANY($1)
+			    UNION ALL
+			    SELECT k.id FROM braid_tasks k JOIN under u ON k.parent_task_id = u.id
+			)
+			SELECT id FROM under`, pgIDs(frozen))
+		if err != nil {
+			return err
+		}
+		under, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+		if err != nil {
+			return err
+		}
+		left := make(map[uuid.UUID]bool, len(under)+len(frozen))
+		for _, id := range under {
+			left[id] = true
+		}
+		reset = slices.DeleteFunc(reset, func(id uuid.UUID) bool { return left[id] })
+		for _, id := range frozen {
+			left[id] = true
+		}
+		rewound = slices.DeleteFunc(rewound, func(id uuid.UUID) bool { return left[id] })
 	}
 	if err := e.rewindTx(ctx, tx, rewound); err != nil {
 		return err
@@ -685,37 +713,47 @@ func (e *Engine) rewindTx(ctx context.Context, tx pgx.Tx, tasks []uuid.UUID) err
 	if len(cutTasks) == 0 {
 		return nil
 	}
-	rows, err = tx.Query(ctx, `
+	return forgetAfterTx(ctx, tx, cutTasks, cuts)
+}
+
+// forgetAfterTx forgets, for each task tasks[i] (locked by tx), what it
+// recorded after position cuts[i], or everything it recorded when cuts[i]
+// is negative: its steps, delays, waits and events at later positions, and
+// the children it started at later positions with their descendants,
+// which must be final. A signal that a forgotten wait took goes back to
+// the run's mailbox.
+func forgetAfterTx(ctx context.Context, tx pgx.Tx, tasks []uuid.UUID, cuts []int32) error {
+	rows, err := tx.Query(ctx, `
 		WITH RECURSIVE gone AS (
 		    SELECT k.id FROM braid_tasks k JOIN unnest($1::uuid[], $2::int[]) AS c(task, pos)
-		      ON k.parent_task_id = c.task AND k.position > c.pos
+		      ON k.parent_task_id = c.task AND (k.position > c.pos OR c.pos < 0)
 		    UNION ALL
 		    SELECT k.id FROM braid_tasks k JOIN gone g ON k.parent_task_id = g.id
 		)
 		SELECT id FROM braid_tasks WHERE id IN (SELECT id FROM gone)
-		 ORDER BY created_at DESC, id DESC FOR UPDATE`, pgIDs(cutTasks), cuts)
+		 ORDER BY created_at DESC, id DESC FOR UPDATE`, pgIDs(tasks), cuts)
 	if err != nil {
-		return fmt.Errorf("workflow: locking the children to forget of %d tasks: %w", len(cutTasks), err)
+		return fmt.Errorf("workflow: locking the children to forget of %d tasks: %w", len(tasks), err)
 	}
 	gone, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
 	if err != nil {
-		return fmt.Errorf("workflow: locking the children to forget of %d tasks: %w", len(cutTasks), err)
+		return fmt.Errorf("workflow: locking the children to forget of %d tasks: %w", len(tasks), err)
 	}
-	// The forgotten children go with their steps, then the rewound tasks'
-	// later records; the signals that the forgotten waits took go back to
-	// the mailbox.
+	// The forgotten children go with their steps, then the tasks' later
+	// records; the signals that the forgotten waits took go back to the
+	// mailbox.
 	b := &pgx.Batch{}
 	b.Queue(`DELETE FROM braid_tasks WHERE id = ANY($1)`, pgIDs(gone))
 	b.Queue(`
 		WITH d AS (
 		    DELETE FROM braid_steps s USING unnest($1::uuid[], $2::int[]) AS c(task, pos)
-		     WHERE s.task_id = c.task AND s.position > c.pos
+		     WHERE s.task_id = c.task AND (s.position > c.pos OR c.pos < 0)
 		    RETURNING s.task_id, s.name
 		)
 		UPDATE braid_signals g SET delivered_at = NULL, task_id = NULL, step = NULL
-		 WHERE g.task_id = ANY($3) OR (g.task_id, g.step) IN (SELECT task_id, name FROM d)`, pgIDs(cutTasks), cuts, pgIDs(gone))
+		 WHERE g.task_id = ANY($3) OR (g.task_id, g.step) IN (SELECT task_id, name FROM d)`, pgIDs(tasks), cuts, pgIDs(gone))
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return fmt.Errorf("workflow: rewinding the histories of %d tasks: %w", len(cutTasks), err)
+		return fmt.Errorf("workflow: forgetting the later records of %d tasks: %w", len(tasks), err)
 	}
 	return nil
 }

@@ -86,7 +86,12 @@
 // every other node and runs only if the DAG failed. [Engine.Retry] of a
 // failed DAG run keeps its completed nodes, and resets the others (and
 // the on-failure nodes), which run again once their dependencies have,
-// their conditions evaluated afresh.
+// their conditions evaluated afresh. A reset node that waits for a
+// dependency that runs again starts afresh: what it recorded, its steps
+// and its children, is forgotten, since its dependencies' outputs may
+// change and it may be skipped; nothing it started runs until it is
+// released. A reset node whose dependencies all completed is decided at
+// once and, when it runs, resumes where it stopped.
 //
 // A node's turn spans carry dag and dag.node attributes; a released
 // node's first turn links to the turn of the node that released it

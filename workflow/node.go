@@ -645,14 +645,23 @@ func (r *NodeRef[Out]) Output(t *Task) (Out, error) {
 // among the reset ones; completed nodes keep their output. The reset
 // nodes with nothing to wait for are decided at once, as the settle path
 // decides them, and what that skips settles on. It returns the turns of
-// the nodes it released. tx holds the run's tasks locked.
-func (e *Engine) retryNodesTx(ctx context.Context, tx pgx.Tx, runID uuid.UUID) ([]turn, error) {
+// the nodes it released, and the nodes it reset but did not release,
+// whose descendants Retry leaves as they are.
+//
+// A reset node that waits for a dependency that runs again starts afresh
+// once it is released: what it recorded (its steps, its children with
+// their descendants) is forgotten now. Its dependencies' outputs may
+// change, and it may be skipped when it is decided: nothing it started
+// must run meanwhile, out of the DAG's order, or for a node that does not
+// run. A node decided at once has the same dependencies as before, and a
+// released one resumes where it stopped. tx holds the run's tasks locked.
+func (e *Engine) retryNodesTx(ctx context.Context, tx pgx.Tx, runID uuid.UUID) ([]turn, []uuid.UUID, error) {
 	rows, err := tx.Query(ctx, openTasksSQL+`
 		SELECT t.id, t.parent_task_id, t.key, t.status, t.workflow, t.queue, t.priority, t.max_attempts, p.workflow
 		  FROM braid_tasks t JOIN braid_tasks p ON p.id = t.parent_task_id
 		 WHERE t.run_id = $1 AND t.dependents IS NOT NULL AND p.id IN (SELECT id FROM open)`, runID)
 	if err != nil {
-		return nil, fmt.Errorf("workflow: reading the DAG nodes of run %s: %w", runID, err)
+		return nil, nil, fmt.Errorf("workflow: reading the DAG nodes of run %s: %w", runID, err)
 	}
 	type nodeRow struct {
 		c      releaseCandidate
@@ -665,7 +674,7 @@ func (e *Engine) retryNodesTx(ctx context.Context, tx pgx.Tx, runID uuid.UUID) (
 		var prio int16
 		if err := rows.Scan(&r.c.tr.taskID, &r.c.rootID, &r.c.key, &r.status, &r.c.tr.workflow, &r.c.tr.queue, &prio, &r.c.tr.maxAttempts, &r.c.dag); err != nil {
 			rows.Close()
-			return nil, fmt.Errorf("workflow: reading the DAG nodes of run %s: %w", runID, err)
+			return nil, nil, fmt.Errorf("workflow: reading the DAG nodes of run %s: %w", runID, err)
 		}
 		r.c.tr.priority, r.c.runID = queue.Priority(prio), runID
 		if byRoot[r.c.rootID] == nil {
@@ -675,25 +684,25 @@ func (e *Engine) retryNodesTx(ctx context.Context, tx pgx.Tx, runID uuid.UUID) (
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("workflow: reading the DAG nodes of run %s: %w", runID, err)
+		return nil, nil, fmt.Errorf("workflow: reading the DAG nodes of run %s: %w", runID, err)
 	}
 	var (
-		ids       []uuid.UUID
-		remaining []int32
-		cands     []releaseCandidate
+		ids, fresh []uuid.UUID
+		remaining  []int32
+		cands      []releaseCandidate
 	)
 	for _, root := range roots {
 		nodes := byRoot[root]
 		spec := e.dagSpecOf(nodes[0].c.dag)
 		if spec == nil {
-			return nil, fmt.Errorf("workflow: run %s has nodes of DAG %q, which is not registered with this engine; retry it from a process that registers it", runID, nodes[0].c.dag)
+			return nil, nil, fmt.Errorf("workflow: run %s has nodes of DAG %q, which is not registered with this engine; retry it from a process that registers it", runID, nodes[0].c.dag)
 		}
 		again := map[string]bool{}
 		regular := 0
 		for _, r := range nodes {
 			n := spec.node(r.c.key)
 			if n == nil {
-				return nil, fmt.Errorf("workflow: run %s has a node %q that DAG %q does not declare", runID, r.c.key, spec.name)
+				return nil, nil, fmt.Errorf("workflow: run %s has a node %q that DAG %q does not declare", runID, r.c.key, spec.name)
 			}
 			if r.status != "completed" || n.onFailure {
 				again[r.c.key] = true
@@ -720,11 +729,13 @@ func (e *Engine) retryNodesTx(ctx context.Context, tx pgx.Tx, runID uuid.UUID) (
 			ids, remaining = append(ids, r.c.tr.taskID), append(remaining, int32(count))
 			if count == 0 {
 				cands = append(cands, r.c)
+			} else {
+				fresh = append(fresh, r.c.tr.taskID)
 			}
 		}
 	}
 	if len(ids) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if _, err := tx.Exec(ctx, `
 		UPDATE braid_tasks t
@@ -732,19 +743,34 @@ func (e *Engine) retryNodesTx(ctx context.Context, tx pgx.Tx, runID uuid.UUID) (
 		       attempt = 0, finished_at = NULL, updated_at = braid_now()
 		  FROM unnest($1::uuid[], $2::int[]) AS u(id, remaining)
 		 WHERE t.id = u.id`, pgIDs(ids), remaining); err != nil {
-		return nil, fmt.Errorf("workflow: resetting %d DAG nodes of run %s: %w", len(ids), runID, err)
+		return nil, nil, fmt.Errorf("workflow: resetting %d DAG nodes of run %s: %w", len(ids), runID, err)
+	}
+	if len(fresh) > 0 {
+		cuts := make([]int32, len(fresh))
+		for i := range cuts {
+			cuts[i] = -1
+		}
+		if err := forgetAfterTx(ctx, tx, fresh, cuts); err != nil {
+			return nil, nil, fmt.Errorf("workflow: forgetting what %d DAG nodes of run %s recorded: %w", len(fresh), runID, err)
+		}
 	}
 	wake, final, err := e.decide(ctx, tx, cands)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// What the decisions skipped settles on among the nodes; the roots
 	// count their unfinished nodes afresh (retryTx).
 	_, released, err := e.settleNodes(ctx, tx, final)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return append(wake, released...), nil
+	wake = append(wake, released...)
+	running := make(map[uuid.UUID]bool, len(wake))
+	for _, tr := range wake {
+		running[tr.taskID] = true
+	}
+	frozen := slices.DeleteFunc(ids, func(id uuid.UUID) bool { return running[id] })
+	return wake, frozen, nil
 }
 
 // decideNodesEvery runs decideUndecidedNodes every interval until ctx

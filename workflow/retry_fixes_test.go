@@ -177,3 +177,67 @@ func TestARetriedStepEndingAfterCancelIsNotASuccess(t *testing.T) {
 		})
 	}
 }
+
+// A DAG node that started a child is cancelled with its run. Retry blocks
+// the node again behind a dependency that runs again, and the node, once
+// decided afresh, is skipped: its child must not run meanwhile, nor after,
+// and the run completes with nothing of it left running.
+func TestRetryRunsNoChildOfANodeThatIsBlockedAgain(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	var aFails atomic.Bool
+	aFails.Store(true)
+	var cRuns atomic.Int32
+	a := workflow.Define("rb_a", func(t *workflow.Task, in dagIn) (int, error) {
+		if aFails.Load() {
+			return 0, errors.New("a down")
+		}
+		return 1, nil
+	}, workflow.WithMaxAttempts(1))
+	c := workflow.Define("rb_c", func(t *workflow.Task, in int) (int, error) {
+		return workflow.Step(t, "work", func(ctx context.Context) (int, error) {
+			if cRuns.Add(1) == 1 {
+				<-ctx.Done()
+				return 0, ctx.Err()
+			}
+			return in, nil
+		})
+	})
+	b := workflow.Define("rb_b", func(t *workflow.Task, in dagIn) (int, error) {
+		outs, err := workflow.Map(t, "c", c, []int{1})
+		if err != nil {
+			return 0, err
+		}
+		return outs[0], nil
+	})
+	dag := workflow.DAG[dagIn]("rb_dag",
+		workflow.Node("a", a, workflow.OnFailure(workflow.Continue)),
+		workflow.Node("b", b, workflow.After("a"), workflow.When(`status.a == "failed"`)))
+	eng := startEngine(t, pool, testConfig(dag, a, b, c))
+	ctx := ctxTimeout(t, 60*time.Second)
+	run, err := dag.Start(ctx, eng, dagIn{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "c running", 20*time.Second, func() bool { return cRuns.Load() >= 1 })
+	if err := eng.Cancel(ctx, run.ID); err != nil {
+		t.Fatal(err)
+	}
+	aFails.Store(false)
+	if err := eng.Retry(ctx, run.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run.Result(ctx); err != nil {
+		t.Fatal(err)
+	}
+	status, _ := nodeStatuses(t, pool, run.ID)
+	if status["a"] != "completed" || status["b"] != "skipped" {
+		t.Fatalf("nodes %v; want a completed and b skipped", status)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM braid_tasks WHERE run_id = $1 AND status NOT IN ('completed', 'failed', 'cancelled', 'skipped')`, run.ID); n != 0 {
+		t.Errorf("%d tasks of the completed run are unfinished", n)
+	}
+	if n := cRuns.Load(); n != 1 {
+		t.Errorf("the child of node b ran %d times; want once, before the Retry", n)
+	}
+}
