@@ -2,8 +2,10 @@ package workflow_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -239,5 +241,41 @@ func TestRetryRunsNoChildOfANodeThatIsBlockedAgain(t *testing.T) {
 	}
 	if n := cRuns.Load(); n != 1 {
 		t.Errorf("the child of node b ran %d times; want once, before the Retry", n)
+	}
+}
+
+// A start whose StartOpts.Queue River would refuse fails before anything
+// is written: the caller's transaction commits no run, and the
+// idempotency key stays free.
+func TestStartWithAnInvalidQueueWritesNothing(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	ctx := ctxTimeout(t, 60*time.Second)
+	wf := workflow.Define("bad_queue_start", func(t *workflow.Task, in int) (int, error) { return in, nil })
+	eng := startEngine(t, pool, testConfig(wf))
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	_, err = wf.StartTx(ctx, tx, eng, 1, &workflow.StartOpts{Queue: "Bad Queue", IdempotencyKey: "order:1"})
+	if err == nil || !strings.Contains(err.Error(), `"Bad Queue"`) {
+		t.Fatalf("StartTx: %v; want an error naming the queue", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatalf("the caller's transaction: %v", err)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM braid_runs`); n != 0 {
+		t.Errorf("%d runs committed by a start that failed", n)
+	}
+	run, err := wf.Start(ctx, eng, 1, &workflow.StartOpts{IdempotencyKey: "order:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if run.Existing {
+		t.Errorf("a start with the key returned a run of the start that failed")
+	}
+	if _, err := eng.StartByName(ctx, wf.Name(), json.RawMessage(`1`), &workflow.StartByNameOpts{Queue: "Bad Queue"}); err == nil {
+		t.Errorf("StartByName accepted the queue")
 	}
 }
