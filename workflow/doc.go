@@ -136,8 +136,10 @@
 // same input and the same recorded results. Put anything that varies (the
 // clock, random numbers, network and database reads, environment) inside a
 // Step, whose result is recorded. A repeated name in one task gets an
-// automatic "#n" suffix, so loops of steps work, as long as the loop itself
-// is deterministic.
+// automatic "#n" suffix (its n-th call is name#n), so loops of steps work,
+// as long as the loop itself is deterministic. A call whose name another
+// call of the turn was given already (a step named "a#2" after two steps
+// "a") takes the next free suffix instead, so no two calls share a record.
 //
 // # Replay refuses to diverge
 //

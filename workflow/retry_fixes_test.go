@@ -279,3 +279,48 @@ func TestStartWithAnInvalidQueueWritesNothing(t *testing.T) {
 		t.Errorf("StartByName accepted the queue")
 	}
 }
+
+// A step whose own name is the one a repeated name's automatic suffix
+// would give ("a#2" after "a") keeps its own record, and so does the
+// repeated step: every call runs its body once and returns its own
+// result.
+func TestAStepNamedLikeASuffixKeepsItsOwnRecord(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	var bodies atomic.Int32
+	wf := workflow.Define("suffix_like_names", func(t *workflow.Task, _ struct{}) ([]string, error) {
+		var out []string
+		for _, c := range []struct{ name, value string }{{"a", "first a"}, {"a#2", "own a#2"}, {"a", "second a"}, {"a#2", "own a#2 again"}} {
+			v, err := workflow.Step(t, c.name, func(context.Context) (string, error) {
+				bodies.Add(1)
+				return c.value, nil
+			})
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, v)
+		}
+		// A turn that replays them all finds each its own record.
+		if err := t.Delay("replay", 0); err != nil {
+			return nil, err
+		}
+		return out, nil
+	})
+	eng := startEngine(t, pool, testConfig(wf))
+	ctx := ctxTimeout(t, 60*time.Second)
+	run, err := wf.Start(ctx, eng, struct{}{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := run.Result(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"first a", "own a#2", "second a", "own a#2 again"}
+	if fmt.Sprint(out) != fmt.Sprint(want) {
+		t.Errorf("steps returned %q; want %q", out, want)
+	}
+	if n := bodies.Load(); n != 4 {
+		t.Errorf("%d step bodies ran; want 4", n)
+	}
+}

@@ -49,7 +49,8 @@ func StepIdempotencyKey(ctx context.Context) string {
 // Step runs fn once and records its result under name, memoized by (task,
 // name): every later turn returns the recorded result without running fn.
 // A repeated name in one task gets an automatic "#n" suffix, so steps in
-// loops work. The first recorded result wins; a turn that finishes the same
+// loops work; a name that another call of the turn was given already
+// takes the next free suffix (see the package documentation). The first recorded result wins; a turn that finishes the same
 // step later gets the winner's result.
 func Step[T any](t *Task, name string, fn func(ctx context.Context) (T, error), opts ...StepOption) (T, error) {
 	var zero T
