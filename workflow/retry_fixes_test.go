@@ -324,3 +324,52 @@ func TestAStepNamedLikeASuffixKeepsItsOwnRecord(t *testing.T) {
 		t.Errorf("%d step bodies ran; want 4", n)
 	}
 }
+
+// A DAG node that handled a failed step and completed keeps its history
+// across a Retry of its run: Retry resets the nodes that did not
+// complete, and forgets nothing of a completed one.
+func TestRetryKeepsTheFailedStepOfACompletedNode(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	var bFails atomic.Bool
+	bFails.Store(true)
+	a := workflow.Define("kc_a", func(t *workflow.Task, in dagIn) (string, error) {
+		if _, err := workflow.Step(t, "optional", func(context.Context) (int, error) {
+			return 0, errors.New("enrichment down")
+		}, workflow.Retry{MaxAttempts: 1, Backoff: fast}); err == nil {
+			return "enriched", nil
+		}
+		return "plain", nil
+	})
+	b := workflow.Define("kc_b", func(t *workflow.Task, in dagIn) (int, error) {
+		if bFails.Load() {
+			return 0, errors.New("b down")
+		}
+		return 2, nil
+	}, workflow.WithMaxAttempts(1))
+	dag := workflow.DAG[dagIn]("kc_dag", workflow.Node("a", a), workflow.Node("b", b))
+	eng := startEngine(t, pool, testConfig(dag, a, b))
+	ctx := ctxTimeout(t, 60*time.Second)
+	run, err := dag.Start(ctx, eng, dagIn{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run.Result(ctx); err == nil {
+		t.Fatal("the first run completed")
+	}
+	const failedOptional = `SELECT count(*) FROM braid_steps s JOIN braid_tasks k ON k.id = s.task_id
+		WHERE k.run_id = $1 AND k.key = 'a' AND s.name = 'optional' AND s.status = 'failed'`
+	if n := count(t, pool, failedOptional, run.ID); n != 1 {
+		t.Fatalf("%d failed records of a's step before the Retry; want 1", n)
+	}
+	bFails.Store(false)
+	if err := eng.Retry(ctx, run.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run.Result(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, pool, failedOptional, run.ID); n != 1 {
+		t.Errorf("%d failed records of completed node a's step after the Retry; want it kept", n)
+	}
+}
