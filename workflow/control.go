@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/braidflow/braid/queue"
@@ -486,9 +487,10 @@ func runStatusIs(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID string, che
 // completed task's code saw its end and went on without it (it handled
 // the *ChildError, or finished without awaiting it).
 // Steps recorded as failed and cancelled delays are forgotten, so they run
-// again, and so is everything a reset task recorded after the first of
-// them (or after a failed or cancelled child it started), since its code
-// saw that failure (see rewindTx and the package documentation). A run with a timeout (StartOpts.Timeout, WithRunTimeout) gets a
+// again, and so is what a reset task recorded after one of them (or after
+// a failed or cancelled child it started, once the child had finished),
+// since its code saw that failure (see rewindTx and the package
+// documentation). A run with a timeout (StartOpts.Timeout, WithRunTimeout) gets a
 // fresh deadline, the same timeout counted from the retry.
 //
 // A cancelled turn may still be running its code. Retry first waits, up to
@@ -666,78 +668,109 @@ func (e *Engine) retryTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID str
 const forgottenStepSQL = `(status IN ('failed', 'retrying') OR (kind IN ('delay', 'signal', 'event') AND status = 'cancelled'))`
 
 // rewindTx rewinds, for Retry, the history of each task of tasks (failed
-// or cancelled, and locked by tx) to its earliest call whose end Retry
-// forgets: a step recorded as failed or waiting to be tried again, a
-// cancelled delay or wait, or a failed or cancelled child (which Retry
-// resets). What the task recorded after that call is forgotten with it:
-// the code that ran after it saw the failure (it compensated, say), and
-// once the call succeeds it may take another path, which must not meet
-// the records of the first. So the steps, delays, waits and events set
-// at later positions are deleted, and the children started at later
-// positions are deleted with their descendants; a signal that a deleted
-// wait received goes back to the run's mailbox, for the wait that takes
-// its place. The task's code runs again from that call, and the steps it
-// then makes run again. Records without a position (written before
-// positions were kept) stay.
+// or cancelled, and locked by tx) to the calls whose ends Retry forgets: a
+// step recorded as failed or waiting to be tried again, a cancelled delay
+// or wait, or a failed or cancelled child (which Retry resets). What the
+// task recorded after such a call, once it could have seen that end, is
+// forgotten with it: the code that ran then saw the failure (it
+// compensated, say), and once the call succeeds it may take another path,
+// which must not meet the records of the first. A step's failure is seen
+// when Step returns, so everything at later positions goes; a child's
+// only once the child has finished, so what the task recorded at later
+// positions before that (a step, another child started meanwhile) stays.
+// Forgotten are the steps, delays, waits and events set, and the children
+// started, with their descendants; a signal that a forgotten wait took
+// goes back to the run's mailbox, for the wait that takes its place. The
+// task's code runs again from the forgotten call, and the steps it then
+// makes run again. Records without a position (written before positions
+// were kept) stay.
 //
-// The deleted children are final (a failed task's unfinished children were
-// cancelled when it failed), and no path but Retry changes a final task;
-// they are locked, children before parents, before they are deleted.
+// The forgotten children are final (a failed task's unfinished children
+// were cancelled when it failed), and no path but Retry changes a final
+// task; they are locked, children before parents, before they are
+// deleted.
 func (e *Engine) rewindTx(ctx context.Context, tx pgx.Tx, tasks []uuid.UUID) error {
 	if len(tasks) == 0 {
 		return nil
 	}
 	rows, err := tx.Query(ctx, `
-		SELECT task, min(pos)::int FROM (
-		    SELECT task_id AS task, position AS pos FROM braid_steps
-		     WHERE task_id = ANY($1) AND position IS NOT NULL AND `+forgottenStepSQL+`
-		    UNION ALL
-		    SELECT parent_task_id, position FROM braid_tasks
-		     WHERE parent_task_id = ANY($1) AND position IS NOT NULL AND status IN ('failed', 'cancelled')
-		) f GROUP BY task`, pgIDs(tasks))
+		SELECT task_id, position, NULL::timestamptz FROM braid_steps
+		 WHERE task_id = ANY($1) AND position IS NOT NULL AND `+forgottenStepSQL+`
+		UNION ALL
+		SELECT parent_task_id, position, finished_at FROM braid_tasks
+		 WHERE parent_task_id = ANY($1) AND position IS NOT NULL AND status IN ('failed', 'cancelled')`, pgIDs(tasks))
 	if err != nil {
 		return fmt.Errorf("workflow: finding where to rewind %d tasks: %w", len(tasks), err)
 	}
 	var (
-		cutTasks []uuid.UUID
-		cuts     []int32
-		task     uuid.UUID
-		cut      int32
+		ends  forgottenEnds
+		task  uuid.UUID
+		pos   int32
+		since *time.Time
 	)
-	if _, err := pgx.ForEachRow(rows, []any{&task, &cut}, func() error {
-		cutTasks, cuts = append(cutTasks, task), append(cuts, cut)
+	if _, err := pgx.ForEachRow(rows, []any{&task, &pos, &since}, func() error {
+		ends.add(task, pos, since)
 		return nil
 	}); err != nil {
 		return fmt.Errorf("workflow: finding where to rewind %d tasks: %w", len(tasks), err)
 	}
-	if len(cutTasks) == 0 {
-		return nil
-	}
-	return forgetAfterTx(ctx, tx, cutTasks, cuts)
+	return forgetAfterTx(ctx, tx, ends)
 }
 
-// forgetAfterTx forgets, for each task tasks[i] (locked by tx), what it
-// recorded after position cuts[i], or everything it recorded when cuts[i]
-// is negative: its steps, delays, waits and events at later positions, and
-// the children it started at later positions with their descendants,
-// which must be final. A signal that a forgotten wait took goes back to
-// the run's mailbox.
-func forgetAfterTx(ctx context.Context, tx pgx.Tx, tasks []uuid.UUID, cuts []int32) error {
+// forgottenEnds are ends of durable calls that Retry forgets: for each,
+// the task, the position of its call, and when the task could first see
+// it (nil: at once). A negative position stands for all of the task's
+// history.
+type forgottenEnds struct {
+	tasks []uuid.UUID
+	pos   []int32
+	since []*time.Time
+}
+
+func (f *forgottenEnds) add(task uuid.UUID, pos int32, since *time.Time) {
+	f.tasks, f.pos, f.since = append(f.tasks, task), append(f.pos, pos), append(f.since, since)
+}
+
+// forgottenSQL is the condition on a record r (braid_steps or braid_tasks
+// as r) of a task, at position r.position, recorded at r.created_at, that
+// forgetAfterTx forgets: one of the ends $1, $2, $3 comes before it.
+func forgottenSQL(task string) string {
+	return `EXISTS (SELECT 1 FROM unnest($1::uuid[], $2::int[], $3::timestamptz[]) AS c(task, pos, since)
+	                 WHERE c.task = ` + task + ` AND (c.pos < 0 OR r.position > c.pos)
+	                   AND (c.since IS NULL OR r.created_at >= c.since))`
+}
+
+// forgetAfterTx forgets what the tasks of ends (locked by tx) recorded
+// after each end (see forgottenEnds): their steps, delays, waits and events
+// set, and the children they started, with their descendants, which must
+// be final. A signal that a forgotten wait took goes back to the run's
+// mailbox.
+func forgetAfterTx(ctx context.Context, tx pgx.Tx, ends forgottenEnds) error {
+	if len(ends.tasks) == 0 {
+		return nil
+	}
+	since := make([]pgtype.Timestamptz, len(ends.since))
+	for i, s := range ends.since {
+		if s != nil {
+			since[i] = pgtype.Timestamptz{Time: *s, Valid: true}
+		}
+	}
+	args := []any{pgIDs(ends.tasks), ends.pos, since}
 	rows, err := tx.Query(ctx, `
 		WITH RECURSIVE gone AS (
-		    SELECT k.id FROM braid_tasks k JOIN unnest($1::uuid[], $2::int[]) AS c(task, pos)
-		      ON k.parent_task_id = c.task AND (k.position > c.pos OR c.pos < 0)
+		    SELECT r.id FROM braid_tasks r
+		     WHERE r.parent_task_id = ANY($1) AND `+forgottenSQL("r.parent_task_id")+`
 		    UNION ALL
 		    SELECT k.id FROM braid_tasks k JOIN gone g ON k.parent_task_id = g.id
 		)
 		SELECT id FROM braid_tasks WHERE id IN (SELECT id FROM gone)
-		 ORDER BY created_at DESC, id DESC FOR UPDATE`, pgIDs(tasks), cuts)
+		 ORDER BY created_at DESC, id DESC FOR UPDATE`, args...)
 	if err != nil {
-		return fmt.Errorf("workflow: locking the children to forget of %d tasks: %w", len(tasks), err)
+		return fmt.Errorf("workflow: locking the children to forget of %d tasks: %w", len(ends.tasks), err)
 	}
 	gone, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
 	if err != nil {
-		return fmt.Errorf("workflow: locking the children to forget of %d tasks: %w", len(tasks), err)
+		return fmt.Errorf("workflow: locking the children to forget of %d tasks: %w", len(ends.tasks), err)
 	}
 	// The forgotten children go with their steps, then the tasks' later
 	// records; the signals that the forgotten waits took go back to the
@@ -746,14 +779,13 @@ func forgetAfterTx(ctx context.Context, tx pgx.Tx, tasks []uuid.UUID, cuts []int
 	b.Queue(`DELETE FROM braid_tasks WHERE id = ANY($1)`, pgIDs(gone))
 	b.Queue(`
 		WITH d AS (
-		    DELETE FROM braid_steps s USING unnest($1::uuid[], $2::int[]) AS c(task, pos)
-		     WHERE s.task_id = c.task AND (s.position > c.pos OR c.pos < 0)
-		    RETURNING s.task_id, s.name
+		    DELETE FROM braid_steps r WHERE r.task_id = ANY($1) AND `+forgottenSQL("r.task_id")+`
+		    RETURNING r.task_id, r.name
 		)
 		UPDATE braid_signals g SET delivered_at = NULL, task_id = NULL, step = NULL
-		 WHERE g.task_id = ANY($3) OR (g.task_id, g.step) IN (SELECT task_id, name FROM d)`, pgIDs(tasks), cuts, pgIDs(gone))
+		 WHERE g.task_id = ANY($4) OR (g.task_id, g.step) IN (SELECT task_id, name FROM d)`, append(args, pgIDs(gone))...)
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return fmt.Errorf("workflow: forgetting the later records of %d tasks: %w", len(tasks), err)
+		return fmt.Errorf("workflow: forgetting the later records of %d tasks: %w", len(ends.tasks), err)
 	}
 	return nil
 }

@@ -198,16 +198,19 @@
 // [Engine.Cancel] cancels a run's unfinished tasks, pending delays and turns.
 // [Engine.Retry] resumes a failed or cancelled run at the failed step. A
 // failure that a completed task handled stays as it is. In each task it
-// resets, Retry rewinds the history to the first call whose end it
-// forgets (a step recorded as failed, a cancelled delay or wait, a failed
-// or cancelled child) and forgets everything the task recorded after that
-// call: the code that ran after it saw the failure (it compensated, say),
-// and once the call succeeds the code may take another path, which must
-// not meet the records of the first. So the task's code runs again from
-// that call: the steps recorded before it replay, those recorded after it
-// run again, the children started after it are forgotten with all they
-// did, and a signal that a forgotten wait took goes back to the run's
-// mailbox.
+// resets, Retry forgets the calls whose ends it forgets (a step recorded
+// as failed, a cancelled delay or wait, a failed or cancelled child) and
+// what the task recorded after such a call once it could have seen that
+// end: the code that ran then saw the failure (it compensated, say), and
+// once the call succeeds the code may take another path, which must not
+// meet the records of the first. A step's failure is seen as Step
+// returns, so every later record goes; a child's only once the child has
+// finished, so what the task recorded before that stays. So the task's
+// code runs again from the forgotten call: the steps recorded before it
+// replay, those forgotten run again, the children forgotten are forgotten
+// with all they did (a child started again is a new task, with new
+// idempotency keys), and a signal that a forgotten wait took goes back to
+// the run's mailbox.
 //
 // # An outcome belongs to its attempt
 //

@@ -746,11 +746,11 @@ func (e *Engine) retryNodesTx(ctx context.Context, tx pgx.Tx, runID uuid.UUID) (
 		return nil, nil, fmt.Errorf("workflow: resetting %d DAG nodes of run %s: %w", len(ids), runID, err)
 	}
 	if len(fresh) > 0 {
-		cuts := make([]int32, len(fresh))
-		for i := range cuts {
-			cuts[i] = -1
+		var all forgottenEnds
+		for _, id := range fresh {
+			all.add(id, -1, nil)
 		}
-		if err := forgetAfterTx(ctx, tx, fresh, cuts); err != nil {
+		if err := forgetAfterTx(ctx, tx, all); err != nil {
 			return nil, nil, fmt.Errorf("workflow: forgetting what %d DAG nodes of run %s recorded: %w", len(fresh), runID, err)
 		}
 	}

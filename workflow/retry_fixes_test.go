@@ -373,3 +373,100 @@ func TestRetryKeepsTheFailedStepOfACompletedNode(t *testing.T) {
 		t.Errorf("%d failed records of completed node a's step after the Retry; want it kept", n)
 	}
 }
+
+// A parent starts two children and records a step before it learns that
+// the first child failed; it then compensates and fails. Retry forgets
+// only what the parent recorded once the child had failed: the step
+// recorded before replays, the second child keeps its task and its result,
+// and the compensation is forgotten, so the run completes with no body run
+// twice but the failed child's.
+func TestRetryKeepsWhatAParentRecordedBeforeItsChildFailed(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	var broken atomic.Bool
+	broken.Store(true)
+	var stepRuns, bRuns, undoRuns atomic.Int32
+	a := workflow.Define("kb_a", func(t *workflow.Task, _ int) (int, error) {
+		if !broken.Load() {
+			return 1, nil
+		}
+		// Fail only once the parent's step is recorded.
+		for {
+			var n int
+			if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM braid_steps s JOIN braid_tasks k ON k.id = s.task_id
+				WHERE k.run_id = $1 AND s.name = 'before'`, t.RunID()).Scan(&n); err != nil {
+				return 0, err
+			}
+			if n > 0 {
+				return 0, errors.New("a down")
+			}
+			select {
+			case <-t.Context().Done():
+				return 0, t.Context().Err()
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}, workflow.WithMaxAttempts(1))
+	b := workflow.Define("kb_b", func(t *workflow.Task, _ int) (int, error) {
+		return workflow.Step(t, "work", func(context.Context) (int, error) {
+			bRuns.Add(1)
+			return 2, nil
+		})
+	})
+	parent := workflow.Define("kb_parent", func(t *workflow.Task, _ struct{}) (int, error) {
+		fa := workflow.Go(t, "a", a, 0)
+		fb := workflow.Go(t, "b", b, 0)
+		if _, err := workflow.Step(t, "before", func(context.Context) (int, error) {
+			stepRuns.Add(1)
+			return 0, nil
+		}); err != nil {
+			return 0, err
+		}
+		va, err := fa.Get()
+		if err != nil {
+			if _, cerr := workflow.Step(t, "undo", func(context.Context) (int, error) {
+				undoRuns.Add(1)
+				return 0, nil
+			}); cerr != nil {
+				return 0, cerr
+			}
+			return 0, err
+		}
+		vb, err := fb.Get()
+		if err != nil {
+			return 0, err
+		}
+		return va + vb, nil
+	}, workflow.WithMaxAttempts(1))
+	eng := startEngine(t, pool, testConfig(parent, a, b))
+	ctx := ctxTimeout(t, 60*time.Second)
+	run, err := parent.Start(ctx, eng, struct{}{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run.Result(ctx); err == nil {
+		t.Fatal("the first run completed")
+	}
+	const bTask = `SELECT id::text FROM braid_tasks WHERE run_id = $1 AND key = 'b'`
+	var bBefore, bAfter string
+	if err := pool.QueryRow(ctx, bTask, run.ID).Scan(&bBefore); err != nil {
+		t.Fatal(err)
+	}
+	broken.Store(false)
+	if err := eng.Retry(ctx, run.ID); err != nil {
+		t.Fatal(err)
+	}
+	out, err := run.Result(ctx)
+	if err != nil || out != 3 {
+		t.Fatalf("after Retry: %d, %v; want 3", out, err)
+	}
+	if err := pool.QueryRow(ctx, bTask, run.ID).Scan(&bAfter); err != nil {
+		t.Fatal(err)
+	}
+	if bAfter != bBefore {
+		t.Errorf("child b was started again as task %s (was %s)", bAfter, bBefore)
+	}
+	if s, bn, u := stepRuns.Load(), bRuns.Load(), undoRuns.Load(); s != 1 || bn != 1 || u != 1 {
+		t.Errorf("bodies ran: before %d, b %d, undo %d times; want each once", s, bn, u)
+	}
+}
