@@ -470,3 +470,53 @@ func TestRetryKeepsWhatAParentRecordedBeforeItsChildFailed(t *testing.T) {
 		t.Errorf("bodies ran: before %d, b %d, undo %d times; want each once", s, bn, u)
 	}
 }
+
+// A signal that a wait took after a forgotten failure goes back to the
+// run's mailbox when Retry forgets that wait: the wait the code makes
+// instead, on its other path, takes it.
+func TestRetryPutsBackTheSignalThatAForgottenWaitTook(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	var broken atomic.Bool
+	broken.Store(true)
+	wf := workflow.Define("retry_signal_back", func(t *workflow.Task, _ struct{}) (string, error) {
+		_, err := workflow.Step(t, "charge", func(context.Context) (int, error) {
+			if broken.Load() {
+				return 0, errors.New("card declined")
+			}
+			return 1, nil
+		}, workflow.Retry{MaxAttempts: 1, Backoff: fast})
+		if err != nil {
+			note, _, werr := workflow.WaitSignal[string](t, "note", 0)
+			if werr != nil {
+				return "", werr
+			}
+			return "", fmt.Errorf("%w (note %q)", err, note)
+		}
+		note, _, err := workflow.WaitSignal[string](t, "note", 0)
+		if err != nil {
+			return "", err
+		}
+		return "shipped with " + note, nil
+	}, workflow.WithMaxAttempts(1))
+	eng := startEngine(t, pool, testConfig(wf))
+	ctx := ctxTimeout(t, 60*time.Second)
+	run, err := wf.Start(ctx, eng, struct{}{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.Signal(ctx, run.ID, "note", "fragile", nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run.Result(ctx); err == nil || !strings.Contains(err.Error(), `note "fragile"`) {
+		t.Fatalf("the first run: %v; want it failed after taking the note", err)
+	}
+	broken.Store(false)
+	if err := eng.Retry(ctx, run.ID); err != nil {
+		t.Fatal(err)
+	}
+	out, err := run.Result(ctx)
+	if err != nil || out != "shipped with fragile" {
+		t.Fatalf("after Retry: %q, %v; want shipped with fragile", out, err)
+	}
+}
