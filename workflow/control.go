@@ -490,8 +490,9 @@ func runStatusIs(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID string, che
 // again, and so is what a reset task recorded after one of them (or after
 // a failed or cancelled child it started, once the child had finished),
 // since its code saw that failure (see rewindTx and the package
-// documentation). A run with a timeout (StartOpts.Timeout, WithRunTimeout) gets a
-// fresh deadline, the same timeout counted from the retry.
+// documentation). A run with a timeout (StartOpts.Timeout,
+// WithRunTimeout) gets a fresh deadline, the same timeout counted from the
+// retry.
 //
 // A cancelled turn may still be running its code. Retry first waits, up to
 // TurnEndWaitDefault or until ctx ends, for the turns of the tasks it
