@@ -510,6 +510,16 @@ func (e *Engine) Retry(ctx context.Context, runID string) error {
 			return err
 		}
 		err := e.withTx(ctx, func(tx pgx.Tx) error { return e.retryTx(ctx, tx, id, runID) })
+		if isLockNotAvailable(err) && time.Now().Before(deadline) {
+			// A finished task to forget was held by another
+			// transaction: start over a moment later.
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(50 * time.Millisecond):
+			}
+			continue
+		}
 		if !errors.Is(err, errTurnRunning) {
 			return err
 		}
@@ -688,8 +698,8 @@ const forgottenStepSQL = `(status IN ('failed', 'retrying') OR (kind IN ('delay'
 //
 // The forgotten children are final (a failed task's unfinished children
 // were cancelled when it failed), and no path but Retry changes a final
-// task; they are locked, children before parents, before they are
-// deleted.
+// task. They come before the tasks that tx holds in the lock order, so
+// they are locked with NOWAIT (see forgetAfterTx), never waiting.
 func (e *Engine) rewindTx(ctx context.Context, tx pgx.Tx, tasks []uuid.UUID) error {
 	if len(tasks) == 0 {
 		return nil
@@ -745,7 +755,10 @@ func forgottenSQL(task string) string {
 // after each end (see forgottenEnds): their steps, delays, waits and events
 // set, and the children they started, with their descendants, which must
 // be final. A signal that a forgotten wait took goes back to the run's
-// mailbox.
+// mailbox. The children come before the tasks in the lock order: they are
+// locked with NOWAIT, and when another transaction holds one (retention,
+// say), forgetAfterTx fails with PostgreSQL's lock_not_available, on
+// which Retry starts over a moment later.
 func forgetAfterTx(ctx context.Context, tx pgx.Tx, ends forgottenEnds) error {
 	if len(ends.tasks) == 0 {
 		return nil
@@ -765,7 +778,7 @@ func forgetAfterTx(ctx context.Context, tx pgx.Tx, ends forgottenEnds) error {
 		    SELECT k.id FROM braid_tasks k JOIN gone g ON k.parent_task_id = g.id
 		)
 		SELECT id FROM braid_tasks WHERE id IN (SELECT id FROM gone)
-		 ORDER BY created_at DESC, id DESC FOR UPDATE`, args...)
+		 ORDER BY created_at DESC, id DESC FOR UPDATE NOWAIT`, args...)
 	if err != nil {
 		return fmt.Errorf("workflow: locking the children to forget of %d tasks: %w", len(ends.tasks), err)
 	}

@@ -425,7 +425,9 @@
 // does, under a short lock timeout, leaving a run whose rows are held for
 // its next tick; the reconciler, holding the task it fails, locks that
 // task's DAG nodes and parent with NOWAIT and looks again later when one is
-// held; retention skips a batch whose tasks are locked; waking an existing
+// held; Retry, holding the tasks it resets, locks the finished children it
+// forgets (see "Failure and retry") with NOWAIT, and starts over a moment
+// later when one is held; retention skips a batch whose tasks are locked; waking an existing
 // task first checks, with a plain read, that it has no live turn, so
 // River's unique insert never waits on a job row. The run row is only ever
 // updated, never locked FOR UPDATE, so the key share locks that inserting
