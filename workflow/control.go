@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/braidflow/braid/queue"
@@ -486,8 +487,12 @@ func runStatusIs(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID string, che
 // completed task's code saw its end and went on without it (it handled
 // the *ChildError, or finished without awaiting it).
 // Steps recorded as failed and cancelled delays are forgotten, so they run
-// again. A run with a timeout (StartOpts.Timeout, WithRunTimeout) gets a
-// fresh deadline, the same timeout counted from the retry.
+// again, and so is what a reset task recorded after one of them (or after
+// a failed or cancelled child it started, once the child had finished),
+// since its code saw that failure (see rewindTx and the package
+// documentation). A run with a timeout (StartOpts.Timeout,
+// WithRunTimeout) gets a fresh deadline, the same timeout counted from the
+// retry.
 //
 // A cancelled turn may still be running its code. Retry first waits, up to
 // TurnEndWaitDefault or until ctx ends, for the turns of the tasks it
@@ -505,6 +510,16 @@ func (e *Engine) Retry(ctx context.Context, runID string) error {
 			return err
 		}
 		err := e.withTx(ctx, func(tx pgx.Tx) error { return e.retryTx(ctx, tx, id, runID) })
+		if isLockNotAvailable(err) && time.Now().Before(deadline) {
+			// A finished task to forget was held by another
+			// transaction: start over a moment later.
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(50 * time.Millisecond):
+			}
+			continue
+		}
 		if !errors.Is(err, errTurnRunning) {
 			return err
 		}
@@ -529,7 +544,7 @@ func (e *Engine) retryTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID str
 	// The failed and cancelled tasks, and the nodes of the run's DAGs,
 	// under no completed task (openTasksSQL).
 	rows, err := tx.Query(ctx, openTasksSQL+`
-		SELECT id FROM braid_tasks
+		SELECT id, status IN ('failed', 'cancelled') FROM braid_tasks
 		 WHERE run_id = $1
 		   AND ((status IN ('failed', 'cancelled') AND id IN (SELECT id FROM open))
 		        OR (dependents IS NOT NULL AND parent_task_id IN (SELECT id FROM open)))
@@ -537,8 +552,21 @@ func (e *Engine) retryTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID str
 	if err != nil {
 		return err
 	}
-	reset, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
-	if err != nil {
+	// reset are the tasks that Retry may set going again; rewound, those
+	// among them that failed or were cancelled, whose histories it
+	// rewinds (rewindTx). A completed DAG node is among the former only.
+	var reset, rewound []uuid.UUID
+	var (
+		task   uuid.UUID
+		ending bool
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&task, &ending}, func() error {
+		reset = append(reset, task)
+		if ending {
+			rewound = append(rewound, task)
+		}
+		return nil
+	}); err != nil {
 		return err
 	}
 	// No task is reset while a turn of it runs. Retry waited for them
@@ -553,8 +581,39 @@ func (e *Engine) retryTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID str
 	if running {
 		return errTurnRunning
 	}
-	nodeTurns, err := e.retryNodesTx(ctx, tx, id)
+	nodeTurns, frozen, err := e.retryNodesTx(ctx, tx, id)
 	if err != nil {
+		return err
+	}
+	// What a DAG node that retryNodesTx did not release started stays as
+	// it is: the node is decided afresh first, and only a node that runs
+	// may set its children going again.
+	if len(frozen) > 0 {
+		rows, err := tx.Query(ctx, `
+			WITH RECURSIVE under AS (
+			    SELECT id FROM braid_tasks WHERE parent_task_id = ANY($1)
+			    UNION ALL
+			    SELECT k.id FROM braid_tasks k JOIN under u ON k.parent_task_id = u.id
+			)
+			SELECT id FROM under`, pgIDs(frozen))
+		if err != nil {
+			return err
+		}
+		under, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+		if err != nil {
+			return err
+		}
+		left := make(map[uuid.UUID]bool, len(under)+len(frozen))
+		for _, id := range under {
+			left[id] = true
+		}
+		reset = slices.DeleteFunc(reset, func(id uuid.UUID) bool { return left[id] })
+		for _, id := range frozen {
+			left[id] = true
+		}
+		rewound = slices.DeleteFunc(rewound, func(id uuid.UUID) bool { return left[id] })
+	}
+	if err := e.rewindTx(ctx, tx, rewound); err != nil {
 		return err
 	}
 	// A reset task with unfinished children waits for them; the others
@@ -589,9 +648,7 @@ func (e *Engine) retryTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID str
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	if _, err := tx.Exec(ctx, `
-		DELETE FROM braid_steps WHERE task_id = ANY($1)
-		   AND (status IN ('failed', 'retrying') OR (kind IN ('delay', 'signal', 'event') AND status = 'cancelled'))`, reset); err != nil {
+	if _, err := tx.Exec(ctx, `DELETE FROM braid_steps WHERE task_id = ANY($1) AND `+forgottenStepSQL, rewound); err != nil {
 		return err
 	}
 	// A run with a timeout gets a fresh deadline, counted from the retry,
@@ -614,6 +671,137 @@ func (e *Engine) retryTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID str
 		}
 	}
 	return e.wakeTurns(ctx, tx, append(turns, nodeTurns...))
+}
+
+// forgottenStepSQL is the condition on a braid_steps row that Retry
+// forgets: a step that failed or waits to be tried again, and a delay or
+// wait on a message that was cancelled.
+const forgottenStepSQL = `(status IN ('failed', 'retrying') OR (kind IN ('delay', 'signal', 'event') AND status = 'cancelled'))`
+
+// rewindTx rewinds, for Retry, the history of each task of tasks (failed
+// or cancelled, and locked by tx) to the calls whose ends Retry forgets: a
+// step recorded as failed or waiting to be tried again, a cancelled delay
+// or wait, or a failed or cancelled child (which Retry resets). What the
+// task recorded after such a call, once it could have seen that end, is
+// forgotten with it: the code that ran then saw the failure (it
+// compensated, say), and once the call succeeds it may take another path,
+// which must not meet the records of the first. A step's failure is seen
+// when Step returns, so everything at later positions goes; a child's
+// only once the child has finished, so what the task recorded at later
+// positions before that (a step, another child started meanwhile) stays.
+// Forgotten are the steps, delays, waits and events set, and the children
+// started, with their descendants; a signal that a forgotten wait took
+// goes back to the run's mailbox, for the wait that takes its place. The
+// task's code runs again from the forgotten call, and the steps it then
+// makes run again. Records without a position (written before positions
+// were kept) stay.
+//
+// The forgotten children are final (a failed task's unfinished children
+// were cancelled when it failed), and no path but Retry changes a final
+// task. They come before the tasks that tx holds in the lock order, so
+// they are locked with NOWAIT (see forgetAfterTx), never waiting.
+func (e *Engine) rewindTx(ctx context.Context, tx pgx.Tx, tasks []uuid.UUID) error {
+	if len(tasks) == 0 {
+		return nil
+	}
+	rows, err := tx.Query(ctx, `
+		SELECT task_id, position, NULL::timestamptz FROM braid_steps
+		 WHERE task_id = ANY($1) AND position IS NOT NULL AND `+forgottenStepSQL+`
+		UNION ALL
+		SELECT parent_task_id, position, finished_at FROM braid_tasks
+		 WHERE parent_task_id = ANY($1) AND position IS NOT NULL AND status IN ('failed', 'cancelled')`, pgIDs(tasks))
+	if err != nil {
+		return fmt.Errorf("workflow: finding where to rewind %d tasks: %w", len(tasks), err)
+	}
+	var (
+		ends  forgottenEnds
+		task  uuid.UUID
+		pos   int32
+		since *time.Time
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&task, &pos, &since}, func() error {
+		ends.add(task, pos, since)
+		return nil
+	}); err != nil {
+		return fmt.Errorf("workflow: finding where to rewind %d tasks: %w", len(tasks), err)
+	}
+	return forgetAfterTx(ctx, tx, ends)
+}
+
+// forgottenEnds are ends of durable calls that Retry forgets: for each,
+// the task, the position of its call, and when the task could first see
+// it (nil: at once). A negative position stands for all of the task's
+// history.
+type forgottenEnds struct {
+	tasks []uuid.UUID
+	pos   []int32
+	since []*time.Time
+}
+
+func (f *forgottenEnds) add(task uuid.UUID, pos int32, since *time.Time) {
+	f.tasks, f.pos, f.since = append(f.tasks, task), append(f.pos, pos), append(f.since, since)
+}
+
+// forgottenSQL is the condition on a record r (braid_steps or braid_tasks
+// as r) of a task, at position r.position, recorded at r.created_at, that
+// forgetAfterTx forgets: one of the ends $1, $2, $3 comes before it.
+func forgottenSQL(task string) string {
+	return `EXISTS (SELECT 1 FROM unnest($1::uuid[], $2::int[], $3::timestamptz[]) AS c(task, pos, since)
+	                 WHERE c.task = ` + task + ` AND (c.pos < 0 OR r.position > c.pos)
+	                   AND (c.since IS NULL OR r.created_at >= c.since))`
+}
+
+// forgetAfterTx forgets what the tasks of ends (locked by tx) recorded
+// after each end (see forgottenEnds): their steps, delays, waits and events
+// set, and the children they started, with their descendants, which must
+// be final. A signal that a forgotten wait took goes back to the run's
+// mailbox. The children come before the tasks in the lock order: they are
+// locked with NOWAIT, and when another transaction holds one (retention,
+// say), forgetAfterTx fails with PostgreSQL's lock_not_available, on
+// which Retry starts over a moment later.
+func forgetAfterTx(ctx context.Context, tx pgx.Tx, ends forgottenEnds) error {
+	if len(ends.tasks) == 0 {
+		return nil
+	}
+	since := make([]pgtype.Timestamptz, len(ends.since))
+	for i, s := range ends.since {
+		if s != nil {
+			since[i] = pgtype.Timestamptz{Time: *s, Valid: true}
+		}
+	}
+	args := []any{pgIDs(ends.tasks), ends.pos, since}
+	rows, err := tx.Query(ctx, `
+		WITH RECURSIVE gone AS (
+		    SELECT r.id FROM braid_tasks r
+		     WHERE r.parent_task_id = ANY($1) AND `+forgottenSQL("r.parent_task_id")+`
+		    UNION ALL
+		    SELECT k.id FROM braid_tasks k JOIN gone g ON k.parent_task_id = g.id
+		)
+		SELECT id FROM braid_tasks WHERE id IN (SELECT id FROM gone)
+		 ORDER BY created_at DESC, id DESC FOR UPDATE NOWAIT`, args...)
+	if err != nil {
+		return fmt.Errorf("workflow: locking the children to forget of %d tasks: %w", len(ends.tasks), err)
+	}
+	gone, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return fmt.Errorf("workflow: locking the children to forget of %d tasks: %w", len(ends.tasks), err)
+	}
+	// The forgotten children go with their steps, then the tasks' later
+	// records; the signals that the forgotten waits took go back to the
+	// mailbox.
+	b := &pgx.Batch{}
+	b.Queue(`DELETE FROM braid_tasks WHERE id = ANY($1)`, pgIDs(gone))
+	b.Queue(`
+		WITH d AS (
+		    DELETE FROM braid_steps r WHERE r.task_id = ANY($1) AND `+forgottenSQL("r.task_id")+`
+		    RETURNING r.task_id, r.name
+		)
+		UPDATE braid_signals g SET delivered_at = NULL, task_id = NULL, step = NULL
+		 WHERE g.task_id = ANY($4) OR (g.task_id, g.step) IN (SELECT task_id, name FROM d)`, append(args, pgIDs(gone))...)
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("workflow: forgetting the later records of %d tasks: %w", len(ends.tasks), err)
+	}
+	return nil
 }
 
 // openTasksSQL is a WITH clause: open holds the tasks of run $1 that no

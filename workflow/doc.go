@@ -91,7 +91,12 @@
 // every other node and runs only if the DAG failed. [Engine.Retry] of a
 // failed DAG run keeps its completed nodes, and resets the others (and
 // the on-failure nodes), which run again once their dependencies have,
-// their conditions evaluated afresh.
+// their conditions evaluated afresh. A reset node that waits for a
+// dependency that runs again starts afresh: what it recorded, its steps
+// and its children, is forgotten, since its dependencies' outputs may
+// change and it may be skipped; nothing it started runs until it is
+// released. A reset node whose dependencies all completed is decided at
+// once and, when it runs, resumes where it stopped.
 //
 // A node's turn spans carry dag and dag.node attributes; a released
 // node's first turn links to the turn of the node that released it
@@ -100,7 +105,10 @@
 // database), the node stays blocked with nothing to wait for, and a
 // process that knows the DAG decides it: every process that knows a DAG
 // looks for such nodes every Config.ReconcileInterval, whether or not it
-// holds the maintenance lease.
+// holds the maintenance lease. A node that fails under FailDAG in such a
+// process cannot skip the DAG's blocked nodes there; the failure is read
+// from the node's row by the next process that knows the DAG and settles
+// or decides one of its nodes, which skips them before releasing any.
 //
 // # Turns and replay
 //
@@ -133,8 +141,10 @@
 // same input and the same recorded results. Put anything that varies (the
 // clock, random numbers, network and database reads, environment) inside a
 // Step, whose result is recorded. A repeated name in one task gets an
-// automatic "#n" suffix, so loops of steps work, as long as the loop itself
-// is deterministic.
+// automatic "#n" suffix (its n-th call is name#n), so loops of steps work,
+// as long as the loop itself is deterministic. A call whose name another
+// call of the turn was given already (a step named "a#2" after two steps
+// "a") takes the next free suffix instead, so no two calls share a record.
 //
 // # Replay refuses to diverge
 //
@@ -192,7 +202,20 @@
 //
 // [Engine.Cancel] cancels a run's unfinished tasks, pending delays and turns.
 // [Engine.Retry] resumes a failed or cancelled run at the failed step. A
-// failure that a completed task handled stays as it is.
+// failure that a completed task handled stays as it is. In each task it
+// resets, Retry forgets the calls whose ends it forgets (a step recorded
+// as failed, a cancelled delay or wait, a failed or cancelled child) and
+// what the task recorded after such a call once it could have seen that
+// end: the code that ran then saw the failure (it compensated, say), and
+// once the call succeeds the code may take another path, which must not
+// meet the records of the first. A step's failure is seen as Step
+// returns, so every later record goes; a child's only once the child has
+// finished, so what the task recorded before that stays. So the task's
+// code runs again from the forgotten call: the steps recorded before it
+// replay, those forgotten run again, the children forgotten are forgotten
+// with all they did (a child started again is a new task, with new
+// idempotency keys), and a signal that a forgotten wait took goes back to
+// the run's mailbox.
 //
 // # An outcome belongs to its attempt
 //
@@ -407,7 +430,9 @@
 // does, under a short lock timeout, leaving a run whose rows are held for
 // its next tick; the reconciler, holding the task it fails, locks that
 // task's DAG nodes and parent with NOWAIT and looks again later when one is
-// held; retention skips a batch whose tasks are locked; waking an existing
+// held; Retry, holding the tasks it resets, locks the finished children it
+// forgets (see "Failure and retry") with NOWAIT, and starts over a moment
+// later when one is held; retention skips a batch whose tasks are locked; waking an existing
 // task first checks, with a plain read, that it has no live turn, so
 // River's unique insert never waits on a job row. The run row is only ever
 // updated, never locked FOR UPDATE, so the key share locks that inserting

@@ -257,36 +257,92 @@ func (e *Engine) settleNodes(ctx context.Context, tx pgx.Tx, settled []settlemen
 	return more, wake, nil
 }
 
-// failDAGs skips, for each node of frontier that failed under FailDAG,
-// the blocked nodes of its DAG that do not run on failure, and returns
-// them as settled.
+// failDAGs applies FailDAG to the DAGs of the nodes of frontier (see
+// failDAGsOf), and returns the nodes it skipped as settled.
 func (e *Engine) failDAGs(ctx context.Context, tx pgx.Tx, frontier []settlement) ([]settlement, error) {
+	dags := map[uuid.UUID]string{}
+	for _, s := range frontier {
+		if s.dag != "" && s.parentID != nil {
+			dags[*s.parentID] = s.dag
+		}
+	}
+	return e.failDAGsOf(ctx, tx, dags)
+}
+
+// failDAGsOf skips, in each DAG of dags (root task → DAG name) that this
+// process knows and one of whose nodes is recorded failed under FailDAG,
+// the blocked nodes that do not run on failure, and returns them as
+// settled. The failure is read from the nodes' rows, not taken from the
+// nodes settling now: the node may have failed in a process that does not
+// know the DAG, which could not apply its policy, and left its dependents
+// to a process that does. So the policy holds wherever the node failed:
+// the first settle or decision of the DAG in a process that knows it
+// applies it before releasing anything. tx holds the DAGs' blocked nodes
+// locked.
+func (e *Engine) failDAGsOf(ctx context.Context, tx pgx.Tx, dags map[uuid.UUID]string) ([]settlement, error) {
+	if len(dags) == 0 {
+		return nil, nil
+	}
+	known := make([]uuid.UUID, 0, len(dags))
+	for root, dag := range dags {
+		if e.dagSpecOf(dag) != nil {
+			known = append(known, root)
+		}
+	}
+	if len(known) == 0 {
+		return nil, nil
+	}
+	// The failed regular nodes of the DAGs. (Once their blocked nodes
+	// are skipped, the skip below finds none left: it changes nothing.)
+	rows, err := tx.Query(ctx, `
+		SELECT parent_task_id, id, key FROM braid_tasks
+		 WHERE parent_task_id = ANY($1) AND status = 'failed' AND dependents IS NOT NULL AND NOT on_failure`, pgIDs(known))
+	if err != nil {
+		return nil, fmt.Errorf("workflow: reading the failed nodes of %d DAGs: %w", len(known), err)
+	}
+	type failedNode struct {
+		id  uuid.UUID
+		key string
+	}
+	failedBy := map[uuid.UUID][]failedNode{}
+	var (
+		root uuid.UUID
+		fn   failedNode
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&root, &fn.id, &fn.key}, func() error {
+		failedBy[root] = append(failedBy[root], fn)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("workflow: reading the failed nodes of %d DAGs: %w", len(known), err)
+	}
 	var (
 		roots, causes []uuid.UUID
 		reasons       []string
-		dags          = map[uuid.UUID]string{}
 	)
-	for _, s := range frontier {
-		if s.status != "failed" || s.parentID == nil {
+	for _, root := range known {
+		failed := failedBy[root]
+		if len(failed) == 0 {
 			continue
 		}
-		spec := e.dagSpecOf(s.dag)
-		if spec == nil {
-			continue
+		spec := e.dagSpecOf(dags[root])
+		// The cause is the first failed node under FailDAG in the DAG's
+		// order, as the run's error names it.
+		for _, n := range spec.nodes {
+			if n.onFailure || n.policy != FailDAG {
+				continue
+			}
+			if i := slices.IndexFunc(failed, func(f failedNode) bool { return f.key == n.name }); i >= 0 {
+				roots = append(roots, root)
+				causes = append(causes, failed[i].id)
+				reasons = append(reasons, fmt.Sprintf("the DAG failed: node %q failed", n.name))
+				break
+			}
 		}
-		n := spec.node(s.key)
-		if n == nil || n.onFailure || n.policy != FailDAG || slices.Contains(roots, *s.parentID) {
-			continue
-		}
-		roots = append(roots, *s.parentID)
-		causes = append(causes, s.taskID)
-		reasons = append(reasons, fmt.Sprintf("the DAG failed: node %q failed", s.key))
-		dags[*s.parentID] = s.dag
 	}
 	if len(roots) == 0 {
 		return nil, nil
 	}
-	rows, err := tx.Query(ctx, `
+	rows, err = tx.Query(ctx, `
 		UPDATE braid_tasks t
 		   SET status = 'skipped', skip_reason = u.reason, remaining = 0, finished_at = braid_now(), updated_at = braid_now()
 		  FROM unnest($1::uuid[], $2::text[], $3::uuid[]) AS u(root, reason, cause)
@@ -658,14 +714,23 @@ func (r *NodeRef[Out]) Output(t *Task) (Out, error) {
 // among the reset ones; completed nodes keep their output. The reset
 // nodes with nothing to wait for are decided at once, as the settle path
 // decides them, and what that skips settles on. It returns the turns of
-// the nodes it released. tx holds the run's tasks locked.
-func (e *Engine) retryNodesTx(ctx context.Context, tx pgx.Tx, runID uuid.UUID) ([]turn, error) {
+// the nodes it released, and the nodes it reset but did not release,
+// whose descendants Retry leaves as they are.
+//
+// A reset node that waits for a dependency that runs again starts afresh
+// once it is released: what it recorded (its steps, its children with
+// their descendants) is forgotten now. Its dependencies' outputs may
+// change, and it may be skipped when it is decided: nothing it started
+// must run meanwhile, out of the DAG's order, or for a node that does not
+// run. A node decided at once has the same dependencies as before, and a
+// released one resumes where it stopped. tx holds the run's tasks locked.
+func (e *Engine) retryNodesTx(ctx context.Context, tx pgx.Tx, runID uuid.UUID) ([]turn, []uuid.UUID, error) {
 	rows, err := tx.Query(ctx, openTasksSQL+`
 		SELECT t.id, t.parent_task_id, t.key, t.status, t.workflow, t.queue, t.priority, t.max_attempts, p.workflow
 		  FROM braid_tasks t JOIN braid_tasks p ON p.id = t.parent_task_id
 		 WHERE t.run_id = $1 AND t.dependents IS NOT NULL AND p.id IN (SELECT id FROM open)`, runID)
 	if err != nil {
-		return nil, fmt.Errorf("workflow: reading the DAG nodes of run %s: %w", runID, err)
+		return nil, nil, fmt.Errorf("workflow: reading the DAG nodes of run %s: %w", runID, err)
 	}
 	type nodeRow struct {
 		c      releaseCandidate
@@ -678,7 +743,7 @@ func (e *Engine) retryNodesTx(ctx context.Context, tx pgx.Tx, runID uuid.UUID) (
 		var prio int16
 		if err := rows.Scan(&r.c.tr.taskID, &r.c.rootID, &r.c.key, &r.status, &r.c.tr.workflow, &r.c.tr.queue, &prio, &r.c.tr.maxAttempts, &r.c.dag); err != nil {
 			rows.Close()
-			return nil, fmt.Errorf("workflow: reading the DAG nodes of run %s: %w", runID, err)
+			return nil, nil, fmt.Errorf("workflow: reading the DAG nodes of run %s: %w", runID, err)
 		}
 		r.c.tr.priority, r.c.runID = queue.Priority(prio), runID
 		if byRoot[r.c.rootID] == nil {
@@ -688,25 +753,25 @@ func (e *Engine) retryNodesTx(ctx context.Context, tx pgx.Tx, runID uuid.UUID) (
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("workflow: reading the DAG nodes of run %s: %w", runID, err)
+		return nil, nil, fmt.Errorf("workflow: reading the DAG nodes of run %s: %w", runID, err)
 	}
 	var (
-		ids       []uuid.UUID
-		remaining []int32
-		cands     []releaseCandidate
+		ids, fresh []uuid.UUID
+		remaining  []int32
+		cands      []releaseCandidate
 	)
 	for _, root := range roots {
 		nodes := byRoot[root]
 		spec := e.dagSpecOf(nodes[0].c.dag)
 		if spec == nil {
-			return nil, fmt.Errorf("workflow: run %s has nodes of DAG %q, which is not registered with this engine; retry it from a process that registers it", runID, nodes[0].c.dag)
+			return nil, nil, fmt.Errorf("workflow: run %s has nodes of DAG %q, which is not registered with this engine; retry it from a process that registers it", runID, nodes[0].c.dag)
 		}
 		again := map[string]bool{}
 		regular := 0
 		for _, r := range nodes {
 			n := spec.node(r.c.key)
 			if n == nil {
-				return nil, fmt.Errorf("workflow: run %s has a node %q that DAG %q does not declare", runID, r.c.key, spec.name)
+				return nil, nil, fmt.Errorf("workflow: run %s has a node %q that DAG %q does not declare", runID, r.c.key, spec.name)
 			}
 			if r.status != "completed" || n.onFailure {
 				again[r.c.key] = true
@@ -733,11 +798,13 @@ func (e *Engine) retryNodesTx(ctx context.Context, tx pgx.Tx, runID uuid.UUID) (
 			ids, remaining = append(ids, r.c.tr.taskID), append(remaining, int32(count))
 			if count == 0 {
 				cands = append(cands, r.c)
+			} else {
+				fresh = append(fresh, r.c.tr.taskID)
 			}
 		}
 	}
 	if len(ids) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if _, err := tx.Exec(ctx, `
 		UPDATE braid_tasks t
@@ -745,19 +812,34 @@ func (e *Engine) retryNodesTx(ctx context.Context, tx pgx.Tx, runID uuid.UUID) (
 		       attempt = 0, finished_at = NULL, updated_at = braid_now()
 		  FROM unnest($1::uuid[], $2::int[]) AS u(id, remaining)
 		 WHERE t.id = u.id`, pgIDs(ids), remaining); err != nil {
-		return nil, fmt.Errorf("workflow: resetting %d DAG nodes of run %s: %w", len(ids), runID, err)
+		return nil, nil, fmt.Errorf("workflow: resetting %d DAG nodes of run %s: %w", len(ids), runID, err)
+	}
+	if len(fresh) > 0 {
+		var all forgottenEnds
+		for _, id := range fresh {
+			all.add(id, -1, nil)
+		}
+		if err := forgetAfterTx(ctx, tx, all); err != nil {
+			return nil, nil, fmt.Errorf("workflow: forgetting what %d DAG nodes of run %s recorded: %w", len(fresh), runID, err)
+		}
 	}
 	wake, final, err := e.decide(ctx, tx, cands)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// What the decisions skipped settles on among the nodes; the roots
 	// count their unfinished nodes afresh (retryTx).
 	_, released, err := e.settleNodes(ctx, tx, final)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return append(wake, released...), nil
+	wake = append(wake, released...)
+	running := make(map[uuid.UUID]bool, len(wake))
+	for _, tr := range wake {
+		running[tr.taskID] = true
+	}
+	frozen := slices.DeleteFunc(ids, func(id uuid.UUID) bool { return running[id] })
+	return wake, frozen, nil
 }
 
 // decideNodesEvery runs decideUndecidedNodes every interval until ctx
@@ -854,6 +936,13 @@ func (e *Engine) decideDAG(ctx context.Context, root uuid.UUID, dag string) erro
 			 ORDER BY created_at DESC, id DESC FOR UPDATE`, root); err != nil {
 			return err
 		}
+		// A node that failed under FailDAG in a process that did not
+		// know the DAG skips the DAG's blocked nodes now, before any is
+		// released.
+		skipped, err := e.failDAGsOf(ctx, tx, map[uuid.UUID]string{root: dag})
+		if err != nil {
+			return err
+		}
 		rows, err := tx.Query(ctx, `
 			SELECT id, workflow, queue, priority, max_attempts, run_id, key FROM braid_tasks
 			 WHERE parent_task_id = $1 AND status = 'blocked' AND remaining = 0 AND dependents IS NOT NULL`, root)
@@ -875,7 +964,7 @@ func (e *Engine) decideDAG(ctx context.Context, root uuid.UUID, dag string) erro
 		if err != nil {
 			return err
 		}
-		wake, err := e.settleTx(ctx, tx, final, true, nil, &fin)
+		wake, err := e.settleTx(ctx, tx, append(skipped, final...), true, nil, &fin)
 		if err != nil {
 			return err
 		}

@@ -32,6 +32,8 @@ type StartOpts struct {
 	IdempotencyKey string
 
 	// Queue overrides the definition's queue for the root task's turns.
+	// It must be a name River accepts (queue.ValidateQueueName); another
+	// fails the start before anything is written.
 	Queue string
 
 	// Priority overrides the definition's priority for the root task's
@@ -251,6 +253,11 @@ func (e *Engine) queueRuns(ctx context.Context, b *pgx.Batch, d *definition, sta
 		}
 		q, prio := d.queue, d.priority
 		if o.Queue != "" {
+			// River refuses the turn of a bad queue name only once the
+			// run is written: refuse it before anything is.
+			if err := queue.ValidateQueueName(o.Queue); err != nil {
+				return nil, fmt.Errorf("workflow: starting a run of %q: %w", d.name, err)
+			}
 			q = o.Queue
 		}
 		if o.Priority != 0 {

@@ -49,7 +49,8 @@ func StepIdempotencyKey(ctx context.Context) string {
 // Step runs fn once and records its result under name, memoized by (task,
 // name): every later turn returns the recorded result without running fn.
 // A repeated name in one task gets an automatic "#n" suffix, so steps in
-// loops work. The first recorded result wins; a turn that finishes the same
+// loops work; a name that another call of the turn was given already
+// takes the next free suffix (see the package documentation). The first recorded result wins; a turn that finishes the same
 // step later gets the winner's result.
 func Step[T any](t *Task, name string, fn func(ctx context.Context) (T, error), opts ...StepOption) (T, error) {
 	var zero T
@@ -137,12 +138,18 @@ func Step[T any](t *Task, name string, fn func(ctx context.Context) (T, error), 
 	return replayStep[T](name, rec)
 }
 
+// replayStep returns the result of the step name as its final record rec
+// holds it: its output, or its *StepError. A record that is not final
+// (recordStep returns none) is an error, never a zero value.
 func replayStep[T any](name string, rec *stepRecord) (T, error) {
 	var zero T
-	if rec.status == "failed" {
+	switch rec.status {
+	case "completed":
+		return decodeStep[T](name, rec.output)
+	case "failed":
 		return zero, &StepError{Step: name, Attempts: rec.attempts, Message: rec.err.Message}
 	}
-	return decodeStep[T](name, rec.output)
+	return zero, fmt.Errorf("workflow: step %q is recorded as %s, not as a result: %w", name, rec.status, errTaskNotRunning)
 }
 
 func decodeStep[T any](name string, raw json.RawMessage) (T, error) {

@@ -158,8 +158,12 @@ func (e *Engine) recordSteps(ctx context.Context, batch []*gathered[stepWrite, *
 }
 
 // recordStepAlone writes one step's record and waits for its task's row
-// lock if it must. When the write loses to an earlier record, it returns
-// that record; when the task no longer runs, errTaskNotRunning.
+// lock if it must. When the write loses to an earlier final record
+// (completed or failed), it returns that record; when the task no longer
+// runs, errTaskNotRunning. A row that only waits for a step's next attempt
+// (retrying) is no winner: a final write loses to nothing but a final
+// record, so such a row left in place means that the task no longer runs,
+// and the attempt's outcome was not recorded.
 func (e *Engine) recordStepAlone(ctx context.Context, w stepWrite) (*stepRecord, error) {
 	rec := &stepRecord{kind: "step"}
 	var task uuid.UUID
@@ -174,7 +178,7 @@ func (e *Engine) recordStepAlone(ctx context.Context, w stepWrite) (*stepRecord,
 		// task is no longer running, and nothing was recorded.
 		err = e.pool.QueryRow(ctx, `SELECT kind, status, output, error, attempts FROM braid_steps WHERE task_id = $1 AND name = $2`,
 			w.task, w.name).Scan(&rec.kind, &rec.status, &rec.output, &errRaw, &rec.attempts)
-		if errors.Is(err, pgx.ErrNoRows) {
+		if errors.Is(err, pgx.ErrNoRows) || (err == nil && rec.kind == "step" && !finished(rec.status)) {
 			err = errTaskNotRunning
 		}
 	}

@@ -38,7 +38,10 @@ type Task struct {
 
 	steps    map[string]*stepRecord
 	children map[string]*childRecord
-	names    map[string]int
+	// names counts the calls of each name given to a durable call in
+	// this turn, and taken holds every name uniqueName gave (see there).
+	names map[string]int
+	taken map[string]bool
 	// history is the task's recorded durable calls by position, and seq
 	// the position of the next call (see enter); diverged, once set, is
 	// the *NondeterminismError that every later call returns and that
@@ -213,13 +216,27 @@ func (t *Task) IdempotencyKey(stepName string) string {
 }
 
 // uniqueName gives a repeated name in one turn an automatic "#n" suffix,
-// so durable calls in loops get distinct records.
+// so durable calls in loops get distinct records: the n-th call of a name
+// is named name#n. A name that an earlier call of the turn was given
+// already, a name of the code's own that looks like a suffixed one ("a#2"
+// after two calls of "a"), or the suffixed name that such a name took
+// first, moves on to the next free suffix, so that no two calls of a turn
+// ever share a record. The names depend only on the order of the calls,
+// so every turn gives the same ones.
 func (t *Task) uniqueName(name string) string {
-	t.names[name]++
-	if n := t.names[name]; n > 1 {
-		return fmt.Sprintf("%s#%d", name, n)
+	if t.taken == nil {
+		t.taken = map[string]bool{}
 	}
-	return name
+	t.names[name]++
+	got := name
+	if n := t.names[name]; n > 1 || t.taken[name] {
+		n = max(n, 2)
+		for got = fmt.Sprintf("%s#%d", name, n); t.taken[got]; got = fmt.Sprintf("%s#%d", name, n) {
+			n++
+		}
+	}
+	t.taken[got] = true
+	return got
 }
 
 func (t *Task) suspend() error {
