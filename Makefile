@@ -35,9 +35,11 @@ FUZZTIME ?= 20000x
 FUZZMINIMIZE ?= 100x
 
 .PHONY: fuzz
-fuzz: ## Fuzz DAG When conditions and event filters in expr's sandbox, FUZZTIME inputs each (default 20000x; make test runs it)
+fuzz: ## Fuzz DAG When conditions and event filters in expr's sandbox, and the check of JSON that jsonb refuses, FUZZTIME inputs each (default 20000x; make test runs it)
 	$(GO) test -run '^$$' -fuzz '^FuzzCondition$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE) ./workflow
 	$(GO) test -run '^$$' -fuzz '^FuzzFilter$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE) ./workflow
+	$(GO) test -run '^$$' -fuzz '^FuzzCheckJSONB$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE) ./queue
+	$(GO) test -run '^$$' -fuzz '^FuzzCheckJSONBOfMarshalledText$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE) ./queue
 
 .PHONY: verify
 verify: ## Fail if go.mod is not tidy or the rendered River migrations drift from the pinned River version
