@@ -432,8 +432,9 @@
 // task's DAG nodes and parent with NOWAIT and looks again later when one is
 // held; Retry, holding the tasks it resets, locks the finished children it
 // forgets (see "Failure and retry") with NOWAIT, and starts over a moment
-// later when one is held; retention skips a batch whose tasks are locked; waking an existing
-// task first checks, with a plain read, that it has no live turn, so
+// later when one is held; retention skips a batch whose tasks are locked;
+// waking an existing task first checks, with a plain read, that it has no
+// live turn, so
 // River's unique insert never waits on a job row. The run row is only ever
 // updated, never locked FOR UPDATE, so the key share locks that inserting
 // children takes on it block nothing; and no child's turn touches its run:
