@@ -415,6 +415,10 @@ func TestBadInputIsRejectedWithClearErrors(t *testing.T) {
 	if _, err := workflow.NewEngine(pool, &workflow.Config{Workflows: []workflow.Definition{empty}}); !errors.As(err, &de) || !strings.Contains(err.Error(), "name is empty") {
 		t.Errorf("empty name: err = %v", err)
 	}
+	badQueue := workflow.Define("bad_queue", func(t *workflow.Task, in int) (int, error) { return in, nil }, workflow.WithQueue("Not A Queue"))
+	if _, err := workflow.NewEngine(pool, &workflow.Config{Workflows: []workflow.Definition{badQueue}}); !errors.As(err, &de) || !strings.Contains(err.Error(), `queue "Not A Queue" is invalid`) {
+		t.Errorf("a queue name River refuses: err = %v", err)
+	}
 	dup := workflow.Define("ok", func(t *workflow.Task, in int) (int, error) { return in, nil })
 	if _, err := workflow.NewEngine(pool, &workflow.Config{Workflows: []workflow.Definition{ok, dup}}); !errors.As(err, &de) || !strings.Contains(err.Error(), `"ok"`) {
 		t.Errorf("duplicate name: err = %v", err)
