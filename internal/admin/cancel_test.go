@@ -2,15 +2,11 @@ package admin
 
 import (
 	"context"
-	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/riverqueue/river"
-
-	"github.com/braidflow/braid/queue"
 	"github.com/braidflow/braid/workflow"
 )
 
@@ -29,29 +25,10 @@ func TestCancelWhoseRequestEndsDuringTheWaitIsRecorded(t *testing.T) {
 			return 1, nil
 		})
 	})
-	quiet := slog.New(slog.DiscardHandler)
-	eng, err := workflow.NewEngine(f.pool, &workflow.Config{
-		Workflows: []workflow.Definition{stubborn},
-		Queue: &queue.Config{
-			Queues: map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 2}},
-			Logger: quiet,
-		},
-		Logger: quiet,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if err := eng.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		close(release)
-		if err := eng.Stop(ctx); err != nil {
-			t.Errorf("stopping the engine: %v", err)
-		}
-	}()
+	eng := f.startEngine(2, stubborn)
+	t.Cleanup(func() { close(release) }) // before the engine stops
 	run, err := stubborn.Start(ctx, eng, struct{}{}, nil)
 	if err != nil {
 		t.Fatal(err)

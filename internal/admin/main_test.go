@@ -10,10 +10,14 @@ import (
 	"net/http/httptest"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
 
+	"github.com/braidflow/braid/queue"
 	"github.com/braidflow/braid/testutil"
+	"github.com/braidflow/braid/workflow"
 )
 
 func TestMain(m *testing.M) { testutil.Main(m) }
@@ -134,4 +138,34 @@ func (f *fixture) auditLog() string {
 	f.audits.mu.Lock()
 	defer f.audits.mu.Unlock()
 	return f.audits.w.(*bytes.Buffer).String()
+}
+
+// startEngine starts an engine working defs on the fixture's database,
+// with workers turn workers, and stops it when the test ends; cleanups
+// run before the stop, last registered first.
+func (f *fixture) startEngine(workers int, defs ...workflow.Definition) *workflow.Engine {
+	f.t.Helper()
+	quiet := slog.New(slog.DiscardHandler)
+	eng, err := workflow.NewEngine(f.pool, &workflow.Config{
+		Workflows: defs,
+		Queue: &queue.Config{
+			Queues: map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: workers}},
+			Logger: quiet,
+		},
+		Logger: quiet,
+	})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if err := eng.Start(context.Background()); err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := eng.Stop(ctx); err != nil {
+			f.t.Errorf("stopping the engine: %v", err)
+		}
+	})
+	return eng
 }

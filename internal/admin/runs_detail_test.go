@@ -2,13 +2,9 @@ package admin
 
 import (
 	"context"
-	"log/slog"
 	"testing"
 	"time"
 
-	"github.com/riverqueue/river"
-
-	"github.com/braidflow/braid/queue"
 	"github.com/braidflow/braid/workflow"
 )
 
@@ -23,28 +19,9 @@ func TestRunDetailHoldsAtMostRunDetailTasksMaxTasks(t *testing.T) {
 		outs, err := workflow.Map(t, "leaves", leaf, make([]int, n))
 		return len(outs), err
 	})
-	quiet := slog.New(slog.DiscardHandler)
-	eng, err := workflow.NewEngine(f.pool, &workflow.Config{
-		Workflows: []workflow.Definition{leaf, fan},
-		Queue: &queue.Config{
-			Queues: map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 20}},
-			Logger: quiet,
-		},
-		Logger: quiet,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	eng := f.startEngine(20, leaf, fan)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if err := eng.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := eng.Stop(ctx); err != nil {
-			t.Errorf("stopping the engine: %v", err)
-		}
-	}()
 	run, err := fan.Start(ctx, eng, RunDetailTasksMax+5, nil)
 	if err != nil {
 		t.Fatal(err)
