@@ -16,10 +16,10 @@ import (
 // out wider than this is a Map, whose children cost nothing of the kind.
 const (
 	// DAGMaxNodes bounds the nodes of a DAG, on-failure nodes included.
-	DAGMaxNodes = 1000
+	DAGMaxNodes = 10_000
 	// DAGMaxDependencies bounds the dependencies of a DAG, its edges:
 	// the names given to After, summed over its nodes.
-	DAGMaxDependencies = 10_000
+	DAGMaxDependencies = 100_000
 )
 
 // dagErrorNamesMax is how many node names an error lists.

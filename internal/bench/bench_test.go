@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/braidflow/braid/testutil"
+	"github.com/braidflow/braid/workflow"
 )
 
 func TestMain(m *testing.M) { testutil.Main(m) }
@@ -622,5 +623,20 @@ func TestMedianTakesEachFigureOnItsOwn(t *testing.T) {
 	}
 	if got, want := seconds([]phase{{ms(1500), 0}, {1234567 * time.Microsecond, 0}}), []float64{1.5, 1.235}; !slices.Equal(got, want) {
 		t.Errorf("seconds = %v, want %v", got, want)
+	}
+}
+
+// TestSizesDefineDAGsTheEngineAccepts registers the DAGs of the dag
+// scenario at the full and the quick sizes, which the other tests run
+// smaller: each is within the engine's limits on a DAG's size.
+func TestSizesDefineDAGsTheEngineAccepts(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	for name, sizes := range map[string]Sizes{"full": FullSizes, "quick": QuickSizes} {
+		node := noopWorkflow()
+		defs := []workflow.Definition{node, chainDAG(node), diamondDAG(node, sizes.DAGWidth)}
+		if _, err := workflow.NewEngine(pool, &workflow.Config{Workflows: defs}); err != nil {
+			t.Errorf("the %s sizes' DAGs: %v", name, err)
+		}
 	}
 }
