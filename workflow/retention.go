@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -25,12 +26,19 @@ const retentionTaskBatch = 10_000
 // unfinished run is never deleted, however old. A run left out of a batch
 // (one of its tasks locked by another, or retried meanwhile) is left out
 // of the rest of the pass too, which goes on until no old run is left to
-// try. It runs in the queue's maintenance loop every RetentionInterval.
+// try. The pass reads its cutoff once, as it begins, so that runs that
+// pass it meanwhile, under a steady load, are left to the next pass rather
+// than keep this one going. It runs in the queue's maintenance loop every
+// RetentionInterval.
 func (e *Engine) deleteOldRuns(ctx context.Context) error {
+	before, err := e.retentionCutoff(ctx)
+	if err != nil {
+		return err
+	}
 	total := 0
 	var kept []uuid.UUID
 	for {
-		b, err := e.deleteOldRunsBatch(ctx, kept, retentionTaskBatch)
+		b, err := e.deleteOldRunsBatch(ctx, before, kept, retentionTaskBatch)
 		total += b.deleted
 		kept = append(kept, b.kept...)
 		if err != nil {
@@ -44,6 +52,17 @@ func (e *Engine) deleteOldRuns(ctx context.Context) error {
 		e.logger.InfoContext(ctx, "workflow: retention deleted finished runs", "runs", total, "older_than", e.cfg.Retention)
 	}
 	return e.deleteOldEvents(ctx)
+}
+
+// retentionCutoff reads, on the database's clock, the moment before which
+// a finished run is old: Retention ago.
+func (e *Engine) retentionCutoff(ctx context.Context) (time.Time, error) {
+	var before time.Time
+	err := e.pool.QueryRow(ctx, `SELECT braid_now() - $1::bigint * interval '1 microsecond'`, e.cfg.Retention.Microseconds()).Scan(&before)
+	if err != nil {
+		return before, fmt.Errorf("workflow: retention: reading the clock: %w", err)
+	}
+	return before, nil
 }
 
 // deleteOldEvents deletes the events published more than Retention ago,
@@ -79,7 +98,7 @@ type retentionBatch struct {
 }
 
 // oldRunsSQL picks one retention batch: the runs that finished before the
-// cutoff ($1, microseconds ago), oldest first, up to $2 of them, leaving
+// cutoff ($1), oldest first, up to $2 of them, leaving
 // out those of $3, and only as long as their tasks add up to no more than
 // $4, but at least the first. It walks the runs in order, and counts each
 // run's tasks only up to $4, so that it reads about $4 tasks at most
@@ -88,7 +107,7 @@ const oldRunsSQL = `
 	WITH RECURSIVE candidate AS MATERIALIZED (
 	    SELECT id, row_number() OVER (ORDER BY finished_at, id) AS k FROM (
 	        SELECT id, finished_at FROM braid_runs
-	         WHERE status IN ('completed', 'failed', 'cancelled') AND finished_at < braid_now() - $1::bigint * interval '1 microsecond'
+	         WHERE status IN ('completed', 'failed', 'cancelled') AND finished_at < $1::timestamptz
 	           AND id <> ALL($3::uuid[])
 	         ORDER BY finished_at, id LIMIT $2) r
 	), walk (k, id, tasks) AS (
@@ -101,17 +120,16 @@ const oldRunsSQL = `
 	)
 	SELECT id FROM walk WHERE k = 1 OR tasks <= $4::bigint ORDER BY k`
 
-// deleteOldRunsBatch deletes one batch (see oldRunsSQL), leaving out the
-// runs of skip. It follows the lock order: the runs' tasks first, then the
+// deleteOldRunsBatch deletes one batch of the runs that finished before
+// before (see oldRunsSQL), leaving out the runs of skip. It follows the lock order: the runs' tasks first, then the
 // runs. A run with a task locked by someone else (a Retry of an old failed
 // run, say) is kept rather than waited for, and so is one that is no longer
 // finished by the time it is deleted.
-func (e *Engine) deleteOldRunsBatch(ctx context.Context, skip []uuid.UUID, taskLimit int) (retentionBatch, error) {
-	cutoff := e.cfg.Retention.Microseconds()
+func (e *Engine) deleteOldRunsBatch(ctx context.Context, before time.Time, skip []uuid.UUID, taskLimit int) (retentionBatch, error) {
 	var b retentionBatch
 	err := e.withTx(ctx, func(tx pgx.Tx) error {
 		b = retentionBatch{}
-		rows, err := tx.Query(ctx, oldRunsSQL, cutoff, e.cfg.RetentionBatch, pgIDs(skip), taskLimit)
+		rows, err := tx.Query(ctx, oldRunsSQL, before, e.cfg.RetentionBatch, pgIDs(skip), taskLimit)
 		if err != nil {
 			return err
 		}
@@ -138,10 +156,10 @@ func (e *Engine) deleteOldRunsBatch(ctx context.Context, skip []uuid.UUID, taskL
 		// Fenced again on the status: a run retried meanwhile is kept.
 		rows, err = tx.Query(ctx, `
 			DELETE FROM braid_runs r WHERE r.id = ANY($1)
-			   AND r.status IN ('completed', 'failed', 'cancelled') AND r.finished_at < braid_now() - $2::bigint * interval '1 microsecond'
+			   AND r.status IN ('completed', 'failed', 'cancelled') AND r.finished_at < $2::timestamptz
 			   AND NOT EXISTS (SELECT 1 FROM braid_tasks t WHERE t.run_id = r.id AND t.id <> ALL($3))
 			RETURNING r.id`,
-			ids, cutoff, locked)
+			ids, before, locked)
 		if err != nil {
 			return err
 		}

@@ -2,6 +2,7 @@ package workflow_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -134,4 +135,41 @@ func TestRetentionPassGoesOnPastASkippedRun(t *testing.T) {
 		t.Errorf("the run with a locked task: runs, tasks, steps %v; want it kept whole", f)
 	}
 	checkKept(t, eng, kept)
+}
+
+// TestRetentionPassEndsWhileRunsKeepFinishing runs a retention pass while
+// runs finish all the time, each old a Retention later: the pass deletes
+// what was old when it began and ends, leaving the runs that grew old
+// meanwhile to the next pass, rather than chase them for ever (and never
+// reach the old events).
+func TestRetentionPassEndsWhileRunsKeepFinishing(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	cfg := testConfig()
+	cfg.Retention = 50 * time.Millisecond
+	cfg.RetentionInterval = time.Hour
+	eng := startEngine(t, pool, cfg)
+
+	feed, stop := context.WithCancel(context.Background())
+	defer stop()
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for feed.Err() == nil {
+				_, _ = pool.Exec(feed, `INSERT INTO braid_runs (id, workflow, status, input, finished_at)
+					SELECT gen_random_uuid(), 'finishing', 'completed', '{}', braid_now() FROM generate_series(1, 20)`)
+			}
+		}()
+	}
+	time.Sleep(300 * time.Millisecond) // a backlog of old runs
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err := workflow.DeleteOldRuns(ctx, eng)
+	stop()
+	wg.Wait()
+	if err != nil {
+		t.Fatalf("the retention pass did not end while runs kept finishing: %v", err)
+	}
 }

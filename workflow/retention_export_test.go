@@ -8,6 +8,10 @@ func DeleteOldRuns(ctx context.Context, e *Engine) error { return e.deleteOldRun
 // DeleteOldRunsBatch runs one retention batch of at most taskLimit tasks
 // (but at least one run), and returns how many runs it deleted.
 func DeleteOldRunsBatch(ctx context.Context, e *Engine, taskLimit int) (int, error) {
-	b, err := e.deleteOldRunsBatch(ctx, nil, taskLimit)
+	before, err := e.retentionCutoff(ctx)
+	if err != nil {
+		return 0, err
+	}
+	b, err := e.deleteOldRunsBatch(ctx, before, nil, taskLimit)
 	return b.deleted, err
 }
