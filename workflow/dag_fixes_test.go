@@ -352,6 +352,18 @@ func TestDAGOverTheSizeLimits(t *testing.T) {
 	}
 	badDAG(t, workflow.DAG[etlIn]("dag_too_many_deps", nodes...),
 		`"dag_too_many_deps"`, fmt.Sprintf("%d dependencies", total), fmt.Sprintf("limit of %d (DAGMaxDependencies)", workflow.DAGMaxDependencies))
+
+	// Each on-failure node waits for every regular node: 400 regular
+	// nodes and 251 on-failure ones are 100,400 dependencies.
+	nodes = nodes[:0]
+	for i := range 400 {
+		nodes = append(nodes, workflow.Node(fmt.Sprintf("r%d", i), extractWF))
+	}
+	for i := range 251 {
+		nodes = append(nodes, workflow.Node(fmt.Sprintf("f%d", i), extractWF, workflow.IfDAGFails()))
+	}
+	badDAG(t, workflow.DAG[etlIn]("dag_too_many_handlers", nodes...),
+		`"dag_too_many_handlers"`, "100400 dependencies", fmt.Sprintf("limit of %d (DAGMaxDependencies)", workflow.DAGMaxDependencies))
 }
 
 // TestDAGUnknownDependencyErrorIsBounded names an unknown dependency of a
