@@ -215,43 +215,39 @@ func TestDAGStartedByNameFromAnEngineThatDoesNotKnowIt(t *testing.T) {
 	}
 }
 
-// TestStartByNameKeepsTheRunTimeout starts by name, from an engine that
-// does not register it, a workflow whose runs have a timeout: the run gets
-// the timeout of the most recent run, and StartByNameOpts.Timeout
-// overrides it.
-func TestStartByNameKeepsTheRunTimeout(t *testing.T) {
+// TestStartByNameTimeout starts runs by name from an engine that does not
+// register the workflow: a run gets the deadline its caller gives, and no
+// other, not even one that an earlier run of the workflow was given by its
+// own caller.
+func TestStartByNameTimeout(t *testing.T) {
 	t.Parallel()
 	pool := testutil.DB(t)
 	ctx := ctxTimeout(t, 60*time.Second)
-	w := workflow.Define("sbn_timed", func(t *workflow.Task, in int) (int, error) { return in, nil },
-		workflow.WithRunTimeout(time.Hour))
+	w := workflow.Define("sbn_timed", func(t *workflow.Task, in int) (int, error) { return in, nil })
 	worker := startEngine(t, pool, testConfig(w))
 	dispatcher := newEngine(t, pool, testConfig())
-	first, err := w.Start(ctx, worker, 1, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := first.Result(ctx); err != nil {
-		t.Fatal(err)
-	}
 	timeoutOf := func(id string) int {
 		return count(t, pool, `SELECT coalesce(extract(epoch FROM timeout), 0)::int FROM braid_runs WHERE id = $1`, id)
 	}
-	started, err := dispatcher.StartByName(ctx, "sbn_timed", json.RawMessage(`2`), nil)
+	once, err := w.Start(ctx, worker, 1, &workflow.StartOpts{Timeout: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := timeoutOf(started.ID); got != 3600 {
-		t.Errorf("run started by name has a timeout of %ds, want 3600", got)
-	}
-	started, err = dispatcher.StartByName(ctx, "sbn_timed", json.RawMessage(`3`), &workflow.StartByNameOpts{Timeout: time.Minute})
+	given, err := dispatcher.StartByName(ctx, "sbn_timed", json.RawMessage(`2`), &workflow.StartByNameOpts{Timeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := timeoutOf(started.ID); got != 60 {
-		t.Errorf("run started by name with a timeout of 1m has %ds", got)
+	if got := timeoutOf(given.ID); got != 60 {
+		t.Errorf("a run started by name with a timeout of 1m has %ds", got)
 	}
-	for _, id := range []string{started.ID} {
+	plain, err := dispatcher.StartByName(ctx, "sbn_timed", json.RawMessage(`3`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := timeoutOf(plain.ID); got != 0 {
+		t.Errorf("a run started by name without a timeout has one of %ds, an earlier run's caller's", got)
+	}
+	for _, id := range []string{once.ID, given.ID, plain.ID} {
 		if _, err := worker.Wait(ctx, id); err != nil {
 			t.Fatal(err)
 		}

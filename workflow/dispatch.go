@@ -28,11 +28,12 @@ type StartByNameOpts struct {
 	// Priority overrides the priority of the root task's turns.
 	Priority queue.Priority
 
-	// Timeout overrides the run's deadline, from its start, as
+	// Timeout sets the run's deadline, from its start, as
 	// StartOpts.Timeout does. Default: the definition's WithRunTimeout
-	// when this engine registers the workflow, and otherwise the timeout
-	// of the workflow's most recent run (none for a forced start of a
-	// workflow the database has never seen). Negative is an error.
+	// when this engine registers the workflow. An engine that does not
+	// register it cannot know that option, and no earlier run tells it (a
+	// run's timeout may be its caller's own): such a run has a deadline
+	// only when Timeout gives one. Negative is an error.
 	Timeout time.Duration
 
 	// Force starts a run of a workflow this engine does not register and
@@ -62,9 +63,9 @@ type StartedRun struct {
 // When name is registered with this engine, it starts the run as
 // StartWorkflowTx does. Otherwise the root task's turns take the queue,
 // priority and max attempts of the root task of the workflow's most recent
-// run, and the run the timeout of that run, so that the processes that
-// have the definition, and work that queue, run it; opts.Queue,
-// opts.Priority and opts.Timeout still override them. A name of which the
+// run, so that the processes that have the definition, and work that
+// queue, run it; opts.Queue and opts.Priority still override them, and
+// the run has a deadline only when opts.Timeout gives one. A name of which the
 // database holds no run is refused with an error matching
 // ErrUnknownWorkflow, unless opts.Force.
 //
@@ -125,8 +126,9 @@ func (e *Engine) StartByNameTx(ctx context.Context, tx pgx.Tx, name string, inpu
 
 // seenDefinition builds the definition of a workflow this engine does not
 // register, for starting runs only (it has no function): the turn options
-// of the root task of its most recent run and that run's timeout, or
-// Define's defaults when force is set and it has none. Its runs are
+// of the root task of its most recent run, or Define's defaults when force
+// is set and it has none. It has no run timeout: a run's timeout may be
+// its caller's own (StartOpts.Timeout), not the definition's. Its runs are
 // started as a function's, root task only, even when the workflow is a
 // DAG: the root's first turn creates the nodes (dagSpec.result).
 func (e *Engine) seenDefinition(ctx context.Context, tx pgx.Tx, name string, force bool) (*definition, error) {
@@ -135,13 +137,12 @@ func (e *Engine) seenDefinition(ctx context.Context, tx pgx.Tx, name string, for
 		q           string
 		prio        int16
 		maxAttempts int
-		timeout     *int64
 	)
 	err := tx.QueryRow(ctx, `
-		SELECT t.queue, t.priority, t.max_attempts, `+timeoutMicrosSQL+`
+		SELECT t.queue, t.priority, t.max_attempts
 		  FROM braid_runs r JOIN braid_tasks t ON t.run_id = r.id AND t.parent_task_id IS NULL
 		 WHERE r.workflow = $1
-		 ORDER BY r.created_at DESC LIMIT 1`, name).Scan(&q, &prio, &maxAttempts, &timeout)
+		 ORDER BY r.created_at DESC LIMIT 1`, name).Scan(&q, &prio, &maxAttempts)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		if !force {
@@ -152,8 +153,5 @@ func (e *Engine) seenDefinition(ctx context.Context, tx pgx.Tx, name string, for
 		return nil, fmt.Errorf("workflow: reading the turn options of workflow %q: %w", name, err)
 	}
 	d.queue, d.priority, d.maxAttempts = q, queue.Priority(prio), maxAttempts
-	if timeout != nil && *timeout > 0 {
-		d.runTimeout = time.Duration(*timeout) * time.Microsecond
-	}
 	return d, nil
 }
