@@ -116,10 +116,12 @@ func (e *Engine) reconcileSweep(ctx context.Context) error {
 
 // reconcileFrom settles the tasks that query ($1 the turn kind, $2 its
 // argument, $3 the batch size, $4 the tasks set aside) names, batch by
-// batch. A task that fails is set aside and logged here, at ERROR when the
-// fault is the task's own (rowFault) and at WARN otherwise (a lock held by
-// another, a lost connection); the others go on. It returns an error only
-// when the tasks cannot be listed.
+// batch. A task that fails for a fault of its own (rowFault: a trigger or
+// a constraint refuses its update) is set aside, as the delay processor
+// sets aside a delay, and logged at ERROR; one that fails for another
+// reason (a lock held by another, a lost connection) is logged at WARN and
+// tried again at the next look. The others go on either way. It returns an
+// error only when the tasks cannot be listed.
 func (e *Engine) reconcileFrom(ctx context.Context, query string, arg int64) error {
 	aside := e.reconcileAside()
 	for range 10 {
@@ -138,13 +140,13 @@ func (e *Engine) reconcileFrom(ctx context.Context, query string, arg int64) err
 			}
 			ok, err := e.reconcileTask(ctx, id)
 			if err != nil {
-				pause := aside.fail(id)
-				log := e.logger.WarnContext
-				if rowFault(err) {
-					log = e.logger.ErrorContext
+				if !rowFault(err) {
+					e.logger.WarnContext(ctx, "workflow: reconciler: settling a task failed; it is tried again at the next look",
+						"task.id", id, "error", err)
+					continue
 				}
-				log(ctx, "workflow: reconciler: settling a task failed; it is set aside and the others go on",
-					"task.id", id, "set_aside", pause, "error", err)
+				e.logger.ErrorContext(ctx, "workflow: reconciler: settling a task failed; it is set aside and the others go on",
+					"task.id", id, "set_aside", aside.fail(id), "error", err)
 				continue
 			}
 			aside.done(id)
