@@ -2,6 +2,7 @@ package scheduler_test
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -30,7 +31,10 @@ func (w *FetchFeedWorker) Work(ctx context.Context, job *river.Job[FetchFeedArgs
 
 // One fetch_feed recurring job per feed, enabled while the feed has
 // subscribers. Subscribing ensures the job in the same transaction;
-// unsubscribing disables it atomically when the last subscriber leaves.
+// unsubscribing disables it atomically when the last subscriber leaves. A
+// feed whose job is parked as a dead letter is subscribed to all the same:
+// EnsureTx says so with ErrRecurringParked, and the feed is fetched again
+// once an operator revives it.
 func Example_recurring() {
 	ctx := context.Background()
 	var pool *pgxpool.Pool // the application's pool
@@ -45,6 +49,10 @@ func Example_recurring() {
 				return err
 			}
 			nextFetch, err = s.EnsureTx(ctx, tx, "", feedID, FetchFeedArgs{FeedID: feedID}, time.Time{})
+			if errors.Is(err, scheduler.ErrRecurringParked) {
+				nextFetch = time.Time{} // no fetch until it is revived
+				return nil
+			}
 			return err
 		})
 		return nextFetch, err
