@@ -326,7 +326,8 @@ func (m *Manager) tryAcquire(ctx context.Context, db dbtx, name string) (*Lease,
 // holder's lease expires when that is sooner, with a little jitter so that
 // waiting processes do not all retry at once. Transient database errors are
 // logged and retried, and so is an attempt that waits on the lease row's
-// lock longer than TTL less one Heartbeat. When ctx ends it returns ctx's
+// lock, or for the database's answer, longer than TTL less one Heartbeat;
+// both count as failures (LastFailure). When ctx ends it returns ctx's
 // error.
 func (m *Manager) Acquire(ctx context.Context, name string) (*Lease, error) {
 	lease, _, err := m.acquire(ctx, name)
@@ -358,7 +359,13 @@ func (m *Manager) acquire(ctx context.Context, name string) (*Lease, time.Time, 
 		case errors.As(err, &held):
 			wait = min(wait, held.remaining)
 		case timedOut:
-			m.logger.WarnContext(ctx, "leases: acquiring lease waited too long on its row; retrying",
+			// A wait on the row's lock and a database that does not
+			// answer (a partition drops its packets) look the same from
+			// here: both count as a failure, so that a holder that takes
+			// the lease next does not mistake the outage for its
+			// predecessor's death (LastFailure).
+			m.fail()
+			m.logger.WarnContext(ctx, "leases: acquiring lease got no answer in time, on its row or from the database; retrying",
 				slog.String("lease", name), slog.String("holder", m.holder), slog.Duration("limit", m.ttl-m.heartbeat))
 		default:
 			m.fail()
