@@ -217,6 +217,20 @@
 // idempotency keys), and a signal that a forgotten wait took goes back to
 // the run's mailbox.
 //
+// What Retry does not take back, as it cannot know it or undo it:
+//   - a child's end counts as seen from the moment the child finished, so
+//     what the task recorded after that moment is forgotten even when the
+//     turn that recorded it had read the child before it finished;
+//   - a detached child's run is its own and stays: its run ID comes from
+//     its task and its name, so a detached child of the same name started
+//     on the new path is taken for it and not started again (give the
+//     detached children of the two paths different names);
+//   - a value the forgotten path set with SetEvent stays published until
+//     the new path sets it again;
+//   - an event, unlike a signal, that a forgotten wait took is not
+//     published again: the wait, made again, sees only events published
+//     after it.
+//
 // # An outcome belongs to its attempt
 //
 // A turn records its outcome (complete, suspend, fail, snooze for a step's
