@@ -537,8 +537,9 @@ RETURNING r.id, r.kind, r.key, r.args, r.queue, r.priority, r.enabled, due.previ
 	// handler succeeded; only the write of its outcome was lost), it counts
 	// as a failed run, and the row backs off (or is parked) rather than
 	// run at once. A disabled row is reclaimed too, so that it does not
-	// show as running for ever and, enabled again, runs at its time; but
-	// it is only released, not run.
+	// show as running for ever and, enabled again, runs at its time: its
+	// lost run counts as a failure as an enabled row's does, but the row
+	// is only released, not run.
 	var run []claimedRow
 	for _, c := range claimed {
 		if c.previous == nil || c.jobState == string(rivertype.JobStateCompleted) {
