@@ -490,15 +490,18 @@ func runStatusIs(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID string, che
 // again, and so is what a reset task recorded after one of them (or after
 // a failed or cancelled child it started, once the child had finished),
 // since its code saw that failure (see rewindTx and the package
-// documentation). A run with a timeout (StartOpts.Timeout,
+// documentation). An event that a forgotten record set goes back to the
+// value the kept records give it, or is unset when none sets it. A run
+// with a timeout (StartOpts.Timeout,
 // WithRunTimeout) gets a fresh deadline, the same timeout counted from the
 // retry.
 //
 // A cancelled turn may still be running its code. Retry first waits, up to
 // TurnEndWaitDefault or until ctx ends, for the turns of the tasks it
 // resets to end, so that no task ever has two turns running; when they do
-// not end in time it returns a *TurnsRunningError and changes nothing. Its locks follow the
-// engine's lock order: tasks (children before parents), steps, the run.
+// not end in time it returns a *TurnsRunningError and changes nothing.
+// Its locks follow the engine's lock order: tasks (children before
+// parents), steps, the run's published events, the run.
 func (e *Engine) Retry(ctx context.Context, runID string) error {
 	id, err := uuid.Parse(runID)
 	if err != nil {
@@ -651,6 +654,9 @@ func (e *Engine) retryTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID str
 	if _, err := tx.Exec(ctx, `DELETE FROM braid_steps WHERE task_id = ANY($1) AND `+forgottenStepSQL, rewound); err != nil {
 		return err
 	}
+	if err := restoreEventsTx(ctx, tx, id); err != nil {
+		return err
+	}
 	// A run with a timeout gets a fresh deadline, counted from the retry,
 	// and the delay processor hears of it as of a new delay.
 	var hasDeadline bool
@@ -691,8 +697,9 @@ const forgottenStepSQL = `(status IN ('failed', 'retrying') OR (kind IN ('delay'
 // positions before that (a step, another child started meanwhile) stays.
 // Forgotten are the steps, delays, waits and events set, and the children
 // started, with their descendants; a signal that a forgotten wait took
-// goes back to the run's mailbox, for the wait that takes its place. The
-// task's code runs again from the forgotten call, and the steps it then
+// goes back to the run's mailbox, for the wait that takes its place, and
+// the events they set go back to what the kept records set
+// (restoreEventsTx, once all is forgotten). The task's code runs again from the forgotten call, and the steps it then
 // makes run again. Records without a position (written before positions
 // were kept) stay.
 //
@@ -800,6 +807,56 @@ func forgetAfterTx(ctx context.Context, tx pgx.Tx, ends forgottenEnds) error {
 		 WHERE g.task_id = ANY($4) OR (g.task_id, g.step) IN (SELECT task_id, name FROM d)`, append(args, pgIDs(gone))...)
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("workflow: forgetting the later records of %d tasks: %w", len(ends.tasks), err)
+	}
+	return nil
+}
+
+// setsEventSQL is the condition that the set_event record s sets the
+// event e.key: its name is "set-event:" and the key, with a "#n" suffix
+// when the key was set more than once in its task. A name that is exactly
+// "set-event:" and another key of the run sets that key alone.
+const setsEventSQL = `(s.name = 'set-event:' || e.key
+	OR (left(s.name, length(e.key) + 11) = 'set-event:' || e.key || '#'
+	    AND substr(s.name, length(e.key) + 12) ~ '^[0-9]+$'
+	    AND NOT EXISTS (SELECT 1 FROM braid_run_events o WHERE o.run_id = e.run_id AND 'set-event:' || o.key = s.name)))`
+
+// restoreEventsTx gives back to the run's published state (braid_run_events)
+// what its kept records set, once Retry has forgotten records (rewindTx,
+// and the DAG nodes that retryNodesTx resets): a key whose value no kept
+// set_event record of the task that set it holds any more, because the
+// record or its task was forgotten, goes back to the value of the latest
+// kept record that sets the key, in the run's order of recording (the
+// time of the record's transaction, then the task's order of creation and
+// the call's position), or is deleted when no kept record sets it. A value
+// that a kept record still holds is left as it is. Its rows come after the
+// steps in the lock order, and no turn of the run runs meanwhile.
+func restoreEventsTx(ctx context.Context, tx pgx.Tx, runID uuid.UUID) error {
+	_, err := tx.Exec(ctx, `
+		WITH stale AS (
+		    SELECT e.key FROM braid_run_events e
+		     WHERE e.run_id = $1
+		       AND NOT EXISTS (SELECT 1 FROM braid_steps s
+		                        WHERE s.task_id = e.task_id AND s.kind = '`+stepKindSetEvent+`'
+		                          AND s.output = e.value AND `+setsEventSQL+`)
+		),
+		kept AS (
+		    SELECT DISTINCT ON (e.key) e.key, s.task_id, s.output, s.created_at
+		      FROM braid_run_events e
+		      JOIN braid_tasks k ON k.run_id = e.run_id
+		      JOIN braid_steps s ON s.task_id = k.id AND s.kind = '`+stepKindSetEvent+`'
+		     WHERE e.run_id = $1 AND e.key IN (SELECT key FROM stale) AND `+setsEventSQL+`
+		     ORDER BY e.key, s.created_at DESC, k.created_at DESC, k.id DESC, s.position DESC NULLS LAST
+		),
+		restored AS (
+		    UPDATE braid_run_events e
+		       SET value = kept.output, task_id = kept.task_id, updated_at = kept.created_at
+		      FROM kept
+		     WHERE e.run_id = $1 AND e.key = kept.key
+		)
+		DELETE FROM braid_run_events e
+		 WHERE e.run_id = $1 AND e.key IN (SELECT key FROM stale) AND e.key NOT IN (SELECT key FROM kept)`, runID)
+	if err != nil {
+		return fmt.Errorf("workflow: restoring the events of run %s: %w", runID, err)
 	}
 	return nil
 }

@@ -215,7 +215,11 @@
 // replay, those forgotten run again, the children forgotten are forgotten
 // with all they did (a child started again is a new task, with new
 // idempotency keys), and a signal that a forgotten wait took goes back to
-// the run's mailbox.
+// the run's mailbox. An event that a forgotten record set with SetEvent
+// (the task's own, or a forgotten child's) goes back to the value of the
+// latest kept record that sets its key, in the order the run recorded
+// them, or is unset when no kept record sets it; GetEvent reads that
+// value until the new path sets the key again.
 //
 // What Retry does not take back, as it cannot know it or undo it:
 //   - a child's end counts as seen from the moment the child finished, so
@@ -225,8 +229,6 @@
 //     its task and its name, so a detached child of the same name started
 //     on the new path is taken for it and not started again (give the
 //     detached children of the two paths different names);
-//   - a value the forgotten path set with SetEvent stays published until
-//     the new path sets it again;
 //   - an event, unlike a signal, that a forgotten wait took is not
 //     published again: the wait, made again, sees only events published
 //     after it.
