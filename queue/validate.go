@@ -1,7 +1,6 @@
 package queue
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -96,7 +95,7 @@ const (
 
 // numberEnd returns the end of the JSON number that begins at b[i].
 func numberEnd(b []byte, i int) int {
-	for i < len(b) && bytes.IndexByte([]byte("+-.eE0123456789"), b[i]) >= 0 {
+	for i < len(b) && strings.IndexByte("+-.eE0123456789", b[i]) >= 0 {
 		i++
 	}
 	return i

@@ -784,7 +784,7 @@ func forgetAfterTx(ctx context.Context, tx pgx.Tx, ends forgottenEnds) error {
 		    UNION ALL
 		    SELECT k.id FROM braid_tasks k JOIN gone g ON k.parent_task_id = g.id
 		)
-		SELECT id FROM braid_tasks WHERE id IN (SELECT id FROM gone)
+		SELECT id FROM braid_tasks WHERE id = ANY(ARRAY(SELECT id FROM gone))
 		 ORDER BY created_at DESC, id DESC FOR UPDATE NOWAIT`, args...)
 	if err != nil {
 		return fmt.Errorf("workflow: locking the children to forget of %d tasks: %w", len(ends.tasks), err)

@@ -85,6 +85,7 @@ func Define[In, Out any](name string, fn func(t *Task, in In) (Out, error), opts
 	for _, o := range opts {
 		o(d)
 	}
+	queueErr := queue.ValidateQueueName(d.queue)
 	switch {
 	case checkDefinitionName(name) != nil:
 		d.err = checkDefinitionName(name)
@@ -94,8 +95,8 @@ func Define[In, Out any](name string, fn func(t *Task, in In) (Out, error), opts
 		d.err = &DefinitionError{Workflow: name, Reason: fmt.Sprintf("max attempts %d is below 1", d.maxAttempts)}
 	case d.queue == "":
 		d.err = &DefinitionError{Workflow: name, Reason: "the queue name is empty"}
-	case queue.ValidateQueueName(d.queue) != nil:
-		d.err = &DefinitionError{Workflow: name, Reason: queue.ValidateQueueName(d.queue).Error()}
+	case queueErr != nil:
+		d.err = &DefinitionError{Workflow: name, Reason: queueErr.Error()}
 	case d.priority < queue.PriorityCritical || d.priority > queue.PriorityLow:
 		d.err = &DefinitionError{Workflow: name, Reason: fmt.Sprintf("priority %d is outside %d-%d", d.priority, queue.PriorityCritical, queue.PriorityLow)}
 	case d.timeout < 0:

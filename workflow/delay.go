@@ -69,7 +69,7 @@ func (e *Engine) processDelays(ctx context.Context, l *leases.Lease) error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			e.logger.WarnContext(ctx, "workflow: finding the next delay or deadline; looking again after the poll interval", "error", err)
+			e.logger.WarnContext(ctx, "workflow: finding the next delay or deadline failed; looking again after the poll interval", "error", err)
 			next, failed = nil, true
 		}
 		if next != nil && !failed {

@@ -272,9 +272,9 @@ type Engine struct {
 	tracer   trace.Tracer
 	metrics  *engineMetrics
 	logger   *slog.Logger
-	// reconcileAsides are the tasks the reconciler set aside.
-	reconcileAsides reconcileAside
-	notifier        *notifier
+	// reconcileAside holds the tasks the reconciler set aside.
+	reconcileAside reconcileAside
+	notifier       *notifier
 	// unknownLogged holds the names of unknown workflows, and of unknown
 	// DAG nodes, already logged.
 	unknownLogged sync.Map

@@ -165,7 +165,7 @@ func (e *Engine) createNodesTx(ctx context.Context, tx pgx.Tx, roots []dagRoot) 
 	var fin finishedRuns
 	wake, err := e.settleTx(ctx, tx, settled, true, nil, &fin)
 	if err != nil {
-		return nil, fmt.Errorf("workflow: settling the nodes of %d DAG runs skipped at their start: %w", len(roots), err)
+		return nil, fmt.Errorf("workflow: settling the nodes of %d DAG runs decided at their start: %w", len(roots), err)
 	}
 	for _, tr := range wake {
 		tr.by, tr.releasedBy = byTask[tr.taskID], uuid.Nil
@@ -236,10 +236,15 @@ func (e *Engine) settleNodes(ctx context.Context, tx pgx.Tx, settled []settlemen
 			frontier = append(frontier, s)
 		}
 	}
-	for len(frontier) > 0 {
-		skipped, err := e.failDAGs(ctx, tx, frontier)
-		if err != nil {
-			return nil, nil, err
+	for level := 0; len(frontier) > 0; level++ {
+		// The first level reads the DAGs' failed nodes, which another
+		// process may have recorded; a later level can add only the
+		// failures that decide recorded, which are in its frontier.
+		var skipped []settlement
+		if level == 0 || slices.ContainsFunc(frontier, func(s settlement) bool { return s.status == "failed" }) {
+			if skipped, err = e.failDAGs(ctx, tx, frontier); err != nil {
+				return nil, nil, err
+			}
 		}
 		cands, err := e.countOffDependents(ctx, tx, frontier)
 		if err != nil {

@@ -32,19 +32,15 @@ var (
 const reconcileLookback = 10 * time.Minute
 
 // reconcileAside is the reconciler's record of the tasks it failed to
-// settle (setAside), shared by its frequent look and its sweep, which run
-// at once: a task whose transaction fails (its descendants locked by
-// another, a trigger that refuses the update) is left out of both looks
-// for a while, longer after each failure, and its failure is logged once
-// each time it is tried rather than at every look.
+// settle for a fault of their own (setAside, rowFault: a trigger or a
+// constraint refuses the update), shared by its frequent look and its
+// sweep, which run at once: such a task is left out of both looks for a
+// while, longer after each failure, and its failure is logged once each
+// time it is tried rather than at every look.
 type reconcileAside struct {
 	mu    sync.Mutex
 	tasks setAside[uuid.UUID]
 }
-
-// reconcileAside returns the Engine's record of the tasks the reconciler
-// set aside.
-func (e *Engine) reconcileAside() *reconcileAside { return &e.reconcileAsides }
 
 // held returns the tasks set aside now.
 func (r *reconcileAside) held() []uuid.UUID {
@@ -86,7 +82,7 @@ func (r *reconcileAside) done(id uuid.UUID) {
 // of those would otherwise fill every batch, settle nothing, and end the
 // look (reconcileFrom stops at a batch that settles nothing) before it
 // reached a task that is truly stranded. It also skips the tasks set aside
-// after a failure (reconcileAside).
+// after a failure (Engine.reconcileAside).
 func (e *Engine) reconcile(ctx context.Context) error {
 	return e.reconcileFrom(ctx, `
 		SELECT DISTINCT t.id FROM river_job j
@@ -123,7 +119,7 @@ func (e *Engine) reconcileSweep(ctx context.Context) error {
 // tried again at the next look. The others go on either way. It returns an
 // error only when the tasks cannot be listed.
 func (e *Engine) reconcileFrom(ctx context.Context, query string, arg int64) error {
-	aside := e.reconcileAside()
+	aside := &e.reconcileAside
 	for range 10 {
 		rows, err := e.pool.Query(ctx, query, TaskKind, arg, reconcileBatch, pgIDs(aside.held()))
 		if err != nil {

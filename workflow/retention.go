@@ -3,7 +3,6 @@ package workflow
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -168,8 +167,12 @@ func (e *Engine) deleteOldRunsBatch(ctx context.Context, before time.Time, skip 
 			return err
 		}
 		b.deleted = len(deleted)
+		gone := make(map[uuid.UUID]bool, len(deleted))
+		for _, id := range deleted {
+			gone[id] = true
+		}
 		for _, id := range ids {
-			if !slices.Contains(deleted, id) {
+			if !gone[id] {
 				b.kept = append(b.kept, id)
 			}
 		}

@@ -149,7 +149,7 @@ func replayStep[T any](name string, rec *stepRecord) (T, error) {
 	case "failed":
 		return zero, &StepError{Step: name, Attempts: rec.attempts, Message: rec.err.Message}
 	}
-	return zero, fmt.Errorf("workflow: step %q is recorded as %s, not as a result: %w", name, rec.status, errTaskNotRunning)
+	return zero, fmt.Errorf("%w (step %q is recorded as %s, not as a result)", errTaskNotRunning, name, rec.status)
 }
 
 func decodeStep[T any](name string, raw json.RawMessage) (T, error) {
