@@ -269,3 +269,83 @@ func TestAnalyzeGrownTablesLeavesTablesItDoesNotOwn(t *testing.T) {
 		t.Fatalf("the owner analyzed %v (error %v); want braid_runs", got, err)
 	}
 }
+
+// TestAnalyzeGrownTablesReadsTheKeyColumns: the analysis of a grown table
+// reads the columns that statements find rows by, which the plans need,
+// and leaves out the payloads, which make it dear; and it records the
+// table's size as a full analysis would. Every table it keeps up is
+// grown here, so a column list that names a column the table lacks fails
+// the analysis, and the test.
+func TestAnalyzeGrownTablesReadsTheKeyColumns(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testutil.DB(t)
+	analyze, _ := analyzer(t, pool)
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	for _, q := range []string{
+		`INSERT INTO braid_runs (id, workflow, status, input, finished_at)
+		 SELECT ('00000000-0000-0000-0000-' || lpad(g::text, 12, '0'))::uuid, 'grown', 'completed', '{"pad": 1}', now()
+		   FROM generate_series(1, 8000) g`,
+		`INSERT INTO braid_tasks (id, run_id, key, workflow, status, input)
+		 SELECT id, id, 'root', 'grown', 'completed', '{"pad": 1}' FROM braid_runs`,
+		`INSERT INTO braid_steps (task_id, name, kind, status, output)
+		 SELECT id, 'step', 'step', 'completed', '{"pad": 1}' FROM braid_tasks`,
+		`INSERT INTO river_job (args, kind, max_attempts, queue, state, finalized_at)
+		 SELECT '{"pad": 1}', 'grown', 1, 'default', 'completed', now() FROM generate_series(1, 8000)`,
+		`SELECT pg_stat_force_next_flush()`,
+	} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tables := []string{"braid_runs", "braid_steps", "braid_tasks", "river_job"}
+	waitFor(t, "the statistics to count the live rows", 30*time.Second, func() bool {
+		var least int64
+		if err := pool.QueryRow(ctx, `SELECT min(pg_stat_get_live_tuples(to_regclass(t))) FROM unnest($1::text[]) AS t`, tables).Scan(&least); err != nil {
+			t.Fatal(err)
+		}
+		return least >= 8000
+	})
+	analyze(tables...)
+
+	payloads := map[string]bool{"input": true, "output": true, "error": true, "args": true, "metadata": true, "errors": true}
+	keys := map[string][]string{
+		"braid_runs":  {"id", "status"},
+		"braid_tasks": {"id", "run_id", "parent_task_id", "status"},
+		"braid_steps": {"task_id", "name", "status", "resume_at"},
+		"river_job":   {"id", "state", "queue", "kind", "unique_key"},
+	}
+	for _, table := range tables {
+		var tuples float32
+		if err := pool.QueryRow(ctx, `SELECT reltuples FROM pg_class WHERE oid = to_regclass($1)`, table).Scan(&tuples); err != nil {
+			t.Fatal(err)
+		}
+		if tuples < 8000 {
+			t.Errorf("%s: the analysis recorded %v rows; want at least 8,000", table, tuples)
+		}
+		rows, err := pool.Query(ctx, `SELECT attname::text FROM pg_stats WHERE schemaname = current_schema() AND tablename = $1`, table)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		have := map[string]bool{}
+		for _, c := range got {
+			have[c] = true
+			if payloads[c] {
+				t.Errorf("%s: the analysis read the payload column %s", table, c)
+			}
+		}
+		for _, c := range keys[table] {
+			if !have[c] {
+				t.Errorf("%s: the analysis did not read the key column %s (read %v)", table, c, got)
+			}
+		}
+	}
+}
