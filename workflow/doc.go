@@ -388,7 +388,9 @@
 // leases' expiries. In production they are now() and clock_timestamp(),
 // inlined at no cost. testutil.Kit replaces them, in a test's own
 // database, with a time that only the test moves. River's own times
-// (river_job) stay on River's clock.
+// (river_job) stay on River's clock, and are compared with the database's
+// own (the reconciler reads the turn jobs that River finished in the last
+// minutes by finalized_at against now()).
 //
 // # Lock order
 //

@@ -29,6 +29,13 @@ var (
 // reconcileLookback is how far back the reconciler's frequent look reads
 // turn jobs that ended discarded or cancelled. The sweep covers anything
 // older (a maintenance leader that was down for longer, a deleted job).
+//
+// The look compares River's finalized_at, which River writes on the clock
+// of the process that finished the job (or the database's), with the
+// database's own clock, now(), not with braid's (braid_now(), which a test
+// kit moves days ahead): it is River's time, not a time braid decides by.
+// A process whose clock is more than the lookback behind the database's is
+// covered by the sweep, which reads braid's own rows on braid's clock.
 const reconcileLookback = 10 * time.Minute
 
 // reconcileAside is the reconciler's record of the tasks it failed to
@@ -87,7 +94,7 @@ func (e *Engine) reconcile(ctx context.Context) error {
 	return e.reconcileFrom(ctx, `
 		SELECT DISTINCT t.id FROM river_job j
 		  JOIN braid_tasks t ON t.id = braid_turn_task(j.unique_key, j.args)
-		 WHERE j.state IN ('discarded', 'cancelled') AND j.finalized_at > braid_now() - $2::bigint * interval '1 microsecond'
+		 WHERE j.state IN ('discarded', 'cancelled') AND j.finalized_at > now() - $2::bigint * interval '1 microsecond'
 		   AND j.kind = $1 AND t.status IN ('pending', 'running') AND t.id <> ALL($4::uuid[])
 		   AND NOT EXISTS (SELECT 1 FROM river_job l
 		                    WHERE l.kind = $1 AND braid_turn_task(l.unique_key, l.args) = t.id AND l.state IN `+liveJobStates+`)
