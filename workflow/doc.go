@@ -194,7 +194,13 @@
 // A turn that returns an error (or panics: the panic and its stack become
 // the error) is retried by River with the workflow's retry policy
 // ([WithRetry], [WithMaxAttempts]). Recorded steps replay, so the retry
-// resumes at the failing step. When the attempts are spent the task fails:
+// resumes at the failing step. A step without a [Retry] of its own is not
+// recorded when it fails, unless the code goes on from its failure: once
+// the turn makes another durable call after it (a compensation, say), the
+// failure is recorded first, so that River's next attempt, and every later
+// turn, replays the path the code took rather than run the step again and
+// meet the compensation's record where its normal path records something
+// else. When the attempts are spent the task fails:
 // its parent sees a [*ChildError] from Get or Map, or the run fails. A step
 // with its own [Retry] policy is retried by snoozing the turn, without
 // spending the task's attempts; once exhausted, [Step] returns a

@@ -29,7 +29,14 @@ type stepConfig struct {
 //
 // Without a Retry, a failing step returns its error to the workflow code
 // unrecorded; if the workflow returns it, River retries the turn and
-// replay resumes at that step.
+// replay resumes at that step. If the workflow code goes on from the
+// failure instead, making another durable call (it compensates, say), the
+// failure is recorded before that call, and every later turn, River's
+// retries of this one included, replays it: Step then returns a
+// *StepError with the error's message, where the turn that ran the step
+// got the step's own error. Code that tells failures apart by
+// errors.Is or errors.As, rather than by message, should not take
+// another path on them.
 type Retry struct {
 	MaxAttempts int
 	Backoff     queue.Backoff
@@ -118,6 +125,7 @@ func Step[T any](t *Task, name string, fn func(ctx context.Context) (T, error), 
 	}
 	if cfg.retry == nil {
 		t.failedStep, t.failedStepErr = name, runErr
+		t.unrecorded = &stepFailure{name: name, pos: pos, err: runErr}
 		return zero, runErr
 	}
 	stored := t.eng.storedError(runErr, attempt)

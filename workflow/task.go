@@ -66,7 +66,10 @@ type Task struct {
 	// error: when the turn fails with it, the task's error names the step.
 	failedStep    string
 	failedStepErr error
-	snooze        time.Duration
+	// unrecorded is such a step's failure while it is not recorded: it is
+	// recorded once the code makes another durable call (see enter).
+	unrecorded *stepFailure
+	snooze     time.Duration
 	// wait is what the turn suspended on besides children: a delay, or a
 	// wait on a signal or an event.
 	wait         *pendingWait
@@ -139,6 +142,9 @@ func (t *Task) enter(kind, name string) (int, error) {
 	if t.diverged != nil {
 		return 0, t.diverged
 	}
+	if err := t.recordHandledFailure(); err != nil {
+		return 0, err
+	}
 	p := t.seq
 	t.seq++
 	rec, ok := t.history[p]
@@ -154,6 +160,49 @@ func (t *Task) enter(kind, name string) (int, error) {
 		return p, t.diverged
 	}
 	return p, nil
+}
+
+// stepFailure is the failure of a step without a Retry policy of its own,
+// at position pos, which the turn has not recorded.
+type stepFailure struct {
+	name string
+	pos  int
+	err  error
+}
+
+// recordHandledFailure records the failure of the step that failed last in
+// this turn without a Retry policy of its own, if the code has made a
+// durable call since: the code went on from the failure (it compensated,
+// say), and every later turn must take the path it took, so the failure
+// becomes part of the history, as the failure of a step whose Retry
+// attempts are spent is. Replay then returns it as a *StepError, River's
+// next attempt of the turn included. A failure the code returns with, its
+// turn making no further call, stays unrecorded: River's next attempt runs
+// the step again.
+//
+// A failure is not recorded once the turn's context has ended (a Cancel,
+// a timeout, a Stop): the step may have failed only because of that. Nor
+// does a failure win over a record that another attempt of the turn wrote
+// first: the call then fails, and so does the turn, whose next attempt
+// replays the record that won.
+func (t *Task) recordHandledFailure() error {
+	f := t.unrecorded
+	if f == nil {
+		return nil
+	}
+	t.unrecorded = nil
+	if err := t.ctx.Err(); err != nil {
+		return fmt.Errorf("workflow: step %q failed and the turn has ended, so its failure is not recorded: %w", f.name, context.Cause(t.ctx))
+	}
+	se := t.eng.storedError(f.err, 1)
+	rec, err := t.recordStep(f.name, f.pos, "failed", nil, &se, 1)
+	if err != nil {
+		return err
+	}
+	if rec.status != "failed" {
+		return fmt.Errorf("workflow: step %q failed in this attempt, but another attempt of the turn recorded it %s first", f.name, rec.status)
+	}
+	return nil
 }
 
 // pendingWait is a wait that a turn suspended on, recorded as a step when
