@@ -217,36 +217,50 @@ func TestAHandledFailureThatCannotBeRecordedFailsTheTurn(t *testing.T) {
 	t.Parallel()
 	pool := testutil.DB(t)
 	execSQL(t, pool, `
-		CREATE TABLE refuse_once (done bool NOT NULL DEFAULT false);
-		INSERT INTO refuse_once VALUES (false);
+		CREATE TABLE refuse (on_ bool NOT NULL);
+		INSERT INTO refuse VALUES (true);
 		CREATE FUNCTION refuse_failed_step() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN
-		    IF NEW.status = 'failed' AND NOT (SELECT done FROM refuse_once) THEN
+		    IF NEW.status = 'failed' AND (SELECT on_ FROM refuse) THEN
 		        RAISE EXCEPTION 'refused record of failed step %', NEW.name;
 		    END IF;
 		    RETURN NEW;
 		END $$;
 		CREATE TRIGGER refuse_failed_step BEFORE INSERT ON braid_steps
 		    FOR EACH ROW EXECUTE FUNCTION refuse_failed_step();`)
-	var broken atomic.Bool
-	broken.Store(true)
-	var compensated atomic.Int32
-	wf := sagaWorkflow("saga_record_refused", &broken, &compensated, 3)
+	var compensated, refused atomic.Int32
+	wf := workflow.Define("saga_record_refused", func(t *workflow.Task, _ struct{}) (string, error) {
+		_, err := workflow.Step(t, "reserve", func(context.Context) (int, error) { return 0, errors.New("out of stock") })
+		if err != nil {
+			if _, cerr := workflow.Step(t, "release", func(context.Context) (int, error) {
+				compensated.Add(1)
+				return 0, nil
+			}); cerr != nil {
+				// The record was refused: let the next attempt's through.
+				refused.Add(1)
+				if _, err := pool.Exec(context.Background(), `UPDATE refuse SET on_ = false`); err != nil {
+					return "", err
+				}
+				return "", cerr
+			}
+			return "", err
+		}
+		return "shipped", nil
+	}, workflow.WithMaxAttempts(3), workflow.WithRetry(fast))
 	eng := startEngine(t, pool, testConfig(wf))
 	ctx := ctxTimeout(t, 60*time.Second)
 	run, err := wf.Start(ctx, eng, struct{}{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the first attempt to fail", 30*time.Second, func() bool {
-		return count(t, pool, `SELECT count(*) FROM river_job WHERE kind = $1 AND attempt >= 1 AND state <> 'running'`, workflow.TaskKind) > 0
-	})
-	execSQL(t, pool, `UPDATE refuse_once SET done = true`)
 	if _, err := run.Result(ctx); err == nil || !strings.Contains(err.Error(), "out of stock") {
 		t.Fatalf("the run's result: %v; want the code's own failure, out of stock", err)
 	}
+	if n := refused.Load(); n != 1 {
+		t.Errorf("the call after the failure failed %d times; want 1 (in the attempt whose record was refused)", n)
+	}
 	if n := compensated.Load(); n != 1 {
-		t.Errorf("the compensation ran %d times; want 1 (not in the attempt whose record failed)", n)
+		t.Errorf("the compensation ran %d times; want 1 (not in the attempt whose record was refused)", n)
 	}
 }
 
