@@ -70,8 +70,11 @@ type StartedRun struct {
 // ErrUnknownWorkflow, unless opts.Force.
 //
 // A DAG started by a process that does not register it has its root task
-// only: the nodes are created by the root's first turn, in a process that
-// knows the DAG, as they are created with the root otherwise.
+// only, and the run is pending: the nodes are created by the root's first
+// turn, in a process that knows the DAG, as they are created with the root
+// otherwise, and the root then waits for them. From then on the run shows
+// as a DAG run started by its definition does: waiting while its nodes
+// run.
 //
 // The input is checked as StartWorkflowTx checks it: valid JSON, within
 // the payload cap, without NUL characters.

@@ -67,7 +67,20 @@
 // a queue hop"), or it is skipped. A skip counts as a finish for the
 // skipped node's dependents, so skips cascade. The root waits for its
 // nodes as a parent waits for its children; its one turn, once every node
-// is final, reads the outcome.
+// is final, reads the outcome. So while its nodes run, a DAG run and its
+// root task are waiting, as are a run and its root that wait for
+// children, and the inspection (Engine.Run, ListRuns, the CLI) shows
+// them so, however the run was started. (A run that [Engine.Retry]
+// resumes, a DAG's or not, is marked running until its root's next turn
+// ends.)
+//
+// A process that does not register a DAG (an admin server, the braid CLI)
+// can still start it by name ([Engine.StartByName]), but cannot know its
+// nodes: the run then has its root task only, pending, until the root's
+// first turn, in a process that knows the DAG, creates the nodes in its
+// outcome's transaction and suspends on them. From then on the run, its
+// root and its nodes have the statuses, stored and shown, of a DAG run
+// started with [Workflow.Start], and settle as they do.
 //
 // A node is skipped when its condition is false, or, without a condition,
 // when every one of its dependencies was skipped; its row keeps the reason

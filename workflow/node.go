@@ -17,11 +17,13 @@ import (
 
 // A DAG run is its root task and one task per node, the root's children,
 // all created in the transaction that creates the root (Start, or the
-// batch that spawns the DAG as a child). The root waits from the start,
-// counting its nodes (the join of invariant 5); a node without
-// dependencies gets its first turn at once, unless its condition is false
-// (it is skipped at once, see createNodesTx); the others are blocked, with
-// remaining set to their number of dependencies. When a node is final, the
+// batch that spawns the DAG as a child, or that records the first turn of
+// a root created without them, see dagSpec.result). The root waits from
+// the start, counting its nodes (the join of invariant 5), and so does its
+// run when the root is a run's; a node without dependencies gets its
+// first turn at once, unless its condition is false (it is skipped at
+// once, see createNodesTx); the others are blocked, with remaining set to
+// their number of dependencies. When a node is final, the
 // settle path (settleNodes) counts it off each of its dependents, in the
 // same transaction; a dependent whose count reaches zero is released (its
 // condition holds: it gets its first turn) or skipped, and a skip settles

@@ -290,11 +290,15 @@ func (e *Engine) queueRuns(ctx context.Context, b *pgx.Batch, d *definition, sta
 	}
 	// The runs and their root tasks in one statement: a task is created
 	// only when its run is. A DAG's root task waits for its nodes from the
-	// start: its first turn comes once every node is final. A run with a
-	// timeout gets its deadline by the database's clock.
+	// start: its first turn comes once every node is final. Its run is
+	// created as a root's suspension on its children leaves a run
+	// (suspendTasks), waiting and started, so that it shows the same as a
+	// DAG run whose nodes the root's first turn creates (StartByName from
+	// a process that does not register the DAG). A run with a timeout gets
+	// its deadline by the database's clock.
 	rootStatus, rootRemaining, runStatus := "pending", 0, "pending"
 	if d.dag != nil {
-		rootStatus, rootRemaining, runStatus = "waiting", len(d.dag.nodes), "running"
+		rootStatus, rootRemaining, runStatus = "waiting", len(d.dag.nodes), "waiting"
 	}
 	c := &runsCreation{e: e, d: d, starts: starts, runIDs: runIDs, taskIDs: taskIDs, inputs: inputs, keys: keys,
 		timeout: timeouts, turns: turns, index: index}
@@ -306,7 +310,7 @@ func (e *Engine) queueRuns(ctx context.Context, b *pgx.Batch, d *definition, sta
 		), run AS (
 		    INSERT INTO braid_runs (id, workflow, status, input, idempotency_key, trace_parent, queue, priority, started_at,
 		                            timeout, deadline_at)
-		    SELECT u.id, $8, $12, u.input::jsonb, u.key, u.trace, u.queue, u.prio, CASE WHEN $12 = 'running' THEN braid_now() END,
+		    SELECT u.id, $8, $12, u.input::jsonb, u.key, u.trace, u.queue, u.prio, CASE WHEN $12 = 'waiting' THEN braid_now() END,
 		           u.timeout, braid_now() + u.timeout FROM u
 		    ON CONFLICT DO NOTHING
 		    RETURNING id
