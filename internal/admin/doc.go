@@ -34,10 +34,13 @@
 // # Live updates
 //
 // GET /api/events is a Server-Sent Events stream. One LISTEN connection per
-// server, opened with the first stream, feeds it from braid's NOTIFY
-// channels: a run finished, a job reported progress, a schedule changed. A
-// tick every second makes open pages refresh what no NOTIFY announces. When
-// the stream is down, the dashboard polls instead.
+// server feeds every open stream from braid's NOTIFY channels: a run
+// finished, a job reported progress, a schedule changed. It opens with the
+// first stream and closes EventsLinger (5 s) after the last one ends, so
+// that a page reload keeps it and a server nobody watches holds none; a
+// lost connection is opened again. A tick every second makes open pages
+// refresh what no NOTIFY announces. When the stream is down, the dashboard
+// polls instead.
 //
 // # What it acts through
 //

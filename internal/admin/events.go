@@ -43,22 +43,43 @@ type Event struct {
 	Data json.RawMessage `json:"data"`
 }
 
+// EventsLinger is how long the LISTEN connection of the event stream stays
+// open after the last stream ends. A page reload, or a browser reconnecting
+// a dropped stream (the stream asks it to wait a second), finds the
+// connection still open instead of having it closed and another opened at
+// once; past it, a server whose dashboards are all closed holds no
+// connection.
+const EventsLinger = 5 * time.Second
+
 // hub holds one LISTEN connection for the whole server and fans its
-// notifications out to the open event streams. It starts with the first
-// stream and reconnects after a lost connection.
+// notifications out to the open event streams. It opens the connection
+// with the first stream, reconnects after a lost connection, and closes it
+// once no stream has been open for its linger (EventsLinger); the next
+// stream opens it again.
 type hub struct {
 	pool *pgxpool.Pool
 	log  *slog.Logger
 
 	mu     sync.Mutex
 	subs   map[chan Event]struct{}
+	linger time.Duration
+	// cancel stops the running listener; nil when none runs. A stopped
+	// listener may still be closing its connection: the next stream does
+	// not wait for it, but starts a listener of its own.
 	cancel context.CancelFunc
-	done   chan struct{}
-	closed bool
+	// idle closes the listener when the linger passes with no stream;
+	// nil unless it is pending. idleGen tells a pending timer from one
+	// that was stopped too late to keep its function from running.
+	idle    *time.Timer
+	idleGen uint64
+	closed  bool
+	// wg counts the listeners, running or closing, and the idle timer's
+	// function, pending or running: close waits for them all.
+	wg sync.WaitGroup
 }
 
 func newHub(pool *pgxpool.Pool, log *slog.Logger) *hub {
-	return &hub{pool: pool, log: log, subs: map[chan Event]struct{}{}}
+	return &hub{pool: pool, log: log, subs: map[chan Event]struct{}{}, linger: EventsLinger}
 }
 
 // subscribe returns a channel of events and a function that ends the
@@ -71,42 +92,100 @@ func (h *hub) subscribe() (chan Event, func()) {
 	}
 	ch := make(chan Event, 64)
 	h.subs[ch] = struct{}{}
+	h.stopIdle()
 	if h.cancel == nil {
 		ctx, cancel := context.WithCancel(context.Background())
-		h.cancel, h.done = cancel, make(chan struct{})
-		go h.listen(ctx, h.done)
+		h.cancel = cancel
+		h.wg.Add(1)
+		go func() {
+			defer h.wg.Done()
+			h.listen(ctx)
+		}()
 	}
-	return ch, func() {
-		h.mu.Lock()
-		delete(h.subs, ch)
-		h.mu.Unlock()
+	return ch, func() { h.unsubscribe(ch) }
+}
+
+// unsubscribe ends ch's subscription. The last one to leave starts the
+// linger, after which the listener stops.
+func (h *hub) unsubscribe(ch chan Event) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if _, ok := h.subs[ch]; !ok {
+		return // close ended it
+	}
+	delete(h.subs, ch)
+	if len(h.subs) > 0 || h.cancel == nil || h.idle != nil {
+		return
+	}
+	h.idleGen++
+	gen := h.idleGen
+	h.wg.Add(1)
+	h.idle = time.AfterFunc(h.linger, func() {
+		defer h.wg.Done()
+		h.expire(gen)
+	})
+}
+
+// stopIdle stops the pending idle timer, if any. h.mu is held.
+func (h *hub) stopIdle() {
+	if h.idle == nil {
+		return
+	}
+	if h.idle.Stop() {
+		h.wg.Done() // its function will not run
+	}
+	h.idle = nil
+}
+
+// expire stops the listener when the linger of the idle timer gen has
+// passed with no subscriber. A timer that was stopped, or replaced, after
+// it fired does nothing.
+func (h *hub) expire(gen uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.idle == nil || h.idleGen != gen {
+		return
+	}
+	h.idle = nil
+	if len(h.subs) == 0 && h.cancel != nil {
+		// Cancelled under h.mu, the listener publishes nothing more (see
+		// publish), and the next subscriber starts a new one.
+		h.cancel()
+		h.cancel = nil
 	}
 }
 
-// close stops the LISTEN loop and waits for it, and closes every
+// close stops the listener and waits for it, and closes every
 // subscriber's channel, which ends its stream: a server mounted through
 // Handler in a caller's http.Server has no request context that Close
 // cancels, and the caller's Shutdown waits for the streams to end.
 func (h *hub) close() {
 	h.mu.Lock()
 	h.closed = true
-	cancel, done := h.cancel, h.done
+	h.stopIdle()
+	if h.cancel != nil {
+		h.cancel()
+		h.cancel = nil
+	}
 	for ch := range h.subs {
 		close(ch)
 		delete(h.subs, ch)
 	}
 	h.mu.Unlock()
-	if cancel != nil {
-		cancel()
-		<-done
-	}
+	h.wg.Wait()
 }
 
-// publish sends ev to every subscriber; a subscriber whose buffer is full
-// misses it and catches up on the next tick.
-func (h *hub) publish(ev Event) {
+// publish sends ev, received by the listener whose context is ctx, to
+// every subscriber; a subscriber whose buffer is full misses it and
+// catches up on the next tick. A stopped listener, still closing its
+// connection, publishes nothing: its successor's subscribers get their
+// events from their own.
+func (h *hub) publish(ctx context.Context, ev Event) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if ctx.Err() != nil {
+		return
+	}
 	for ch := range h.subs {
 		select {
 		case ch <- ev:
@@ -115,8 +194,7 @@ func (h *hub) publish(ev Event) {
 	}
 }
 
-func (h *hub) listen(ctx context.Context, done chan struct{}) {
-	defer close(done)
+func (h *hub) listen(ctx context.Context) {
 	for ctx.Err() == nil {
 		err := h.listenOnce(ctx)
 		if ctx.Err() != nil {
@@ -136,7 +214,13 @@ func (h *hub) listenOnce(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
+	defer func() {
+		// Bounded, as close waits for it: a database that no longer
+		// answers must not hold Close.
+		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		_ = conn.Close(closeCtx)
+	}()
 	for _, ch := range []string{channelRunFinished, channelProgress, channelScheduler} {
 		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
 			return err
@@ -150,13 +234,13 @@ func (h *hub) listenOnce(ctx context.Context) error {
 		switch n.Channel {
 		case channelRunFinished:
 			data, _ := json.Marshal(map[string]string{"id": n.Payload})
-			h.publish(Event{Type: "run", Data: data})
+			h.publish(ctx, Event{Type: "run", Data: data})
 		case channelProgress:
 			if json.Valid([]byte(n.Payload)) {
-				h.publish(Event{Type: "progress", Data: json.RawMessage(n.Payload)})
+				h.publish(ctx, Event{Type: "progress", Data: json.RawMessage(n.Payload)})
 			}
 		case channelScheduler:
-			h.publish(Event{Type: "schedule", Data: json.RawMessage(`{}`)})
+			h.publish(ctx, Event{Type: "schedule", Data: json.RawMessage(`{}`)})
 		}
 	}
 }
