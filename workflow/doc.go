@@ -209,11 +209,15 @@
 // ([WithRetry], [WithMaxAttempts]). Recorded steps replay, so the retry
 // resumes at the failing step. A step without a [Retry] of its own is not
 // recorded when it fails, unless the code goes on from its failure: once
-// the turn makes another durable call after it (a compensation, say), the
-// failure is recorded first, so that River's next attempt, and every later
-// turn, replays the path the code took rather than run the step again and
-// meet the compensation's record where its normal path records something
-// else. When the attempts are spent the task fails:
+// the turn makes another durable call after it (a compensation, say), or
+// completes, the failure is recorded first, so that River's next attempt,
+// and every later turn, replays the path the code took rather than run the
+// step again and meet the compensation's record where its normal path
+// records something else. Replay returns it as a [*StepError], which
+// matches with errors.Is the errors the step's error wrapped (by message),
+// as the error the body returned did. A failure that cannot be recorded
+// (the turn's context ended, the statement failed) fails the turn, and
+// every durable call the code makes after it returns that error. When the attempts are spent the task fails:
 // its parent sees a [*ChildError] from Get or Map, or the run fails. A step
 // with its own [Retry] policy is retried by snoozing the turn, without
 // spending the task's attempts; once exhausted, [Step] returns a
@@ -228,7 +232,10 @@
 // end: the code that ran then saw the failure (it compensated, say), and
 // once the call succeeds the code may take another path, which must not
 // meet the records of the first. A step's failure is seen as Step
-// returns, so every later record goes; a child's only once the child has
+// returns, so every later record goes, even when the code went on from
+// it unchanged (an optional step whose failure it ignored): Retry cannot
+// tell, and the steps after it run again, under the same idempotency
+// keys; a child's only once the child has
 // finished, so what the task recorded before that stays. So the task's
 // code runs again from the forgotten call: the steps recorded before it
 // replay, those forgotten run again, the children forgotten are forgotten

@@ -3,6 +3,7 @@ package workflow
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -80,10 +81,30 @@ type StepError struct {
 	Step     string
 	Attempts int
 	Message  string
+
+	// causes are the messages of the errors that the step's error
+	// wrapped when it failed.
+	causes []string
 }
 
 func (e *StepError) Error() string {
 	return fmt.Sprintf("step %q failed after %d attempts: %s", e.Step, e.Attempts, e.Message)
+}
+
+// Is reports whether target's message is that of the step's error, or of
+// an error it wrapped (through Unwrap) when the step failed. The error
+// itself is not kept, only its text: so errors.Is(err, ErrNotFound), for
+// a sentinel error made with errors.New, holds on every replay of the
+// failed step as it held for the error the step's body returned, and code
+// that branches on it takes the same path each time. errors.As cannot
+// recover the body's own error types: branch on sentinel errors, or on
+// the message.
+func (e *StepError) Is(target error) bool {
+	if target == nil {
+		return false
+	}
+	m := target.Error()
+	return m == e.Message || slices.Contains(e.causes, m)
 }
 
 // ChildError is returned by Future.Get and Map when a child task failed
@@ -168,9 +189,14 @@ type storedError struct {
 	Child   string `json:"child,omitempty"`
 	// Step names the step whose body returned the error, when the turn
 	// failed because of it: a step without a retry policy records no
-	// failure of its own, so the task's error says which step it was.
+	// failure of its own (unless the code went on from it), so the task's
+	// error says which step it was.
 	Step    string `json:"step,omitempty"`
 	Attempt int    `json:"attempt,omitempty"`
+	// Causes, on a failed step's record, are the messages of the errors
+	// that the step's error wrapped (stepCauses), which StepError.Is
+	// matches.
+	Causes []string `json:"causes,omitempty"`
 }
 
 // TurnsRunningError is returned by Cancel and Retry when turns of the run

@@ -3,6 +3,7 @@ package workflow_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -305,5 +306,225 @@ func TestAHandledFailureLosesToARecordWrittenFirst(t *testing.T) {
 	}
 	if n := compensated.Load(); n != 0 {
 		t.Errorf("the compensation ran %d times; want 0", n)
+	}
+}
+
+// A handled failure whose record is refused (a failed statement here; a
+// lost race or a pool timeout alike) halts the turn: the call after it
+// fails, and so does every later call, whatever the code makes of the
+// error (a best-effort SetEvent whose error it logs, then a delay). Were
+// the delay to take the refused call's position and suspend the turn, the
+// next turn would run the step again, and its normal path would meet the
+// delay's record. The turn fails, and River's next attempt runs the step
+// again, which now succeeds.
+func TestARefusedFailureRecordHaltsTheTurn(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	execSQL(t, pool, `
+		CREATE TABLE refuse (on_ bool NOT NULL);
+		INSERT INTO refuse VALUES (true);
+		CREATE FUNCTION refuse_failed_step() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+		    IF NEW.status = 'failed' AND (SELECT on_ FROM refuse) THEN
+		        RAISE EXCEPTION 'refused record of failed step %', NEW.name;
+		    END IF;
+		    RETURN NEW;
+		END $$;
+		CREATE TRIGGER refuse_failed_step BEFORE INSERT ON braid_steps
+		    FOR EACH ROW EXECUTE FUNCTION refuse_failed_step();`)
+	var runs atomic.Int32
+	wf := workflow.Define("refused_then_delay", func(t *workflow.Task, _ struct{}) (string, error) {
+		_, err := workflow.Step(t, "reserve", func(context.Context) (int, error) {
+			if runs.Add(1) == 1 {
+				return 0, errors.New("out of stock")
+			}
+			return 1, nil
+		})
+		if err != nil {
+			// A best-effort status for watchers: its error is logged only.
+			if serr := workflow.SetEvent(t, "status", "cooling off"); serr != nil {
+				t.Logger().Warn("status not set", "error", serr)
+				if _, err := pool.Exec(context.Background(), `UPDATE refuse SET on_ = false`); err != nil {
+					return "", err
+				}
+			}
+			if err := t.Delay("cool-off", 10*time.Millisecond); err != nil {
+				return "", err
+			}
+			return workflow.Step(t, "release", func(context.Context) (string, error) { return "released", nil })
+		}
+		return workflow.Step(t, "ship", func(context.Context) (string, error) { return "shipped", nil })
+	}, workflow.WithMaxAttempts(2), workflow.WithRetry(fast))
+	eng := startEngine(t, pool, testConfig(wf))
+	ctx := ctxTimeout(t, 60*time.Second)
+	run, err := wf.Start(ctx, eng, struct{}{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := run.Result(ctx)
+	var nd *workflow.NondeterminismError
+	if errors.As(err, &nd) || err != nil {
+		t.Fatalf("the run's result: %q, %v; want it to finish (released or shipped), not diverge", out, err)
+	}
+}
+
+// The same with the turn's own timeout: the step fails because the turn
+// timed out, so its failure is not recorded, and the turn halts rather
+// than suspend on the delay that the code goes on to (Delay does not look
+// at the context, and the outcome commits on one not cancelled with the
+// turn).
+func TestAFailureAfterTheTurnTimedOutHaltsTheTurn(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	var runs atomic.Int32
+	wf := workflow.Define("timeout_then_delay", func(t *workflow.Task, _ struct{}) (string, error) {
+		_, err := workflow.Step(t, "reserve", func(ctx context.Context) (int, error) {
+			if runs.Add(1) == 1 {
+				<-ctx.Done() // the warehouse is slow this once
+				return 0, fmt.Errorf("warehouse: %w", ctx.Err())
+			}
+			return 1, nil
+		})
+		if err != nil {
+			if serr := workflow.SetEvent(t, "status", "cooling off"); serr != nil {
+				t.Logger().Warn("status not set", "error", serr)
+			}
+			if err := t.Delay("cool-off", 10*time.Millisecond); err != nil {
+				return "", err
+			}
+			return workflow.Step(t, "release", func(context.Context) (string, error) { return "released", nil })
+		}
+		return workflow.Step(t, "ship", func(context.Context) (string, error) { return "shipped", nil })
+	}, workflow.WithMaxAttempts(2), workflow.WithRetry(fast), workflow.WithTimeout(300*time.Millisecond))
+	eng := startEngine(t, pool, testConfig(wf))
+	ctx := ctxTimeout(t, 60*time.Second)
+	run, err := wf.Start(ctx, eng, struct{}{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := run.Result(ctx)
+	if err != nil {
+		t.Fatalf("the run's result: %q, %v; want it to finish (released or shipped), not diverge", out, err)
+	}
+}
+
+var errAccountNotFound = errors.New("not found")
+
+// Code that branches on a step's error with errors.Is: the first turn gets
+// the body's error, every later one the recorded *StepError, which matches
+// the sentinel the body's error wrapped, so each turn takes the same path.
+func TestAHandledFailureMatchesErrorsIsOnReplay(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	wf := workflow.Define("handled_errors_is", func(t *workflow.Task, _ struct{}) (string, error) {
+		_, err := workflow.Step(t, "lookup", func(context.Context) (int, error) {
+			return 0, fmt.Errorf("lookup account: %w", errAccountNotFound)
+		})
+		if errors.Is(err, errAccountNotFound) {
+			if err := t.Delay("wait-for-signup", 10*time.Millisecond); err != nil {
+				return "", err
+			}
+			return "signed up later", nil
+		}
+		if err != nil {
+			if _, cerr := workflow.Step(t, "alert", func(context.Context) (int, error) { return 1, nil }); cerr != nil {
+				return "", cerr
+			}
+			return "", err
+		}
+		return "found", nil
+	}, workflow.WithMaxAttempts(2), workflow.WithRetry(fast))
+	eng := startEngine(t, pool, testConfig(wf))
+	ctx := ctxTimeout(t, 60*time.Second)
+	run, err := wf.Start(ctx, eng, struct{}{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := run.Result(ctx)
+	if err != nil || out != "signed up later" {
+		t.Fatalf("the run's result: %q, %v; want signed up later", out, err)
+	}
+}
+
+// A step's failure that the code ignores (an optional enrichment) is
+// recorded, as the code went on from it, and Retry forgets what the task
+// recorded after a failure it saw, as it does after an exhausted step's:
+// the steps after it run again (under the same idempotency keys), and the
+// run completes.
+func TestRetryRewindsPastAFailureTheCodeIgnored(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	var charges atomic.Int32
+	var broken atomic.Bool
+	broken.Store(true)
+	wf := workflow.Define("ignored_then_retry", func(t *workflow.Task, _ struct{}) (string, error) {
+		if _, err := workflow.Step(t, "enrich", func(context.Context) (int, error) {
+			return 0, errors.New("enrichment service down")
+		}); err != nil {
+			t.Logger().Info("no enrichment", "error", err)
+		}
+		if _, err := workflow.Step(t, "charge", func(context.Context) (int, error) { return int(charges.Add(1)), nil }); err != nil {
+			return "", err
+		}
+		return workflow.Step(t, "ship", func(context.Context) (string, error) {
+			if broken.Load() {
+				return "", errors.New("carrier down")
+			}
+			return "shipped", nil
+		})
+	}, workflow.WithMaxAttempts(1))
+	eng := startEngine(t, pool, testConfig(wf))
+	ctx := ctxTimeout(t, 60*time.Second)
+	run, err := wf.Start(ctx, eng, struct{}{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run.Result(ctx); err == nil || !strings.Contains(err.Error(), "carrier down") {
+		t.Fatalf("the run's result: %v; want carrier down", err)
+	}
+	broken.Store(false)
+	if err := eng.Retry(ctx, run.ID); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := run.Result(ctx); err != nil || out != "shipped" {
+		t.Fatalf("after Retry: %q, %v", out, err)
+	}
+	if n := charges.Load(); n != 2 {
+		t.Errorf("charge ran %d times; want 2 (Retry forgot it with the ignored failure before it)", n)
+	}
+}
+
+// A task that falls back on a failed step and completes without another
+// durable call records the failure as it completes, so that the replay of
+// the completed task takes the same path.
+func TestReplayOfACompletedFallbackDoesNotDiverge(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	wf := workflow.Define("fallback_completes", func(t *workflow.Task, _ struct{}) (string, error) {
+		v, err := workflow.Step(t, "lookup", func(context.Context) (string, error) { return "", errors.New("cache down") })
+		if err != nil {
+			return "default", nil
+		}
+		return v, nil
+	})
+	eng := startEngine(t, pool, testConfig(wf))
+	ctx := ctxTimeout(t, 60*time.Second)
+	run, err := wf.Start(ctx, eng, struct{}{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := run.Result(ctx); err != nil || out != "default" {
+		t.Fatalf("the run's result: %q, %v", out, err)
+	}
+	h, err := workflow.ExportRun(ctx, pool, run.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := workflow.Replay(ctx, h, wf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Divergences) != 0 {
+		t.Fatalf("the unchanged code diverges from its own completed run: %v", rep.Divergences[0])
 	}
 }

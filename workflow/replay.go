@@ -57,7 +57,10 @@ type StepHistory struct {
 	Position *int            `json:"position,omitempty"`
 	Output   json.RawMessage `json:"output,omitempty"`
 	Error    string          `json:"error,omitempty"`
-	Attempts int             `json:"attempts"`
+	// Causes are, for a failed step, the messages of the errors its
+	// error wrapped, which errors.Is matches on replay (StepError.Is).
+	Causes   []string `json:"causes,omitempty"`
+	Attempts int      `json:"attempts"`
 }
 
 // ExportRun reads the recorded history of the run runID.
@@ -123,6 +126,10 @@ func ExportRun(ctx context.Context, db Querier, runID string) (*RunHistory, erro
 			return nil, fmt.Errorf("workflow: exporting the steps of run %s: %w", runID, err)
 		}
 		sh.Output, sh.Error = out, errorMessage(errRaw)
+		var se storedError
+		if len(errRaw) > 0 && json.Unmarshal(errRaw, &se) == nil {
+			sh.Causes = se.Causes
+		}
 		if i, ok := index[tid]; ok {
 			h.Tasks[i].Steps = append(h.Tasks[i].Steps, sh)
 		}
@@ -327,7 +334,7 @@ func (e *Engine) replayRun(ctx context.Context, h *RunHistory, unfinished bool, 
 		}
 		for _, sh := range th.Steps {
 			t.steps[sh.Name] = &stepRecord{kind: sh.Kind, status: sh.Status, output: sh.Output,
-				err: storedError{Message: sh.Error}, attempts: sh.Attempts}
+				err: storedError{Message: sh.Error, Causes: sh.Causes}, attempts: sh.Attempts}
 			if sh.Position != nil {
 				t.history[*sh.Position] = call{kind: sh.Kind, name: sh.Name}
 				t.lastPosition = max(t.lastPosition, *sh.Position)
@@ -345,9 +352,9 @@ func (e *Engine) replayRun(ctx context.Context, h *RunHistory, unfinished bool, 
 		_, err := callWorkflow(t, d, input)
 		var pe *PanicError
 		switch {
-		case t.diverged != nil:
+		case t.halted != nil:
 			var nd *NondeterminismError
-			if errors.As(t.diverged, &nd) {
+			if errors.As(t.halted, &nd) {
 				rep.Divergences = append(rep.Divergences, nd)
 			}
 		case errors.As(err, &pe):

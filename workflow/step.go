@@ -30,13 +30,16 @@ type stepConfig struct {
 // Without a Retry, a failing step returns its error to the workflow code
 // unrecorded; if the workflow returns it, River retries the turn and
 // replay resumes at that step. If the workflow code goes on from the
-// failure instead, making another durable call (it compensates, say), the
-// failure is recorded before that call, and every later turn, River's
-// retries of this one included, replays it: Step then returns a
+// failure instead, making another durable call (it compensates, say) or
+// completing, the failure is recorded first, and every later turn,
+// River's retries of this one included, replays it: Step then returns a
 // *StepError with the error's message, where the turn that ran the step
-// got the step's own error. Code that tells failures apart by
-// errors.Is or errors.As, rather than by message, should not take
-// another path on them.
+// got the step's own error. The *StepError matches, with errors.Is, the
+// errors the step's error wrapped (by their messages: see StepError.Is),
+// so code that branches on sentinel errors takes the same path each time;
+// errors.As cannot recover the step's own error types. Should the failure
+// not be recorded (the turn's context ended, or the record failed), the
+// call fails, and so does the turn, whatever the code makes of it.
 type Retry struct {
 	MaxAttempts int
 	Backoff     queue.Backoff
@@ -92,7 +95,7 @@ func Step[T any](t *Task, name string, fn func(ctx context.Context) (T, error), 
 		case "completed":
 			return decodeStep[T](name, rec.output)
 		case "failed":
-			return zero, &StepError{Step: name, Attempts: rec.attempts, Message: rec.err.Message}
+			return zero, &StepError{Step: name, Attempts: rec.attempts, Message: rec.err.Message, causes: rec.err.Causes}
 		case "retrying":
 			attempt = rec.attempts + 1
 		}
@@ -128,7 +131,7 @@ func Step[T any](t *Task, name string, fn func(ctx context.Context) (T, error), 
 		t.unrecorded = &stepFailure{name: name, pos: pos, err: runErr}
 		return zero, runErr
 	}
-	stored := t.eng.storedError(runErr, attempt)
+	stored := t.eng.stepError(runErr, attempt)
 	se := &stored
 	if attempt < cfg.retry.MaxAttempts {
 		if _, err := t.recordStep(name, pos, "retrying", nil, se, attempt); err != nil {
@@ -155,7 +158,7 @@ func replayStep[T any](name string, rec *stepRecord) (T, error) {
 	case "completed":
 		return decodeStep[T](name, rec.output)
 	case "failed":
-		return zero, &StepError{Step: name, Attempts: rec.attempts, Message: rec.err.Message}
+		return zero, &StepError{Step: name, Attempts: rec.attempts, Message: rec.err.Message, causes: rec.err.Causes}
 	}
 	return zero, fmt.Errorf("%w (step %q is recorded as %s, not as a result)", errTaskNotRunning, name, rec.status)
 }

@@ -43,12 +43,14 @@ type Task struct {
 	names map[string]int
 	taken map[string]bool
 	// history is the task's recorded durable calls by position, and seq
-	// the position of the next call (see enter); diverged, once set, is
-	// the *NondeterminismError that every later call returns and that
-	// fails the turn.
-	history  map[int]call
-	seq      int
-	diverged error
+	// the position of the next call (see enter); halted, once set, is the
+	// error that every later call returns and that fails the turn, however
+	// the code handles it: a *NondeterminismError, or the error of a
+	// handled step failure that could not be recorded (see
+	// recordHandledFailure).
+	history map[int]call
+	seq     int
+	halted  error
 	// checking is set when the task is only replayed against its history
 	// (Replay, CheckReplay): a call that the history does not answer
 	// ends the replay instead of running. completed and lastPosition
@@ -139,8 +141,8 @@ func childCall(kind, key string) call {
 // so does every later call of the turn, which then fails with it however
 // the code handles it.
 func (t *Task) enter(kind, name string) (int, error) {
-	if t.diverged != nil {
-		return 0, t.diverged
+	if t.halted != nil {
+		return 0, t.halted
 	}
 	if err := t.recordHandledFailure(); err != nil {
 		return 0, err
@@ -155,9 +157,9 @@ func (t *Task) enter(kind, name string) (int, error) {
 		ok, recorded = true, "no call (the task had completed)"
 	}
 	if ok && (rec.kind != kind || rec.name != name) {
-		t.diverged = &NondeterminismError{RunID: t.runID.String(), TaskID: t.id.String(), Workflow: t.workflow,
+		t.halted = &NondeterminismError{RunID: t.runID.String(), TaskID: t.id.String(), Workflow: t.workflow,
 			Position: p, Recorded: recorded, Called: call{kind, name}.String()}
-		return p, t.diverged
+		return p, t.halted
 	}
 	return p, nil
 }
@@ -183,18 +185,37 @@ type stepFailure struct {
 // A failure is not recorded once the turn's context has ended (a Cancel,
 // a timeout, a Stop): the step may have failed only because of that. Nor
 // does a failure win over a record that another attempt of the turn wrote
-// first: the call then fails, and so does the turn, whose next attempt
-// replays the record that won.
+// first. When the failure is not recorded, for these reasons or because
+// its statement failed, the call fails, and so does every later call and
+// the turn, whatever the code makes of the error (halted): River's next
+// attempt replays the record that won, or runs the step again.
+//
+// A turn that completes after such a failure, with no durable call since
+// (it fell back on a default, say), records it too (runTurn), so that the
+// replay of the completed task (Replay, CheckReplay) takes the same path.
 func (t *Task) recordHandledFailure() error {
 	f := t.unrecorded
 	if f == nil {
 		return nil
 	}
 	t.unrecorded = nil
+	err := t.recordFailure(f)
+	if err != nil {
+		// The code must not go on without the failure in the history,
+		// whatever it makes of this error: a later call would take the
+		// position of this one, and the next turn, running the step again,
+		// another path.
+		t.halted = err
+	}
+	return err
+}
+
+// recordFailure records f as a failed step: see recordHandledFailure.
+func (t *Task) recordFailure(f *stepFailure) error {
 	if err := t.ctx.Err(); err != nil {
 		return fmt.Errorf("workflow: step %q failed and the turn has ended, so its failure is not recorded: %w", f.name, context.Cause(t.ctx))
 	}
-	se := t.eng.storedError(f.err, 1)
+	se := t.eng.stepError(f.err, 1)
 	rec, err := t.recordStep(f.name, f.pos, "failed", nil, &se, 1)
 	if err != nil {
 		return err

@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"runtime/debug"
 	"slices"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -690,11 +692,17 @@ func (e *Engine) runTurn(ctx context.Context, job *river.Job[taskArgs], claimed 
 	stopHeartbeat := e.heartbeat(ctx)
 	out, runErr := callWorkflow(t, d, lt.input)
 	stopHeartbeat()
-	if t.diverged != nil {
-		// The code left its recorded history: the turn fails with that,
+	if runErr == nil && !t.suspended {
+		// The code may have completed on a step's failure (a fallback):
+		// it goes into the history as a later call would put it there.
+		_ = t.recordHandledFailure()
+	}
+	if t.halted != nil {
+		// The code left its recorded history, or went on from a step's
+		// failure that could not be recorded: the turn fails with that,
 		// whatever the code made of the error, and records none of what
 		// it did after it (no child, no wait).
-		out, runErr = nil, t.diverged
+		out, runErr = nil, t.halted
 		t.suspended, t.snoozing = false, false
 	}
 
@@ -861,6 +869,56 @@ func (e *Engine) storedError(err error, attempt int) storedError {
 		se.Child = ne.Node
 	}
 	return se
+}
+
+// stepError is the stored error of a failed step: storedError, with the
+// messages of the errors that err wraps (stepCauses), which the
+// *StepError that replay returns matches with errors.Is.
+func (e *Engine) stepError(err error, attempt int) storedError {
+	se := e.storedError(err, attempt)
+	se.Causes = stepCauses(err)
+	return se
+}
+
+// stepCausesMax and stepCauseMaxBytes bound what stepCauses keeps: the
+// messages of a step error's first sixteen wrapped errors, each of at most
+// 1 KiB (a longer one is left out, as it cannot be matched whole).
+const (
+	stepCausesMax     = 16
+	stepCauseMaxBytes = 1024
+)
+
+// stepCauses lists the distinct messages of the errors that err wraps,
+// through Unwrap() error and Unwrap() []error, depth first, err's own
+// excluded; messages that PostgreSQL's jsonb cannot hold (a NUL, bytes
+// that are not UTF-8) are left out.
+func stepCauses(err error) []string {
+	var causes []string
+	seen := map[string]bool{err.Error(): true}
+	var walk func(error)
+	walk = func(err error) {
+		var wrapped []error
+		switch u := err.(type) {
+		case interface{ Unwrap() error }:
+			wrapped = []error{u.Unwrap()}
+		case interface{ Unwrap() []error }:
+			wrapped = u.Unwrap()
+		}
+		for _, c := range wrapped {
+			if c == nil || len(causes) >= stepCausesMax {
+				continue
+			}
+			if m := c.Error(); !seen[m] {
+				seen[m] = true
+				if len(m) <= stepCauseMaxBytes && utf8.ValidString(m) && !strings.ContainsRune(m, 0) {
+					causes = append(causes, m)
+				}
+			}
+			walk(c)
+		}
+	}
+	walk(err)
+	return causes
 }
 
 // outcomeContext is the context of a turn's outcome: not cancelled with

@@ -2,6 +2,8 @@ package workflow
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -96,3 +98,40 @@ func TestTurnKeysKeysTurnsByTheirTask(t *testing.T) {
 type fakeArgs struct{}
 
 func (fakeArgs) Kind() string { return "other" }
+
+// stepCauses keeps the messages of the errors a step's error wraps, in
+// chains and joins, once each, leaving out what jsonb cannot hold and what
+// is too long to match whole; StepError.Is matches them, and the error's
+// own message.
+func TestStepCausesAndStepErrorIs(t *testing.T) {
+	t.Parallel()
+	notFound := errors.New("not found")
+	gone := errors.New("gone")
+	long := errors.New(strings.Repeat("x", stepCauseMaxBytes+1))
+	nul := errors.New("bad\x00byte")
+	err := fmt.Errorf("lookup: %w", errors.Join(fmt.Errorf("cache: %w", notFound), notFound, gone, long, nul))
+	got := stepCauses(err)
+	// The join's own message holds the long one, so it is too long too.
+	want := []string{"cache: not found", "not found", "gone"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("stepCauses (-want +got):\n%s", diff)
+	}
+	se := &StepError{Step: "lookup", Attempts: 1, Message: err.Error(), causes: got}
+	for _, tc := range []struct {
+		target error
+		want   bool
+	}{
+		{notFound, true}, {gone, true}, {err, true}, {long, false}, {errors.New("other"), false}, {nil, false},
+	} {
+		if is := errors.Is(se, tc.target); is != tc.want {
+			t.Errorf("errors.Is(StepError, %v) = %t; want %t", tc.target, is, tc.want)
+		}
+	}
+	many := errors.New("root")
+	for i := range 2 * stepCausesMax {
+		many = fmt.Errorf("layer %d: %w", i, many)
+	}
+	if n := len(stepCauses(many)); n != stepCausesMax {
+		t.Errorf("a deep chain kept %d causes; want %d", n, stepCausesMax)
+	}
+}

@@ -462,7 +462,10 @@ func (s *Server) runDetail(run *workflow.RunInfo) RunDetail {
 		if t.Status == "failed" && !failedChild[t.ID] && d.Failure == nil {
 			f := &RunFailure{TaskID: t.ID, TaskKey: t.Key, Step: t.FailedStep, Error: t.Error, ErrorKind: t.ErrorKind}
 			for _, st := range t.Steps {
-				if st.Kind == "step" && st.Status == "failed" {
+				// The step the task's error names, when it names one: an
+				// earlier step's failure that the code went on from is
+				// recorded too, and is not what failed the task.
+				if st.Kind == "step" && st.Status == "failed" && (t.FailedStep == "" || st.Name == t.FailedStep) {
 					f.Step, f.StepRecorded = st.Name, true
 					if f.Error == "" {
 						f.Error, f.ErrorKind = st.Error, st.ErrorKind
