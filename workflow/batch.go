@@ -336,7 +336,9 @@ type batchState struct {
 	fresh    []turn               // new tasks' first turns
 	byTask   map[uuid.UUID]*outcome
 	complete []*rivertype.JobRow // jobs this batch finished (see lock)
-	delays   bool
+	// delayDue is when the earliest timer the batch recorded (a delay, a
+	// wait's timeout) is due, by the database's clock; nil for none.
+	delayDue *time.Time
 	// parentsLocked: the batch's lock took the parents its finishing
 	// tasks settle too (see lock).
 	parentsLocked bool
@@ -497,8 +499,10 @@ func (e *Engine) flushTx(ctx context.Context, batch []*outcome) (waits []waitSpa
 		if err != nil {
 			return err
 		}
-		if st.delays {
-			late.Queue(`SELECT pg_notify($1, '')`, channelDelay)
+		if st.delayDue != nil {
+			// The delay processor learns when: a delay due after the
+			// timer it has armed costs it nothing.
+			late.Queue(`SELECT pg_notify($1, $2)`, channelDelay, delayNote(*st.delayDue))
 		}
 		return e.claimContinuations(ctx, tx, inserted, st, late, stopping)
 	})
@@ -891,9 +895,6 @@ func (e *Engine) suspendTasks(ctx context.Context, tx pgx.Tx, suspends []*outcom
 			wNames, wKinds, wOn, wFi = append(wNames, w.name), append(wKinds, w.kind), append(wOn, w.on), append(wFi, w.filter)
 			wAfter, wUntil, wSince = append(wAfter, timeoutMicros(w.after)), append(wUntil, until), append(wSince, o.job.AttemptedAt)
 			wPos = append(wPos, int32(w.position))
-			if w.kind == "delay" || w.after > 0 {
-				st.delays = true
-			}
 		}
 		var span *string
 		if tp := o.traceParent(); tp != "" {
@@ -913,17 +914,26 @@ func (e *Engine) suspendTasks(ctx context.Context, tx pgx.Tx, suspends []*outcom
 		// A delay is due after its duration or at its time; a wait on a
 		// message, after its timeout when it has one. An event wait's
 		// started_at is when the turn that suspended on it began: it sees
-		// the events published since.
-		if _, err := tx.Exec(ctx, `
-			INSERT INTO braid_steps (task_id, name, kind, status, resume_at, attempts, wait_on, wait_run, wait_filter, started_at, position)
-			SELECT u.task_id, u.name, u.kind, 'waiting',
-			       CASE WHEN u.until IS NOT NULL THEN u.until
-			            WHEN u.kind = 'delay' OR u.after > 0 THEN braid_now() + u.after * interval '1 microsecond' END,
-			       1, nullif(u.wait_on, ''), CASE WHEN u.kind = 'signal' THEN u.run_id END, nullif(u.filter, ''), u.since + (braid_now() - now()), u.position
-			  FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bigint[], $5::timestamptz[], $6::text[], $7::uuid[], $8::text[], $9::timestamptz[], $10::int[])
-			       AS u(task_id, name, kind, after, until, wait_on, run_id, filter, since, position)
-			ON CONFLICT (task_id, name) DO NOTHING`, pgIDs(wTasks), wNames, wKinds, wAfter, wUntil, wOn, pgIDs(wRuns), wFi, wSince, wPos); err != nil {
+		// the events published since. The earliest timer recorded is read
+		// back for the delay processor's NOTIFY.
+		var due *time.Time
+		if err := tx.QueryRow(ctx, `
+			WITH w AS (
+			    INSERT INTO braid_steps (task_id, name, kind, status, resume_at, attempts, wait_on, wait_run, wait_filter, started_at, position)
+			    SELECT u.task_id, u.name, u.kind, 'waiting',
+			           CASE WHEN u.until IS NOT NULL THEN u.until
+			                WHEN u.kind = 'delay' OR u.after > 0 THEN braid_now() + u.after * interval '1 microsecond' END,
+			           1, nullif(u.wait_on, ''), CASE WHEN u.kind = 'signal' THEN u.run_id END, nullif(u.filter, ''), u.since + (braid_now() - now()), u.position
+			      FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bigint[], $5::timestamptz[], $6::text[], $7::uuid[], $8::text[], $9::timestamptz[], $10::int[])
+			           AS u(task_id, name, kind, after, until, wait_on, run_id, filter, since, position)
+			    ON CONFLICT (task_id, name) DO NOTHING
+			    RETURNING resume_at
+			)
+			SELECT min(resume_at) FROM w`, pgIDs(wTasks), wNames, wKinds, wAfter, wUntil, wOn, pgIDs(wRuns), wFi, wSince, wPos).Scan(&due); err != nil {
 			return nil, fmt.Errorf("workflow: recording %d waits: %w", len(wTasks), err)
+		}
+		if due != nil && (st.delayDue == nil || due.Before(*st.delayDue)) {
+			st.delayDue = due
 		}
 	}
 	rows, err := tx.Query(ctx, `

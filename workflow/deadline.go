@@ -79,18 +79,6 @@ const overdueRunsSQL = `
 	 ORDER BY deadline_at
 	 LIMIT $1`
 
-// nextDueSQL is how long until the earliest waiting delay or deadline of
-// an unfinished run, in seconds (negative when one is due, NULL when there
-// is none), leaving out the delays ($1 and $2: task IDs and names) and the
-// runs ($3) set aside: the delay processor sleeps that long at most.
-const nextDueSQL = `
-	SELECT extract(epoch FROM (least(
-	    (SELECT min(resume_at) FROM braid_steps WHERE status = 'waiting' AND resume_at IS NOT NULL
-	        AND (task_id, name) NOT IN (SELECT * FROM unnest($1::uuid[], $2::text[]))),
-	    (SELECT min(deadline_at) FROM braid_runs
-	      WHERE deadline_at IS NOT NULL AND status IN ('pending', 'running', 'waiting') AND id <> ALL($3::uuid[]))
-	) - braid_clock()))::float8`
-
 // deadlineLockTimeout bounds how long the delay processor waits for a row
 // lock while it cancels a run whose deadline passed. A run whose rows are
 // held longer (by a turn's outcome, Cancel, Retry) is left for the next
@@ -105,16 +93,16 @@ const deadlineLockTimeout = 100 * time.Millisecond
 // each in its own transaction through the same path as Cancel, so that
 // one run that cannot be cancelled never holds back the others: a run
 // whose cancel fails with a fault of its own (rowFault) is set aside. It
-// returns how many it cancelled, whether it found a full batch (more may
-// be due), and whether the database failed: the runs could not be listed,
-// or a cancel failed for a reason that is neither a held lock nor the
-// run's own.
+// returns how many it cancelled, how many overdue runs it found (a full
+// batch: more may be due), and whether the database failed: the runs
+// could not be listed, or a cancel failed for a reason that is neither a
+// held lock nor the run's own.
 //
 // It does not wait for the runs' running turns to end as Cancel does:
 // they learn of the cancel through their context (River's remote
 // cancel), and their outcomes find their tasks cancelled and record
 // nothing.
-func (p *delayPass) cancelOverdueRuns(ctx context.Context) (cancelled int, full, failed bool) {
+func (p *delayPass) cancelOverdueRuns(ctx context.Context) (cancelled, found int, failed bool) {
 	e := p.e
 	held, _ := p.runs.held(time.Now())
 	rows, err := e.pool.Query(ctx, overdueRunsSQL, e.cfg.DelayBatchSize, pgIDs(held))
@@ -122,7 +110,7 @@ func (p *delayPass) cancelOverdueRuns(ctx context.Context) (cancelled int, full,
 		if ctx.Err() == nil {
 			e.logger.WarnContext(ctx, "workflow: listing runs whose deadline passed", "error", err)
 		}
-		return 0, false, true
+		return 0, 0, true
 	}
 	type overdue struct {
 		id      uuid.UUID
@@ -136,14 +124,14 @@ func (p *delayPass) cancelOverdueRuns(ctx context.Context) (cancelled int, full,
 		if ctx.Err() == nil {
 			e.logger.WarnContext(ctx, "workflow: listing runs whose deadline passed", "error", err)
 		}
-		return 0, false, true
+		return 0, 0, true
 	}
 	woke := time.Now()
 	for _, r := range runs {
 		if time.Since(woke) >= deadlineLockTimeout {
 			// Cancels that wait on locks must not hold back the delays
 			// that fall due meanwhile: wake them between two cancels.
-			if _, err := p.fireDueDelays(ctx); err != nil && ctx.Err() == nil {
+			if _, err := p.fireDueDelays(ctx, nil); err != nil && ctx.Err() == nil {
 				e.logger.WarnContext(ctx, "workflow: waking due delays between deadline cancels; the next tick retries them", "error", err)
 			}
 			woke = time.Now()
@@ -165,7 +153,7 @@ func (p *delayPass) cancelOverdueRuns(ctx context.Context) (cancelled int, full,
 				e.logger.WarnContext(ctx, "workflow: run timed out; cancelling its remaining turn jobs", "run.id", r.id, "error", err)
 			}
 		case ctx.Err() != nil:
-			return cancelled, false, false
+			return cancelled, len(runs), false
 		case errors.Is(err, ErrRunFinished), errors.Is(err, ErrRunNotFound):
 			// It finished (or was deleted), or Retry moved its deadline,
 			// meanwhile.
@@ -179,7 +167,7 @@ func (p *delayPass) cancelOverdueRuns(ctx context.Context) (cancelled int, full,
 			e.logger.WarnContext(ctx, "workflow: cancelling a run whose deadline passed failed; the next tick retries it", "run.id", r.id, "error", err)
 		}
 	}
-	return cancelled, len(runs) >= e.cfg.DelayBatchSize, failed
+	return cancelled, len(runs), failed
 }
 
 // newTimeoutError is the *TimeoutError of a run that its deadline

@@ -2,6 +2,8 @@ package workflow
 
 import (
 	"context"
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -25,23 +27,52 @@ import (
 // keeps the processor from its next due time. When the database itself
 // fails, the processor sleeps a full poll interval rather than spin.
 //
+// It wakes at every due time, so a pass costs as few commits as it can:
+// the transaction that wakes the due delays also reads when the next delay
+// and the next deadline are due (a dueReading), and the pass looks for
+// overdue runs only when that reading says a deadline may be due by now,
+// when a run set aside may be tried again, or in a full pass. A full pass
+// looks for everything, as every pass once did: the first, one at least
+// every DelayPollInterval, one after a failure, and one at each NOTIFY
+// that does not say when its timer is due (a new deadline, the test kit's
+// move of the clock, a writer of an older version: see delayNote) or that
+// comes while no reading holds, and whenever the listener starts to
+// listen. A NOTIFY that says when its new delay is due costs no statement
+// at all: the processor sets its timer earlier when the delay is due
+// before the timer goes off, and otherwise leaves it, for the pass at the
+// timer reads the new delay. The times of a reading are the database's;
+// this process's clock only counts how long to sleep until them, from the
+// moment the reading came back, as the sleep always did.
+//
 // The NOTIFYs only hasten it. They arrive on a connection of their own
 // (listenDelays), which may be unavailable for a while (a server at its
 // connection limit, a proxy that drops idle connections); meanwhile the
 // processor polls every DelayPollInterval, and the connection is opened
-// again in the background. Every statement of a pass runs on the pool, so
+// again in the background. A row whose NOTIFY is lost is read by the
+// next pass, and the next full pass, a poll interval away at most, looks
+// for everything due. Every statement of a pass runs on the pool, so
 // nothing but the lease ends the processor.
 func (e *Engine) processDelays(ctx context.Context, l *leases.Lease) error {
 	e.logger.InfoContext(ctx, "workflow: delay processor started", "lease.holder", l.Holder, "lease.generation", l.Generation)
 	defer e.logger.InfoContext(context.WithoutCancel(ctx), "workflow: delay processor stopped", "lease.holder", l.Holder)
 
-	wake, stopListening := e.listenDelays(ctx)
+	notes, stopListening := e.listenDelays(ctx)
 	defer stopListening()
 	p := &delayPass{e: e}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	// full: this pass looks at everything. fullBy: the next full pass is
+	// due then at the latest. cancelAt: a deadline may be due then (or a
+	// run set aside tried again), by the last reading. mustCancel: the
+	// last pass took no reading, so the next looks for overdue runs
+	// whatever wakes it.
+	full, mustCancel := true, false
+	var fullBy, cancelAt time.Time
 	for {
-		n, err := p.fireDueDelays(ctx)
+		full = full || !time.Now().Before(fullBy)
+		cancel := full || mustCancel || !time.Now().Before(cancelAt)
+		var rd dueReading
+		n, err := p.fireDueDelays(ctx, &rd)
 		failed := false
 		if err != nil {
 			if ctx.Err() != nil {
@@ -49,37 +80,60 @@ func (e *Engine) processDelays(ctx context.Context, l *leases.Lease) error {
 			}
 			e.logger.WarnContext(ctx, "workflow: waking due delays; retrying them one by one", "error", err)
 			n, failed = p.fireDueDelaysOneByOne(ctx)
+			rd = dueReading{}
 		}
-		cancelled, full, cancelFailed := p.cancelOverdueRuns(ctx)
+		var cancelled, found int
+		cancelFailed := false
+		if cancel {
+			cancelled, found, cancelFailed = p.cancelOverdueRuns(ctx)
+		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if (n >= e.cfg.DelayBatchSize && !failed) || (full && cancelled > 0 && !cancelFailed) {
+		if (n >= e.cfg.DelayBatchSize && !failed) || (found >= e.cfg.DelayBatchSize && cancelled > 0 && !cancelFailed) {
 			continue // more are due
 		}
+		if full {
+			fullBy = time.Now().Add(e.cfg.DelayPollInterval)
+		}
+		full = false
 		failed = failed || cancelFailed
 		n += cancelled
-		wait := e.cfg.DelayPollInterval
-		delays, nextDelay := p.delays.held(time.Now())
-		runs, nextRun := p.runs.held(time.Now())
-		tasks, names := stepKeyArrays(delays)
-		var next *float64
-		err = e.pool.QueryRow(ctx, nextDueSQL, tasks, names, pgIDs(runs)).Scan(&next)
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
+		if !rd.ok || found > 0 {
+			// The pass read nothing, or its cancels changed what is due
+			// since it read.
+			rd, err = p.readDue(ctx)
+			if err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				e.logger.WarnContext(ctx, "workflow: finding the next delay or deadline failed; looking again after the poll interval", "error", err)
 			}
-			e.logger.WarnContext(ctx, "workflow: finding the next delay or deadline failed; looking again after the poll interval", "error", err)
-			next, failed = nil, true
 		}
-		if next != nil && !failed {
-			if d := time.Duration(*next * float64(time.Second)); d < wait {
-				wait = d
+		if failed {
+			rd = dueReading{}
+		}
+		now := time.Now()
+		wait := fullBy.Sub(now)
+		mustCancel, cancelAt = !rd.ok, fullBy
+		if rd.ok {
+			if rd.deadline != nil {
+				cancelAt = earliest(cancelAt, rd.when(*rd.deadline))
 			}
+			next := cancelAt
+			if rd.delay != nil {
+				next = earliest(next, rd.when(*rd.delay))
+			}
+			wait = min(wait, next.Sub(now))
 		}
 		// A row set aside may be tried again then.
+		_, nextDelay := p.delays.held(now)
+		_, nextRun := p.runs.held(now)
+		if !nextRun.IsZero() {
+			cancelAt = earliest(cancelAt, nextRun)
+		}
 		for _, at := range []time.Time{nextDelay, nextRun} {
-			if d := time.Until(at); !at.IsZero() && d < wait {
+			if d := at.Sub(now); !at.IsZero() && d < wait {
 				wait = max(d, delaySkippedPause)
 			}
 		}
@@ -92,38 +146,174 @@ func (e *Engine) processDelays(ctx context.Context, l *leases.Lease) error {
 			// rather than spin until the lock is gone.
 			wait = delaySkippedPause
 		}
+		armed := now.Add(wait)
 		timer.Reset(wait)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-timer.C:
-		case <-wake:
-			timer.Stop()
+	sleep:
+		for {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-timer.C:
+				break sleep
+			case <-notes.wake:
+				lost, due := notes.take()
+				if lost || !rd.ok {
+					timer.Stop()
+					full = true
+					break sleep
+				}
+				if due.IsZero() {
+					continue
+				}
+				at := rd.when(due)
+				if !at.Before(armed) {
+					continue // the timer goes off first, and reads it
+				}
+				if d := time.Until(at); d > 0 {
+					armed = at
+					timer.Reset(d)
+					continue
+				}
+				timer.Stop()
+				break sleep
+			}
 		}
 	}
 }
 
+// dueReading is what the delay processor last read of its timers: the
+// database's clock (braid_clock()), when the earliest waiting delay and
+// the earliest deadline of an unfinished run are due by it (nil for none;
+// the rows set aside left out), and when the reading came back, by this
+// process's clock. ok is false when there is no reading.
+type dueReading struct {
+	ok              bool
+	back            time.Time
+	clock           time.Time
+	delay, deadline *time.Time
+}
+
+// when is the moment of this process at which t, a time on the
+// database's clock, falls by the reading: how long the processor sleeps
+// until t is counted from when the reading came back.
+func (r *dueReading) when(t time.Time) time.Time { return r.back.Add(t.Sub(r.clock)) }
+
+// scan reads row, a row of dueReadingSQL.
+func (r *dueReading) scan(row pgx.Row) error {
+	*r = dueReading{}
+	if err := row.Scan(&r.clock, &r.delay, &r.deadline); err != nil {
+		return err
+	}
+	r.ok, r.back = true, time.Now()
+	return nil
+}
+
+// dueReadingSQL reads the database's clock and when the earliest waiting
+// delay and the earliest deadline of an unfinished run are due, leaving
+// out the delays ($1 and $2: task IDs and names) and the runs ($3) set
+// aside.
+const dueReadingSQL = `
+	SELECT braid_clock(),
+	       (SELECT min(resume_at) FROM braid_steps WHERE status = 'waiting' AND resume_at IS NOT NULL
+	           AND (task_id, name) NOT IN (SELECT * FROM unnest($1::uuid[], $2::text[]))),
+	       (SELECT min(deadline_at) FROM braid_runs
+	         WHERE deadline_at IS NOT NULL AND status IN ('pending', 'running', 'waiting') AND id <> ALL($3::uuid[]))`
+
+// readDue takes a dueReading on its own.
+func (p *delayPass) readDue(ctx context.Context) (dueReading, error) {
+	delays, _ := p.delays.held(time.Now())
+	runs, _ := p.runs.held(time.Now())
+	tasks, names := stepKeyArrays(delays)
+	var rd dueReading
+	err := rd.scan(p.e.pool.QueryRow(ctx, dueReadingSQL, tasks, names, pgIDs(runs)))
+	return rd, err
+}
+
+// delayNote is the payload of a NOTIFY on channelDelay that says when the
+// earliest of the timers it announces (delays and waits' timeouts, rows of
+// braid_steps) is due, on the database's clock: microseconds since the
+// Unix epoch, in decimal. The timers' writer reads due from the rows it
+// wrote. A NOTIFY with another payload (an empty one: a new deadline, the
+// test kit's move of the clock, a writer of an older version) says nothing
+// of when, and the delay processor looks for everything due. A deadline's
+// NOTIFY must be such a one: the pass at a timer that a delayNote set
+// looks for overdue runs only when its last reading says one may be due.
+func delayNote(due time.Time) string { return strconv.FormatInt(due.UnixMicro(), 10) }
+
+// parseDelayNote reads a delayNote; ok is false for any other payload.
+func parseDelayNote(s string) (due time.Time, ok bool) {
+	us, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return time.Time{}, false
+	}
+	return time.UnixMicro(us), true
+}
+
+// delayNotes gathers the NOTIFYs on channelDelay that came since the delay
+// processor last took them: the earliest due time they said, and whether
+// one said none, or notifications were lost (the listener started to
+// listen: those sent before were never heard). wake receives when there
+// is something to take.
+type delayNotes struct {
+	wake chan struct{}
+	mu   sync.Mutex
+	lost bool
+	due  time.Time
+}
+
+// add records a notification's payload.
+func (n *delayNotes) add(payload string) {
+	due, ok := parseDelayNote(payload)
+	n.mu.Lock()
+	switch {
+	case !ok:
+		n.lost = true
+	case n.due.IsZero() || due.Before(n.due):
+		n.due = due
+	}
+	n.mu.Unlock()
+	nudge(n.wake)
+}
+
+// missed records that notifications may have been lost.
+func (n *delayNotes) missed() {
+	n.mu.Lock()
+	n.lost = true
+	n.mu.Unlock()
+	nudge(n.wake)
+}
+
+// take returns what the notifications said since the last take, and
+// forgets it.
+func (n *delayNotes) take() (lost bool, due time.Time) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	lost, due = n.lost, n.due
+	n.lost, n.due = false, time.Time{}
+	return lost, due
+}
+
 // listenDelays listens, until ctx ends or stop is called, for the NOTIFYs
-// that say a nearer delay or deadline was written, and sends on wake for
-// each of them, and each time it starts to listen (a NOTIFY sent while it
-// did not was lost). stop returns once the connection is closed.
-func (e *Engine) listenDelays(ctx context.Context) (wake <-chan struct{}, stop func()) {
+// that say a nearer delay or deadline was written, and gathers them in
+// notes, with each time it starts to listen (a NOTIFY sent while it did
+// not was lost). stop returns once the connection is closed.
+func (e *Engine) listenDelays(ctx context.Context) (notes *delayNotes, stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
-	ch := make(chan struct{}, 1)
+	notes = &delayNotes{wake: make(chan struct{}, 1)}
 	l := &listener{
 		pool:     e.pool,
 		logger:   e.logger,
 		what:     "new delays and deadlines",
 		channels: []string{channelDelay},
-		ready:    func() { nudge(ch) },
-		note:     func(*pgconn.Notification) { nudge(ch) },
+		ready:    notes.missed,
+		note:     func(n *pgconn.Notification) { notes.add(n.Payload) },
 	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		l.run(ctx)
 	}()
-	return ch, func() {
+	return notes, func() {
 		cancel()
 		<-done
 	}
@@ -138,10 +328,23 @@ type delayPass struct {
 }
 
 // fireDueDelays wakes up to DelayBatchSize due delays, leaving out those
-// set aside.
-func (p *delayPass) fireDueDelays(ctx context.Context) (int, error) {
+// set aside. With rd, the same transaction then takes a dueReading into
+// rd.
+func (p *delayPass) fireDueDelays(ctx context.Context, rd *dueReading) (int, error) {
 	held, _ := p.delays.held(time.Now())
-	return p.e.fireDueDelays(ctx, nil, held)
+	var runs []uuid.UUID
+	if rd != nil {
+		runs, _ = p.runs.held(time.Now())
+	}
+	return p.e.fireDueDelays(ctx, nil, held, rd, runs)
+}
+
+// earliest returns the earlier of a and b.
+func earliest(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // delaySkippedPause is how long the delay processor pauses when due
@@ -191,7 +394,12 @@ const fireDueDelaysSQL = `
 // transaction. Once it has committed, each delay's wait becomes a span,
 // from the moment the delay was recorded as its task suspended to the
 // moment it fired.
-func (e *Engine) fireDueDelays(ctx context.Context, only *stepKey, skip []stepKey) (int, error) {
+//
+// With rd, the transaction also takes a dueReading into rd, leaving out
+// skip and skipRuns, in the round trip of its first statement: after it,
+// so that the delays it fires are no longer waiting. The reading holds
+// only once the transaction has committed.
+func (e *Engine) fireDueDelays(ctx context.Context, only *stepKey, skip []stepKey, rd *dueReading, skipRuns []uuid.UUID) (int, error) {
 	var taskID, name any
 	if only != nil {
 		taskID, name = only.taskID, only.name
@@ -201,7 +409,14 @@ func (e *Engine) fireDueDelays(ctx context.Context, only *stepKey, skip []stepKe
 	var waits []waitSpan
 	err := e.withTx(ctx, func(tx pgx.Tx) error {
 		waits = nil
-		rows, err := tx.Query(ctx, fireDueDelaysSQL, e.cfg.DelayBatchSize, taskID, name, skipTasks, skipNames)
+		b := &pgx.Batch{}
+		b.Queue(fireDueDelaysSQL, e.cfg.DelayBatchSize, taskID, name, skipTasks, skipNames)
+		if rd != nil {
+			b.Queue(dueReadingSQL, skipTasks, skipNames, pgIDs(skipRuns))
+		}
+		br := tx.SendBatch(ctx, b)
+		defer func() { _ = br.Close() }()
+		rows, err := br.Query()
 		if err != nil {
 			return err
 		}
@@ -227,6 +442,14 @@ func (e *Engine) fireDueDelays(ctx context.Context, only *stepKey, skip []stepKe
 		if err := rows.Err(); err != nil {
 			return err
 		}
+		if rd != nil {
+			if err := rd.scan(br.QueryRow()); err != nil {
+				return err
+			}
+		}
+		if err := br.Close(); err != nil {
+			return err
+		}
 		n = len(turns)
 		if err := e.wakeTurns(ctx, tx, turns); err != nil {
 			return err
@@ -238,6 +461,8 @@ func (e *Engine) fireDueDelays(ctx context.Context, only *stepKey, skip []stepKe
 	})
 	if err == nil {
 		e.recordWaits(waits)
+	} else if rd != nil {
+		*rd = dueReading{}
 	}
 	return n, err
 }
@@ -285,7 +510,7 @@ func (p *delayPass) fireDueDelaysOneByOne(ctx context.Context) (int, bool) {
 	}
 	total, failed := 0, false
 	for _, k := range keys {
-		n, err := e.fireDueDelays(ctx, &k, nil)
+		n, err := e.fireDueDelays(ctx, &k, nil, nil, nil)
 		switch {
 		case err == nil:
 			p.delays.done(k)

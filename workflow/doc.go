@@ -627,6 +627,17 @@
 // run deadlines) by reading the clock once per statement, so that its
 // index scans stop at the first row not yet due, however many delays wait.
 //
+// The processor spends one transaction at a due time when no deadline is
+// due: it reads when the next delay and deadline are due in the
+// transaction that wakes the due delays, and looks for overdue runs only
+// when a deadline may be due. The NOTIFY of a new delay carries its due
+// time, by the database's clock, so that one due after the timer the
+// processor has set costs it no statement; one without a due time (a new
+// deadline's, say) makes it look for everything. A NOTIFY lost (its
+// connection down, say) is made up for by the poll: every
+// Config.DelayPollInterval (a second by default) at the latest, the
+// processor looks for everything due.
+//
 // A batch that fails is retried one delay at a time. A delay whose wake
 // fails even alone, by a fault of its own row (a trigger or a constraint
 // that refuses it, not a lost connection or a held lock), is set aside:
@@ -729,7 +740,8 @@
 // lock order, every unfinished task, waiting delay and turn job of the
 // run, DAG nodes included), so that one run that cannot be cancelled
 // holds back no other. It sleeps until the earliest delay or deadline,
-// and a run started with a deadline sends the same NOTIFY as a new delay,
+// and a run started with a deadline (or given a fresh one by Retry) sends
+// a NOTIFY on the delays' channel, which makes it look for everything due,
 // so a near deadline is not missed. Being a row like a delay, a deadline
 // survives restarts and a change of the lease's holder: a deadline that
 // passed while no process ran is acted on by the next holder.
