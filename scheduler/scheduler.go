@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/braidflow/braid/internal/listen"
 	"github.com/braidflow/braid/leases"
 	"github.com/braidflow/braid/queue"
 )
@@ -430,47 +431,33 @@ func (s *Scheduler) lead(ctx, hard context.Context, lease *leases.Lease) error {
 	}
 }
 
-// listen holds a connection that LISTENs on NotifyChannel until ctx ends and
-// signals wake on each notification; done closes once the connection is
-// closed. When listening fails, the leader polls alone.
+// listen holds a connection that LISTENs on NotifyChannel until ctx ends,
+// opened again whenever it is lost (package listen), and signals wake on
+// each notification and each time it starts to listen (a change notified
+// while nothing listened was missed); done closes once the connection is
+// closed. While it cannot listen, the leader polls alone.
 func (s *Scheduler) listen(ctx context.Context) (wake <-chan struct{}, done <-chan struct{}) {
 	wakeC, doneC := make(chan struct{}, 1), make(chan struct{})
-	pc, err := s.pool.Acquire(ctx)
-	if err != nil {
-		s.logger.WarnContext(ctx, "scheduler: cannot listen for changes; polling only", slog.String("error", err.Error()))
-		close(doneC)
-		return wakeC, doneC
+	nudge := func() {
+		select {
+		case wakeC <- struct{}{}:
+		default:
+		}
 	}
-	conn := pc.Hijack()
-	if _, err := conn.Exec(ctx, "LISTEN "+NotifyChannel); err != nil {
-		s.logger.WarnContext(ctx, "scheduler: cannot listen for changes; polling only", slog.String("error", err.Error()))
-		closeConn(conn)
-		close(doneC)
-		return wakeC, doneC
+	l := &listen.Listener{
+		Pool:     s.pool,
+		Logger:   s.logger,
+		Subject:  "scheduler",
+		What:     "changes",
+		Channels: []string{NotifyChannel},
+		Ready:    nudge,
+		Note:     func(*pgconn.Notification) { nudge() },
 	}
 	go func() {
 		defer close(doneC)
-		defer closeConn(conn)
-		for {
-			if _, err := conn.WaitForNotification(ctx); err != nil {
-				if ctx.Err() == nil {
-					s.logger.WarnContext(ctx, "scheduler: listening for changes failed; polling only", slog.String("error", err.Error()))
-				}
-				return
-			}
-			select {
-			case wakeC <- struct{}{}:
-			default:
-			}
-		}
+		l.Run(ctx)
 	}()
 	return wakeC, doneC
-}
-
-func closeConn(conn *pgx.Conn) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	_ = conn.Close(ctx)
 }
 
 // tick fires every due schedule and claims due recurring jobs, each in a

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/braidflow/braid/internal/listen"
 	"github.com/braidflow/braid/leases"
 	"github.com/braidflow/braid/queue"
 )
@@ -300,18 +301,19 @@ func (n *delayNotes) take() (lost bool, due time.Time) {
 func (e *Engine) listenDelays(ctx context.Context) (notes *delayNotes, stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	notes = &delayNotes{wake: make(chan struct{}, 1)}
-	l := &listener{
-		pool:     e.pool,
-		logger:   e.logger,
-		what:     "new delays and deadlines",
-		channels: []string{channelDelay},
-		ready:    notes.missed,
-		note:     func(n *pgconn.Notification) { notes.add(n.Payload) },
+	l := &listen.Listener{
+		Pool:     e.pool,
+		Logger:   e.logger,
+		Subject:  "workflow",
+		What:     "new delays and deadlines",
+		Channels: []string{channelDelay},
+		Ready:    notes.missed,
+		Note:     func(n *pgconn.Notification) { notes.add(n.Payload) },
 	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		l.run(ctx)
+		l.Run(ctx)
 	}()
 	return notes, func() {
 		cancel()

@@ -4,119 +4,12 @@ import (
 	"context"
 	"log/slog"
 	"sync"
-	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/braidflow/braid/internal/listen"
 )
-
-// listen LISTENs on channels on a connection taken from the pool and
-// then removed from it (Hijack).
-//
-// The connection is the pool's own rather than one dialled here from a
-// copy of the pool's ConnConfig: only the pool runs its hooks
-// (BeforeConnect, AfterConnect and whatever the pool gains later), which
-// are where a rotating password such as a cloud IAM token, or a
-// per-connection setting, is put. A connection dialled from the copy would
-// lack them, fail where the pool's succeed, and stop whatever waits on it.
-// Removed from the pool, the connection no longer counts against MaxConns,
-// so holding it for as long as it waits starves no turn of a small pool,
-// and pool.Close does not wait for it; the caller closes it.
-func listen(ctx context.Context, pool *pgxpool.Pool, channels ...string) (*pgx.Conn, error) {
-	pc, err := pool.Acquire(ctx)
-	if err != nil {
-		return nil, err
-	}
-	conn := pc.Hijack()
-	for _, channel := range channels {
-		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
-			closeListener(conn)
-			return nil, err
-		}
-	}
-	return conn, nil
-}
-
-// closeListener closes a connection that listen opened, waiting at most a
-// second for the server to hear of it.
-func closeListener(conn *pgx.Conn) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	_ = conn.Close(ctx)
-}
-
-// listenRetryMin and listenRetryMax bound the pause before listening is
-// tried again after it failed: the first failure waits listenRetryMin, and
-// each one after that twice as long as the one before, up to
-// listenRetryMax.
-const (
-	listenRetryMin = time.Second
-	listenRetryMax = 30 * time.Second
-)
-
-// listener keeps a connection LISTENing on channels until ctx ends, and
-// opens it again whenever it cannot be opened or is lost (a server at its
-// connection limit, a proxy that drops idle connections). Those that rely
-// on it must never depend on it alone: they poll meanwhile.
-type listener struct {
-	pool     *pgxpool.Pool
-	logger   *slog.Logger
-	what     string // what the notifications are for, in the log
-	channels []string
-	// ready is called each time the connection listens: notifications
-	// sent before then were lost, so whoever waits must look again.
-	ready func()
-	// note is called on each notification.
-	note func(*pgconn.Notification)
-}
-
-// run listens until ctx ends. The first failure of a streak is logged at
-// WARN, the others at DEBUG, and listening again after one at INFO, so
-// that a lasting failure neither floods the log nor goes unseen.
-func (l *listener) run(ctx context.Context) {
-	var pause time.Duration // zero while no failure is in a streak
-	for ctx.Err() == nil {
-		err := l.once(ctx, func() {
-			if pause > 0 {
-				l.logger.InfoContext(ctx, "workflow: listening for "+l.what+" again")
-			}
-			pause = 0
-		})
-		if ctx.Err() != nil {
-			return
-		}
-		if pause == 0 {
-			l.logger.WarnContext(ctx, "workflow: cannot listen for "+l.what+"; polling meanwhile", "error", err)
-		} else {
-			l.logger.DebugContext(ctx, "workflow: still cannot listen for "+l.what+"; polling meanwhile", "error", err)
-		}
-		pause = min(max(2*pause, listenRetryMin), listenRetryMax)
-		select {
-		case <-ctx.Done():
-		case <-time.After(pause):
-		}
-	}
-}
-
-// once opens the connection, calls listening and then ready once it
-// listens, and listens until the connection fails, returning the error.
-func (l *listener) once(ctx context.Context, listening func()) error {
-	conn, err := listen(ctx, l.pool, l.channels...)
-	if err != nil {
-		return err
-	}
-	defer closeListener(conn)
-	listening()
-	l.ready()
-	for {
-		note, err := conn.WaitForNotification(ctx)
-		if err != nil {
-			return err
-		}
-		l.note(note)
-	}
-}
 
 // notifier shares one LISTEN connection among every Run.Result and
 // GetEvent waiting in this process. The connection is opened with the
@@ -201,15 +94,16 @@ func (n *notifier) subscribeOn(runID string, channels ...string) (<-chan struct{
 }
 
 func (n *notifier) listen(ctx context.Context) {
-	l := &listener{
-		pool:     n.pool,
-		logger:   n.logger,
-		what:     "finished runs and run events",
-		channels: notifierChannels,
-		ready:    n.wakeAll,
-		note:     n.wake,
+	l := &listen.Listener{
+		Pool:     n.pool,
+		Logger:   n.logger,
+		Subject:  "workflow",
+		What:     "finished runs and run events",
+		Channels: notifierChannels,
+		Ready:    n.wakeAll,
+		Note:     n.wake,
 	}
-	l.run(ctx)
+	l.Run(ctx)
 }
 
 // wake wakes the waiters of note's channel and run.

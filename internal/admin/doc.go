@@ -37,8 +37,10 @@
 // server feeds every open stream from braid's NOTIFY channels: a run
 // finished, a job reported progress, a schedule changed. It opens with the
 // first stream and closes EventsLinger (5 s) after the last one ends, so
-// that a page reload keeps it and a server nobody watches holds none; a
-// lost connection is opened again. A tick every second makes open pages
+// that a page reload keeps it and a server nobody watches holds none. It
+// is a connection of the server's pool, opened as the pool opens its own
+// (hooks included) and opened again once lost (package listen, braid's one
+// way of listening). A tick every second makes open pages
 // refresh what no NOTIFY announces. When the stream is down, the dashboard
 // polls instead.
 //

@@ -9,9 +9,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/braidflow/braid/internal/listen"
 	"github.com/braidflow/braid/queue"
 	"github.com/braidflow/braid/scheduler"
 	"github.com/braidflow/braid/workflow"
@@ -194,55 +195,30 @@ func (h *hub) publish(ctx context.Context, ev Event) {
 	}
 }
 
+// listen listens until ctx ends, on a connection of the pool (see package
+// listen, which opens it again once lost), and publishes what it hears.
 func (h *hub) listen(ctx context.Context) {
-	for ctx.Err() == nil {
-		err := h.listenOnce(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		h.log.Warn("admin: live updates lost their connection; retrying", slog.String("error", err.Error()))
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(time.Second):
-		}
-	}
-}
-
-func (h *hub) listenOnce(ctx context.Context) error {
-	conn, err := pgx.ConnectConfig(ctx, h.pool.Config().ConnConfig.Copy())
-	if err != nil {
-		return err
-	}
-	defer func() {
-		// Bounded, as close waits for it: a database that no longer
-		// answers must not hold Close.
-		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		defer cancel()
-		_ = conn.Close(closeCtx)
-	}()
-	for _, ch := range []string{channelRunFinished, channelProgress, channelScheduler} {
-		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
-			return err
-		}
-	}
-	for {
-		n, err := conn.WaitForNotification(ctx)
-		if err != nil {
-			return err
-		}
-		switch n.Channel {
-		case channelRunFinished:
-			data, _ := json.Marshal(map[string]string{"id": n.Payload})
-			h.publish(ctx, Event{Type: "run", Data: data})
-		case channelProgress:
-			if json.Valid([]byte(n.Payload)) {
-				h.publish(ctx, Event{Type: "progress", Data: json.RawMessage(n.Payload)})
+	l := &listen.Listener{
+		Pool:     h.pool,
+		Logger:   h.log,
+		Subject:  "admin",
+		What:     "live updates",
+		Channels: []string{channelRunFinished, channelProgress, channelScheduler},
+		Note: func(n *pgconn.Notification) {
+			switch n.Channel {
+			case channelRunFinished:
+				data, _ := json.Marshal(map[string]string{"id": n.Payload})
+				h.publish(ctx, Event{Type: "run", Data: data})
+			case channelProgress:
+				if json.Valid([]byte(n.Payload)) {
+					h.publish(ctx, Event{Type: "progress", Data: json.RawMessage(n.Payload)})
+				}
+			case channelScheduler:
+				h.publish(ctx, Event{Type: "schedule", Data: json.RawMessage(`{}`)})
 			}
-		case channelScheduler:
-			h.publish(ctx, Event{Type: "schedule", Data: json.RawMessage(`{}`)})
-		}
+		},
 	}
+	l.Run(ctx)
 }
 
 func (s *Server) routeEvents() {

@@ -353,7 +353,7 @@ func TestEventsSurviveALostListenConnection(t *testing.T) {
 	awaitListener(t, f.pool, pid)
 	notifyRun(t, f.pool, "after")
 	s.expectRun(t, "after")
-	if log := f.auditLog(); !strings.Contains(log, "live updates lost their connection") {
+	if log := f.auditLog(); !strings.Contains(log, "cannot listen for live updates") {
 		t.Errorf("the lost connection was not logged:\n%s", log)
 	}
 }
