@@ -82,8 +82,8 @@ type StepError struct {
 	Attempts int
 	Message  string
 
-	// causes are the messages of the errors that the step's error
-	// wrapped when it failed.
+	// causes name the errors that the step's error was when it failed
+	// (see Is).
 	causes []string
 }
 
@@ -91,20 +91,25 @@ func (e *StepError) Error() string {
 	return fmt.Sprintf("step %q failed after %d attempts: %s", e.Step, e.Attempts, e.Message)
 }
 
-// Is reports whether target's message is that of the step's error, or of
-// an error it wrapped (through Unwrap) when the step failed. The error
-// itself is not kept, only its text: so errors.Is(err, ErrNotFound), for
-// a sentinel error made with errors.New, holds on every replay of the
-// failed step as it held for the error the step's body returned, and code
-// that branches on it takes the same path each time. errors.As cannot
-// recover the body's own error types: branch on sentinel errors, or on
-// the message.
+// Is reports whether target is, by its type and message, an error that
+// the step's error was when the step failed: the error itself, one it
+// wrapped (through Unwrap), or one of a few standard sentinels it matched
+// through an Is method (fs.ErrNotExist, fs.ErrExist, fs.ErrPermission,
+// fs.ErrInvalid, fs.ErrClosed, os.ErrDeadlineExceeded, context.Canceled,
+// context.DeadlineExceeded, io.EOF, io.ErrUnexpectedEOF, net.ErrClosed,
+// errors.ErrUnsupported). The error itself is not kept, only those names:
+// so errors.Is(err, ErrNotFound), for a sentinel error, holds on every
+// replay of the failed step as it held for the error the step's body
+// returned, and code that branches on it takes the same path each time.
+// errors.As cannot recover the body's own error values, nor can Is match
+// a sentinel that the body's error matched through an Is method of its
+// own. A failure recorded before braid kept these names matches nothing.
 func (e *StepError) Is(target error) bool {
-	if target == nil {
+	if target == nil || len(e.causes) == 0 {
 		return false
 	}
-	m := target.Error()
-	return m == e.Message || slices.Contains(e.causes, m)
+	name, ok := causeName(target)
+	return ok && slices.Contains(e.causes, name)
 }
 
 // ChildError is returned by Future.Get and Map when a child task failed
@@ -193,9 +198,8 @@ type storedError struct {
 	// error says which step it was.
 	Step    string `json:"step,omitempty"`
 	Attempt int    `json:"attempt,omitempty"`
-	// Causes, on a failed step's record, are the messages of the errors
-	// that the step's error wrapped (stepCauses), which StepError.Is
-	// matches.
+	// Causes, on a failed step's record, name the errors that the step's
+	// error was (stepCauses), which StepError.Is matches.
 	Causes []string `json:"causes,omitempty"`
 }
 

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -526,5 +529,259 @@ func TestReplayOfACompletedFallbackDoesNotDiverge(t *testing.T) {
 	}
 	if len(rep.Divergences) != 0 {
 		t.Fatalf("the unchanged code diverges from its own completed run: %v", rep.Divergences[0])
+	}
+}
+
+// A sentinel that errors.Is matches through an Is method, not by being in
+// the chain: os.ReadFile's *fs.PathError wraps syscall.ENOENT, which is
+// fs.ErrNotExist only through Errno.Is. The replay of the recorded failure
+// matches it too, and takes the path the turn that ran the step took.
+func TestAnIsMethodSentinelHoldsOnReplay(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	missing := filepath.Join(t.TempDir(), "config.json")
+	wf := workflow.Define("handled_is_method", func(t *workflow.Task, _ struct{}) (string, error) {
+		_, err := workflow.Step(t, "lookup", func(context.Context) (string, error) {
+			b, err := os.ReadFile(missing)
+			if err != nil {
+				return "", fmt.Errorf("read config: %w", err)
+			}
+			return string(b), nil
+		})
+		if errors.Is(err, fs.ErrNotExist) {
+			if err := t.Delay("wait-for-it", 10*time.Millisecond); err != nil {
+				return "", err
+			}
+			return "not found, waited", nil
+		}
+		if err != nil {
+			if _, aerr := workflow.Step(t, "alert", func(context.Context) (int, error) { return 1, nil }); aerr != nil {
+				return "", aerr
+			}
+			return "", err
+		}
+		return "found", nil
+	}, workflow.WithMaxAttempts(2), workflow.WithRetry(fast))
+	eng := startEngine(t, pool, testConfig(wf))
+	ctx := ctxTimeout(t, 60*time.Second)
+	run, err := wf.Start(ctx, eng, struct{}{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := run.Result(ctx)
+	if err != nil || out != "not found, waited" {
+		t.Fatalf("the run's result: %q, %v; want the path the first turn took (not found, waited)", out, err)
+	}
+}
+
+// A cause whose text equals a sentinel's without being it (an RPC client
+// that rebuilds the server's error from its text, say) did not match the
+// sentinel in the turn that ran the step, and does not on replay either:
+// causes are matched by type and message.
+func TestALookalikeOfASentinelDoesNotMatchOnReplay(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	wf := workflow.Define("handled_lookalike", func(t *workflow.Task, _ struct{}) (string, error) {
+		_, err := workflow.Step(t, "call", func(context.Context) (int, error) {
+			// The server's handler timed out; the client has only its text.
+			remote := errors.New("context deadline exceeded")
+			return 0, fmt.Errorf("rpc Reserve: %w", remote)
+		})
+		if errors.Is(err, context.DeadlineExceeded) {
+			// Our own deadline: try again later.
+			if err := t.Delay("backoff", 10*time.Millisecond); err != nil {
+				return "", err
+			}
+			return "retried later", nil
+		}
+		if err != nil {
+			if _, cerr := workflow.Step(t, "compensate", func(context.Context) (int, error) { return 1, nil }); cerr != nil {
+				return "", cerr
+			}
+			if err := t.Delay("cool-off", 10*time.Millisecond); err != nil {
+				return "", err
+			}
+			return "compensated", nil
+		}
+		return "reserved", nil
+	}, workflow.WithMaxAttempts(2), workflow.WithRetry(fast))
+	eng := startEngine(t, pool, testConfig(wf))
+	ctx := ctxTimeout(t, 60*time.Second)
+	run, err := wf.Start(ctx, eng, struct{}{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := run.Result(ctx)
+	if err != nil || out != "compensated" {
+		t.Fatalf("the run's result: %q, %v; want the path the first turn took (compensated)", out, err)
+	}
+}
+
+var errSignupNotFound = errors.New("not found")
+
+// A run whose history was recorded before braid kept the causes of a
+// step's failure: an exhausted step whose body returned a sentinel, which
+// the *StepError of that time did not match, so the code took its other
+// path (alert). The record has no causes and matches nothing, so the
+// replay takes the same path. The history is as ExportRun wrote it then.
+func TestAStepFailureRecordedWithoutCausesMatchesNothing(t *testing.T) {
+	t.Parallel()
+	wf := workflow.Define("handled_upgrade", func(t *workflow.Task, _ struct{}) (string, error) {
+		_, err := workflow.Step(t, "lookup", func(context.Context) (int, error) { return 0, errSignupNotFound },
+			workflow.Retry{MaxAttempts: 1, Backoff: fast})
+		if errors.Is(err, errSignupNotFound) {
+			if err := t.Delay("wait-for-signup", time.Millisecond); err != nil {
+				return "", err
+			}
+			return "signed up later", nil
+		}
+		if err != nil {
+			if _, aerr := workflow.Step(t, "alert", func(context.Context) (int, error) { return 1, nil }); aerr != nil {
+				return "", aerr
+			}
+			return "alerted", nil
+		}
+		return "found", nil
+	})
+	p0, p1 := 0, 1
+	h := &workflow.RunHistory{
+		Format: workflow.RunHistoryFormat, RunID: "0190f2a0-0000-7000-8000-000000000001", Workflow: "handled_upgrade", Status: "completed",
+		Tasks: []workflow.TaskHistory{{
+			ID: "0190f2a0-0000-7000-8000-000000000002", Key: "", Workflow: "handled_upgrade", Status: "completed",
+			Input: []byte(`{}`), Output: []byte(`"alerted"`),
+			Steps: []workflow.StepHistory{
+				{Name: "lookup", Kind: "step", Status: "failed", Position: &p0, Error: "not found", Attempts: 1},
+				{Name: "alert", Kind: "step", Status: "completed", Position: &p1, Output: []byte(`1`), Attempts: 1},
+			},
+		}},
+	}
+	rep, err := workflow.Replay(context.Background(), h, wf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Divergences) != 0 {
+		t.Fatalf("unchanged code diverges from a history recorded before the change: %v", rep.Divergences[0])
+	}
+}
+
+// Config.MaxErrorBytes caps the text of a failed step's stored error, the
+// names of its causes included.
+func TestAFailedStepsRecordIsCappedByMaxErrorBytes(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	const limit = 512
+	wf := workflow.Define("handled_error_cap", func(t *workflow.Task, _ struct{}) (string, error) {
+		_, err := workflow.Step(t, "enrich", func(context.Context) (int, error) {
+			var errs []error
+			for i := range 16 {
+				errs = append(errs, fmt.Errorf("backend %02d: %s", i, strings.Repeat("x", 1000)))
+			}
+			return 0, errors.Join(errs...)
+		}, workflow.Retry{MaxAttempts: 1, Backoff: fast})
+		if err != nil {
+			return "without enrichment", nil // an optional step: fall back
+		}
+		return "enriched", nil
+	})
+	cfg := testConfig(wf)
+	cfg.MaxErrorBytes = limit
+	eng := startEngine(t, pool, cfg)
+	ctx := ctxTimeout(t, 60*time.Second)
+	run, err := wf.Start(ctx, eng, struct{}{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := run.Result(ctx); err != nil || out != "without enrichment" {
+		t.Fatalf("the run's result: %q, %v", out, err)
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT octet_length(error::text) FROM braid_steps WHERE name = 'enrich'`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	// The message at the cap, with room for the JSON around it.
+	if n > limit+256 {
+		t.Errorf("the failed step's stored error is %d bytes; MaxErrorBytes is %d", n, limit)
+	}
+}
+
+// validationError has a pointer receiver that reads its field: a
+// nil one panics in Error.
+type validationError struct{ field string }
+
+func (e *validationError) Error() string { return "invalid " + e.field }
+
+// validate has the classic typed-nil bug: it returns a nil
+// *validationError as a non-nil error.
+func validateOrder() error {
+	var ve *validationError
+	return ve
+}
+
+// A step body fails with an error that wraps a typed nil pointer, whose
+// Error panics: the failure is recorded without naming that cause, and the
+// run goes on, whether the code compensates or falls back and completes.
+func TestATypedNilCauseDoesNotPanic(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name       string
+		compensate bool
+	}{{"compensate", true}, {"fallback", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			pool := testutil.DB(t)
+			wf := workflow.Define("handled_typed_nil_"+tc.name, func(t *workflow.Task, _ struct{}) (string, error) {
+				_, err := workflow.Step(t, "validate", func(context.Context) (int, error) {
+					if err := validateOrder(); err != nil {
+						return 0, fmt.Errorf("validate order: %w", err)
+					}
+					return 1, nil
+				})
+				if err != nil {
+					if tc.compensate {
+						if _, cerr := workflow.Step(t, "reject", func(context.Context) (int, error) { return 1, nil }); cerr != nil {
+							return "", cerr
+						}
+					}
+					return "rejected", nil
+				}
+				return "accepted", nil
+			}, workflow.WithMaxAttempts(2), workflow.WithRetry(fast))
+			eng := startEngine(t, pool, testConfig(wf))
+			ctx := ctxTimeout(t, 30*time.Second)
+			run, err := wf.Start(ctx, eng, struct{}{}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := run.Result(ctx)
+			if err != nil || out != "rejected" {
+				t.Fatalf("the run's result: %q, %v; want rejected", out, err)
+			}
+		})
+	}
+}
+
+// A step that failed for a reason of its own, well before the turn's
+// timeout, is recorded when the code's fallback completes after the
+// timeout, on a context of its own, as the turn's outcome is: the run
+// completes.
+func TestAFailureBeforeTheTimeoutIsRecordedAfterIt(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	wf := workflow.Define("handled_fallback_slow", func(t *workflow.Task, _ struct{}) (string, error) {
+		_, err := workflow.Step(t, "lookup", func(context.Context) (string, error) { return "", errors.New("cache down") })
+		if err != nil {
+			time.Sleep(500 * time.Millisecond) // compute the default (no durable call)
+			return "default", nil
+		}
+		return "cached", nil
+	}, workflow.WithMaxAttempts(1), workflow.WithTimeout(300*time.Millisecond))
+	eng := startEngine(t, pool, testConfig(wf))
+	ctx := ctxTimeout(t, 60*time.Second)
+	run, err := wf.Start(ctx, eng, struct{}{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := run.Result(ctx); err != nil || out != "default" {
+		t.Fatalf("the run's result: %q, %v; want default", out, err)
 	}
 }

@@ -57,8 +57,8 @@ type StepHistory struct {
 	Position *int            `json:"position,omitempty"`
 	Output   json.RawMessage `json:"output,omitempty"`
 	Error    string          `json:"error,omitempty"`
-	// Causes are, for a failed step, the messages of the errors its
-	// error wrapped, which errors.Is matches on replay (StepError.Is).
+	// Causes name, for a failed step, the errors its error was, which
+	// errors.Is matches on replay (StepError.Is).
 	Causes   []string `json:"causes,omitempty"`
 	Attempts int      `json:"attempts"`
 }

@@ -35,7 +35,7 @@ type stepConfig struct {
 // River's retries of this one included, replays it: Step then returns a
 // *StepError with the error's message, where the turn that ran the step
 // got the step's own error. The *StepError matches, with errors.Is, the
-// errors the step's error wrapped (by their messages: see StepError.Is),
+// errors the step's error was (by type and message: see StepError.Is),
 // so code that branches on sentinel errors takes the same path each time;
 // errors.As cannot recover the step's own error types. Should the failure
 // not be recorded (the turn's context ended, or the record failed), the
@@ -128,7 +128,7 @@ func Step[T any](t *Task, name string, fn func(ctx context.Context) (T, error), 
 	}
 	if cfg.retry == nil {
 		t.failedStep, t.failedStepErr = name, runErr
-		t.unrecorded = &stepFailure{name: name, pos: pos, err: runErr}
+		t.unrecorded = &stepFailure{name: name, pos: pos, err: runErr, ended: t.ctx.Err() != nil}
 		return zero, runErr
 	}
 	stored := t.eng.stepError(runErr, attempt)

@@ -49,13 +49,18 @@ func newRecorder(e *Engine) *gather[stepWrite, *stepRecord] {
 // about the same time commit together, in one statement (recordSteps);
 // the few that statement leaves out are written alone.
 func (t *Task) recordStep(name string, position int, status string, output json.RawMessage, se *storedError, attempts int) (*stepRecord, error) {
+	return t.recordStepOn(t.ctx, name, position, status, output, se, attempts)
+}
+
+// recordStepOn is recordStep on ctx rather than the turn's context.
+func (t *Task) recordStepOn(ctx context.Context, name string, position int, status string, output json.RawMessage, se *storedError, attempts int) (*stepRecord, error) {
 	w := stepWrite{task: t.id, name: name, position: position, status: status, output: output, attempts: attempts}
 	if se != nil {
 		w.err, _ = json.Marshal(se)
 	}
-	rec, _, err := t.eng.recorder.call(t.ctx, w)
+	rec, _, err := t.eng.recorder.call(ctx, w)
 	if err == nil && rec == nil {
-		rec, err = t.eng.recordStepAlone(t.ctx, w)
+		rec, err = t.eng.recordStepAlone(ctx, w)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("workflow: recording step %q: %w", name, err)

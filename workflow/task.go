@@ -170,6 +170,9 @@ type stepFailure struct {
 	name string
 	pos  int
 	err  error
+	// ended says that the turn's context had ended when the step failed:
+	// the step may have failed only because of that.
+	ended bool
 }
 
 // recordHandledFailure records the failure of the step that failed last in
@@ -182,8 +185,9 @@ type stepFailure struct {
 // turn making no further call, stays unrecorded: River's next attempt runs
 // the step again.
 //
-// A failure is not recorded once the turn's context has ended (a Cancel,
-// a timeout, a Stop): the step may have failed only because of that. Nor
+// A failure is not recorded when the turn's context had ended as the step
+// failed (a Cancel, a timeout, a Stop): the step may have failed only
+// because of that; one from before the end is recorded even after it. Nor
 // does a failure win over a record that another attempt of the turn wrote
 // first. When the failure is not recorded, for these reasons or because
 // its statement failed, the call fails, and so does every later call and
@@ -212,11 +216,19 @@ func (t *Task) recordHandledFailure() error {
 
 // recordFailure records f as a failed step: see recordHandledFailure.
 func (t *Task) recordFailure(f *stepFailure) error {
-	if err := t.ctx.Err(); err != nil {
-		return fmt.Errorf("workflow: step %q failed and the turn has ended, so its failure is not recorded: %w", f.name, context.Cause(t.ctx))
+	if f.ended {
+		return fmt.Errorf("workflow: step %q failed as the turn ended, so its failure is not recorded: %w", f.name, context.Cause(t.ctx))
+	}
+	// A failure from before the turn's end is recorded after it too, as
+	// the turn's outcome is, on a context of its own.
+	ctx := t.ctx
+	if ctx.Err() != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = t.eng.outcomeContext(t.ctx)
+		defer cancel()
 	}
 	se := t.eng.stepError(f.err, 1)
-	rec, err := t.recordStep(f.name, f.pos, "failed", nil, &se, 1)
+	rec, err := t.recordStepOn(ctx, f.name, f.pos, "failed", nil, &se, 1)
 	if err != nil {
 		return err
 	}

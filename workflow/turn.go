@@ -6,6 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"os"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -872,52 +876,91 @@ func (e *Engine) storedError(err error, attempt int) storedError {
 }
 
 // stepError is the stored error of a failed step: storedError, with the
-// messages of the errors that err wraps (stepCauses), which the
-// *StepError that replay returns matches with errors.Is.
+// errors that err is (stepCauses), which the *StepError that replay
+// returns matches with errors.Is.
 func (e *Engine) stepError(err error, attempt int) storedError {
 	se := e.storedError(err, attempt)
-	se.Causes = stepCauses(err)
+	se.Causes = stepCauses(err, e.cfg.MaxErrorBytes-len(se.Message))
 	return se
 }
 
-// stepCausesMax and stepCauseMaxBytes bound what stepCauses keeps: the
-// messages of a step error's first sixteen wrapped errors, each of at most
-// 1 KiB (a longer one is left out, as it cannot be matched whole).
+// stepCausesMax and stepCauseMaxBytes bound what stepCauses keeps: at most
+// sixteen errors, each named in at most 1 KiB (a longer one is left out,
+// as it could not be matched whole).
 const (
 	stepCausesMax     = 16
 	stepCauseMaxBytes = 1024
 )
 
-// stepCauses lists the distinct messages of the errors that err wraps,
-// through Unwrap() error and Unwrap() []error, depth first, err's own
-// excluded; messages that PostgreSQL's jsonb cannot hold (a NUL, bytes
-// that are not UTF-8) are left out.
-func stepCauses(err error) []string {
-	var causes []string
-	seen := map[string]bool{err.Error(): true}
-	var walk func(error)
-	walk = func(err error) {
-		var wrapped []error
-		switch u := err.(type) {
-		case interface{ Unwrap() error }:
-			wrapped = []error{u.Unwrap()}
-		case interface{ Unwrap() []error }:
-			wrapped = u.Unwrap()
+// wellKnownErrors are sentinels that errors match through an Is method
+// rather than by wrapping them (a *fs.PathError wrapping syscall.ENOENT
+// is fs.ErrNotExist through Errno.Is), which stepCauses tests err against
+// by name, as the chain does not hold them.
+var wellKnownErrors = []error{
+	fs.ErrNotExist, fs.ErrExist, fs.ErrPermission, fs.ErrInvalid, fs.ErrClosed,
+	os.ErrDeadlineExceeded, context.Canceled, context.DeadlineExceeded,
+	io.EOF, io.ErrUnexpectedEOF, net.ErrClosed, errors.ErrUnsupported,
+}
+
+// causeName names an error for StepError.Is: its dynamic type and its
+// message, so that an error that merely reads like a sentinel (an RPC
+// client's copy of a server's error) is not taken for it. ok is false for
+// an error that cannot be named: one whose Error panics (a nil pointer
+// wrapped as an error), or whose name jsonb cannot hold or is too long.
+func causeName(err error) (name string, ok bool) {
+	defer func() {
+		if recover() != nil {
+			name, ok = "", false
 		}
-		for _, c := range wrapped {
-			if c == nil || len(causes) >= stepCausesMax {
-				continue
+	}()
+	name = fmt.Sprintf("%T:%s", err, err.Error())
+	if len(name) > stepCauseMaxBytes || !utf8.ValidString(name) || strings.ContainsRune(name, 0) {
+		return "", false
+	}
+	return name, true
+}
+
+// stepCauses names (causeName) the errors that err is: err itself, the
+// errors it wraps, through Unwrap() error and Unwrap() []error, depth
+// first, and the wellKnownErrors it matches; each once, at most
+// stepCausesMax of them, in at most budget bytes in all.
+func stepCauses(err error, budget int) (causes []string) {
+	seen := map[string]bool{}
+	add := func(e error) {
+		name, ok := causeName(e)
+		if !ok || seen[name] || len(causes) >= stepCausesMax || len(name) > budget {
+			return
+		}
+		seen[name] = true
+		budget -= len(name)
+		causes = append(causes, name)
+	}
+	var walk func(error)
+	walk = func(e error) {
+		if e == nil || len(causes) >= stepCausesMax {
+			return
+		}
+		add(e)
+		switch u := e.(type) {
+		case interface{ Unwrap() error }:
+			walk(u.Unwrap())
+		case interface{ Unwrap() []error }:
+			for _, c := range u.Unwrap() {
+				walk(c)
 			}
-			if m := c.Error(); !seen[m] {
-				seen[m] = true
-				if len(m) <= stepCauseMaxBytes && utf8.ValidString(m) && !strings.ContainsRune(m, 0) {
-					causes = append(causes, m)
-				}
-			}
-			walk(c)
 		}
 	}
+	defer func() {
+		// An Unwrap or an Is method that panics (on a nil receiver, say)
+		// ends the list, which keeps what it had.
+		_ = recover()
+	}()
 	walk(err)
+	for _, known := range wellKnownErrors {
+		if errors.Is(err, known) {
+			add(known)
+		}
+	}
 	return causes
 }
 

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -99,20 +101,23 @@ type fakeArgs struct{}
 
 func (fakeArgs) Kind() string { return "other" }
 
-// stepCauses keeps the messages of the errors a step's error wraps, in
-// chains and joins, once each, leaving out what jsonb cannot hold and what
-// is too long to match whole; StepError.Is matches them, and the error's
-// own message.
+// stepCauses names the errors a step's error is, in chains and joins, and
+// the standard sentinels it matches through an Is method, once each,
+// leaving out what cannot be named (too long, not text, a nil pointer)
+// and what exceeds its budget; StepError.Is matches them by type and
+// message, so a look-alike of a sentinel does not match.
 func TestStepCausesAndStepErrorIs(t *testing.T) {
 	t.Parallel()
 	notFound := errors.New("not found")
 	gone := errors.New("gone")
 	long := errors.New(strings.Repeat("x", stepCauseMaxBytes+1))
 	nul := errors.New("bad\x00byte")
-	err := fmt.Errorf("lookup: %w", errors.Join(fmt.Errorf("cache: %w", notFound), notFound, gone, long, nul))
-	got := stepCauses(err)
-	// The join's own message holds the long one, so it is too long too.
-	want := []string{"cache: not found", "not found", "gone"}
+	var typedNil *nilError
+	missing := &fs.PathError{Op: "open", Path: "/nowhere", Err: syscall.ENOENT}
+	err := fmt.Errorf("lookup: %w", errors.Join(fmt.Errorf("cache: %w", notFound), notFound, gone, long, nul, typedNil, missing))
+	got := stepCauses(err, 1<<20)
+	name := func(e error) string { n, _ := causeName(e); return n }
+	want := []string{name(err), name(fmt.Errorf("cache: %w", notFound)), name(notFound), name(gone), name(missing), name(syscall.ENOENT), name(fs.ErrNotExist)}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("stepCauses (-want +got):\n%s", diff)
 	}
@@ -121,17 +126,32 @@ func TestStepCausesAndStepErrorIs(t *testing.T) {
 		target error
 		want   bool
 	}{
-		{notFound, true}, {gone, true}, {err, true}, {long, false}, {errors.New("other"), false}, {nil, false},
+		{notFound, true}, {gone, true}, {err, true}, {fs.ErrNotExist, true}, {syscall.ENOENT, true},
+		{long, false}, {errors.New("other"), false}, {nil, false},
+		{errors.New("context canceled"), false}, // a look-alike is not context.Canceled
+		{context.Canceled, false},
 	} {
 		if is := errors.Is(se, tc.target); is != tc.want {
-			t.Errorf("errors.Is(StepError, %v) = %t; want %t", tc.target, is, tc.want)
+			t.Errorf("errors.Is(StepError, %T %v) = %t; want %t", tc.target, tc.target, is, tc.want)
 		}
+	}
+	if is := errors.Is(&StepError{Step: "old", Message: "not found"}, notFound); is {
+		t.Error("a failure recorded without causes matched by its message")
 	}
 	many := errors.New("root")
 	for i := range 2 * stepCausesMax {
 		many = fmt.Errorf("layer %d: %w", i, many)
 	}
-	if n := len(stepCauses(many)); n != stepCausesMax {
+	if n := len(stepCauses(many, 1<<20)); n != stepCausesMax {
 		t.Errorf("a deep chain kept %d causes; want %d", n, stepCausesMax)
 	}
+	if got := stepCauses(err, len(name(err))+1); len(got) != 1 {
+		t.Errorf("a budget for one name kept %v", got)
+	}
 }
+
+// nilError panics in Error on a nil receiver, as a careless error type
+// does.
+type nilError struct{ field string }
+
+func (e *nilError) Error() string { return "invalid " + e.field }
