@@ -103,7 +103,13 @@ func (e *StepError) Error() string {
 // returned, and code that branches on it takes the same path each time.
 // errors.As cannot recover the body's own error values, nor can Is match
 // a sentinel that the body's error matched through an Is method of its
-// own. A failure recorded before braid kept these names matches nothing.
+// own. The names hold types as Go prints them (%T): an error whose type
+// changes between the turn that recorded the failure and a later one (a
+// renamed type, a dependency upgrade that makes a sentinel another way)
+// no longer matches, and the code may take another path; Engine.CheckReplay
+// lists the runs in flight that would, before such a deploy. A failure
+// recorded before braid kept these names matches nothing. The names take
+// at most MaxErrorBytes besides the message, the shortest first.
 func (e *StepError) Is(target error) bool {
 	if target == nil || len(e.causes) == 0 {
 		return false

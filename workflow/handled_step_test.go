@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -783,5 +785,181 @@ func TestAFailureBeforeTheTimeoutIsRecordedAfterIt(t *testing.T) {
 	}
 	if out, err := run.Result(ctx); err != nil || out != "default" {
 		t.Fatalf("the run's result: %q, %v; want default", out, err)
+	}
+}
+
+var errOutOfStock = errors.New("out of stock")
+
+// A step's error whose message is longer than MaxErrorBytes wraps a
+// sentinel; the code branches on errors.Is and waits for a restock. The
+// causes have a budget of their own, and the shortest names go first, so
+// the replay of the failure still matches the sentinel and takes the path
+// the turn took.
+func TestASentinelUnderALongMessageHoldsOnReplay(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	wf := workflow.Define("handled_long_message", func(t *workflow.Task, _ struct{}) (string, error) {
+		_, err := workflow.Step(t, "reserve", func(context.Context) (int, error) {
+			body := strings.Repeat("x", 600) // the inventory service's response
+			return 0, fmt.Errorf("POST /reserve: 409: %s: %w", body, errOutOfStock)
+		})
+		if errors.Is(err, errOutOfStock) {
+			if err := t.Delay("wait-for-restock", 10*time.Millisecond); err != nil {
+				return "", err
+			}
+			return "restocked", nil
+		}
+		if err != nil {
+			if _, aerr := workflow.Step(t, "alert", func(context.Context) (int, error) { return 1, nil }); aerr != nil {
+				return "", aerr
+			}
+			return "", err
+		}
+		return "reserved", nil
+	}, workflow.WithMaxAttempts(2), workflow.WithRetry(fast))
+	cfg := testConfig(wf)
+	cfg.MaxErrorBytes = 512
+	eng := startEngine(t, pool, cfg)
+	ctx := ctxTimeout(t, 60*time.Second)
+	run, err := wf.Start(ctx, eng, struct{}{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := run.Result(ctx); err != nil || out != "restocked" {
+		t.Fatalf("the run's result: %q, %v; want the path the first turn took (restocked)", out, err)
+	}
+}
+
+// A step reads from a connection whose deadline is the context's (as
+// go-redis and many drivers set it): it fails with an i/o timeout at the
+// turn's deadline, only because of it, possibly before the context's own
+// timer has cancelled the context. The failure is the deadline's, not the
+// step's: it is not recorded, the turn fails, and the next attempt, with a
+// fresh timeout, reads the value. The race between the two timers goes
+// either way, so eight runs go.
+func TestAStepThatFailsAtTheTurnsDeadlineIsNotRecorded(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var conns sync.Map
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns.Store(c, true) // never answers
+		}
+	}()
+	t.Cleanup(func() { conns.Range(func(c, _ any) bool { c.(net.Conn).Close(); return true }) })
+	var attempts sync.Map // run input -> *atomic.Int32
+	wf := workflow.Define("handled_deadline_race", func(t *workflow.Task, in int) (string, error) {
+		n, _ := attempts.LoadOrStore(in, new(atomic.Int32))
+		v, err := workflow.Step(t, "read-cache", func(ctx context.Context) (string, error) {
+			if n.(*atomic.Int32).Add(1) > 1 {
+				return "cached", nil // the server answers in time now
+			}
+			var d net.Dialer
+			c, err := d.DialContext(ctx, "tcp", ln.Addr().String())
+			if err != nil {
+				return "", err
+			}
+			defer c.Close()
+			if dl, ok := ctx.Deadline(); ok {
+				_ = c.SetDeadline(dl)
+			}
+			_, err = c.Read(make([]byte, 1))
+			return "", fmt.Errorf("cache GET: %w", err)
+		})
+		if err != nil {
+			time.Sleep(50 * time.Millisecond) // compute the default
+			return "default", nil
+		}
+		return v, nil
+	}, workflow.WithMaxAttempts(3), workflow.WithRetry(fast), workflow.WithTimeout(500*time.Millisecond))
+	eng := startEngine(t, pool, testConfig(wf))
+	ctx := ctxTimeout(t, 60*time.Second)
+	var runs []*workflow.Run[string]
+	for i := range 8 {
+		run, err := wf.Start(ctx, eng, i, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		runs = append(runs, run)
+	}
+	for i, run := range runs {
+		out, err := run.Result(ctx)
+		if err != nil || out != "cached" {
+			var se string
+			_ = pool.QueryRow(ctx, `SELECT coalesce(s.error->>'message', '') FROM braid_steps s JOIN braid_tasks k ON k.id = s.task_id
+			                          WHERE k.run_id = $1 AND s.name = 'read-cache'`, run.ID).Scan(&se)
+			t.Errorf("run %d: %q, %v (step record: %q); want cached: a step that failed at the turn's deadline is not recorded", i, out, err, se)
+		}
+	}
+}
+
+// A run's step fails; its code, falling back, computes for a while
+// without looking at its context. The run is cancelled meanwhile: the
+// turn's context ends, its heartbeats stop, and the heartbeat rescuer
+// takes its job back, so Retry, which waits for no running turn, resets
+// the task. Then the cancelled turn's code completes. Its step's failure,
+// from before the Cancel, is not recorded past the end of a turn that was
+// cancelled (invariant 10: a late attempt writes nothing), so the retried
+// run does not replay it, and reads the cache.
+func TestACancelledTurnRecordsNoFailureIntoTheRetriedRun(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	var execs atomic.Int32
+	blocked := make(chan struct{}, 1)
+	release := make(chan struct{})
+	gate := make(chan struct{})
+	wf := workflow.Define("handled_cancel_retry", func(t *workflow.Task, _ struct{}) (string, error) {
+		n := execs.Add(1)
+		if n > 1 {
+			<-gate // the retried turn waits for the cancelled one's code
+		}
+		v, err := workflow.Step(t, "lookup", func(context.Context) (string, error) {
+			if n == 1 {
+				return "", errors.New("cache down")
+			}
+			return "cached", nil
+		})
+		if err != nil {
+			if n == 1 {
+				blocked <- struct{}{}
+				<-release // compute the default, ignoring the context
+			}
+			return "default", nil
+		}
+		return v, nil
+	}, workflow.WithMaxAttempts(3), workflow.WithRetry(fast))
+	cfg := testConfig(wf)
+	cfg.TurnHeartbeat = 100 * time.Millisecond
+	eng := startEngine(t, pool, cfg)
+	ctx := ctxTimeout(t, 60*time.Second)
+	run, err := wf.Start(ctx, eng, struct{}{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-blocked
+	cctx, cancel := context.WithTimeout(ctx, time.Second)
+	err = eng.Cancel(cctx, run.ID)
+	cancel()
+	t.Logf("Cancel: %v", err) // the turn does not end; the run is cancelled all the same
+	if err := eng.Retry(ctx, run.ID); err != nil {
+		t.Fatalf("Retry: %v", err)
+	}
+	waitFor(t, "the retried turn to start", 20*time.Second, func() bool { return execs.Load() >= 2 })
+	close(release)
+	time.Sleep(time.Second) // the cancelled turn's code completes, its outcome is dropped
+	steps := count(t, pool, `SELECT count(*) FROM braid_steps s JOIN braid_tasks k ON k.id = s.task_id WHERE k.run_id = $1 AND s.status = 'failed'`, run.ID)
+	close(gate)
+	out, err := run.Result(ctx)
+	if steps != 0 || err != nil || out != "cached" {
+		t.Fatalf("the retried run: %q, %v, with %d failed step records written by the cancelled turn after Retry; want cached, none", out, err, steps)
 	}
 }

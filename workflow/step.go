@@ -38,8 +38,9 @@ type stepConfig struct {
 // errors the step's error was (by type and message: see StepError.Is),
 // so code that branches on sentinel errors takes the same path each time;
 // errors.As cannot recover the step's own error types. Should the failure
-// not be recorded (the turn's context ended, or the record failed), the
-// call fails, and so does the turn, whatever the code makes of it.
+// not be recorded (the turn's context had ended, or its deadline had come,
+// as the step failed; or the record failed), the call fails, and so does
+// the turn, whatever the code makes of it.
 type Retry struct {
 	MaxAttempts int
 	Backoff     queue.Backoff
@@ -128,7 +129,7 @@ func Step[T any](t *Task, name string, fn func(ctx context.Context) (T, error), 
 	}
 	if cfg.retry == nil {
 		t.failedStep, t.failedStepErr = name, runErr
-		t.unrecorded = &stepFailure{name: name, pos: pos, err: runErr, ended: t.ctx.Err() != nil}
+		t.unrecorded = &stepFailure{name: name, pos: pos, err: runErr, ended: t.ended()}
 		return zero, runErr
 	}
 	stored := t.eng.stepError(runErr, attempt)

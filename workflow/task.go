@@ -185,9 +185,10 @@ type stepFailure struct {
 // turn making no further call, stays unrecorded: River's next attempt runs
 // the step again.
 //
-// A failure is not recorded when the turn's context had ended as the step
-// failed (a Cancel, a timeout, a Stop): the step may have failed only
-// because of that; one from before the end is recorded even after it. Nor
+// A failure is not recorded when the turn's context had ended, or its
+// deadline had come, as the step failed (a Cancel, a timeout, a Stop): the
+// step may have failed only because of that. One from before the turn's
+// own timeout is recorded even after it; after any other end, not. Nor
 // does a failure win over a record that another attempt of the turn wrote
 // first. When the failure is not recorded, for these reasons or because
 // its statement failed, the call fails, and so does every later call and
@@ -214,15 +215,32 @@ func (t *Task) recordHandledFailure() error {
 	return err
 }
 
+// ended reports whether the turn's context has ended or its deadline has
+// come: a failure then may be the end's (a driver whose connection
+// deadline was set from the context's fails at the deadline, before the
+// context's own timer has cancelled it).
+func (t *Task) ended() bool {
+	if t.ctx.Err() != nil {
+		return true
+	}
+	dl, ok := t.ctx.Deadline()
+	return ok && !time.Now().Before(dl)
+}
+
 // recordFailure records f as a failed step: see recordHandledFailure.
 func (t *Task) recordFailure(f *stepFailure) error {
 	if f.ended {
 		return fmt.Errorf("workflow: step %q failed as the turn ended, so its failure is not recorded: %w", f.name, context.Cause(t.ctx))
 	}
-	// A failure from before the turn's end is recorded after it too, as
-	// the turn's outcome is, on a context of its own.
 	ctx := t.ctx
 	if ctx.Err() != nil {
+		// Only the turn's own timeout lets a failure from before it be
+		// recorded after it, as the turn's outcome is, on a context of its
+		// own. A turn that was cancelled, stopped or lost its job records
+		// nothing more: its task may be another attempt's by now.
+		if !errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
+			return fmt.Errorf("workflow: step %q failed, and the turn ended before its failure was recorded: %w", f.name, context.Cause(ctx))
+		}
 		var cancel context.CancelFunc
 		ctx, cancel = t.eng.outcomeContext(t.ctx)
 		defer cancel()

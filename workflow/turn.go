@@ -696,7 +696,8 @@ func (e *Engine) runTurn(ctx context.Context, job *river.Job[taskArgs], claimed 
 	stopHeartbeat := e.heartbeat(ctx)
 	out, runErr := callWorkflow(t, d, lt.input)
 	stopHeartbeat()
-	if runErr == nil && !t.suspended {
+	superseded := errors.Is(context.Cause(ctx), queue.ErrJobNotRunning)
+	if runErr == nil && !t.suspended && !superseded {
 		// The code may have completed on a step's failure (a fallback):
 		// it goes into the history as a later call would put it there.
 		_ = t.recordHandledFailure()
@@ -710,7 +711,7 @@ func (e *Engine) runTurn(ctx context.Context, job *river.Job[taskArgs], claimed 
 		t.suspended, t.snoozing = false, false
 	}
 
-	if errors.Is(context.Cause(ctx), queue.ErrJobNotRunning) {
+	if superseded {
 		// The attempt was rescued, or its job finished, while it ran:
 		// another attempt owns the task now. Record nothing.
 		span.SetAttributes(attribute.String("turn.outcome", "superseded"))
@@ -880,7 +881,7 @@ func (e *Engine) storedError(err error, attempt int) storedError {
 // returns matches with errors.Is.
 func (e *Engine) stepError(err error, attempt int) storedError {
 	se := e.storedError(err, attempt)
-	se.Causes = stepCauses(err, e.cfg.MaxErrorBytes-len(se.Message))
+	se.Causes = stepCauses(err, e.cfg.MaxErrorBytes)
 	return se
 }
 
@@ -921,45 +922,56 @@ func causeName(err error) (name string, ok bool) {
 }
 
 // stepCauses names (causeName) the errors that err is: err itself, the
-// errors it wraps, through Unwrap() error and Unwrap() []error, depth
-// first, and the wellKnownErrors it matches; each once, at most
-// stepCausesMax of them, in at most budget bytes in all.
-func stepCauses(err error, budget int) (causes []string) {
+// errors it wraps, through Unwrap() error and Unwrap() []error, and the
+// wellKnownErrors it matches; each once, at most stepCausesMax of them, in
+// at most budget bytes in all (on top of the error's message, which has a
+// budget of its own). The shortest names are kept first: the sentinels
+// that code tests for are short, and an error's outer layers, which repeat
+// the inner ones' text, long.
+func stepCauses(err error, budget int) []string {
 	seen := map[string]bool{}
+	var names []string
 	add := func(e error) {
-		name, ok := causeName(e)
-		if !ok || seen[name] || len(causes) >= stepCausesMax || len(name) > budget {
-			return
+		if name, ok := causeName(e); ok && !seen[name] {
+			seen[name] = true
+			names = append(names, name)
 		}
-		seen[name] = true
-		budget -= len(name)
-		causes = append(causes, name)
 	}
-	var walk func(error)
-	walk = func(e error) {
-		if e == nil || len(causes) >= stepCausesMax {
+	var walk func(error, int)
+	walk = func(e error, depth int) {
+		// The depth bounds a chain that loops.
+		if e == nil || depth > 100 {
 			return
 		}
 		add(e)
 		switch u := e.(type) {
 		case interface{ Unwrap() error }:
-			walk(u.Unwrap())
+			walk(u.Unwrap(), depth+1)
 		case interface{ Unwrap() []error }:
 			for _, c := range u.Unwrap() {
-				walk(c)
+				walk(c, depth+1)
 			}
 		}
 	}
-	defer func() {
+	func() {
 		// An Unwrap or an Is method that panics (on a nil receiver, say)
-		// ends the list, which keeps what it had.
-		_ = recover()
-	}()
-	walk(err)
-	for _, known := range wellKnownErrors {
-		if errors.Is(err, known) {
-			add(known)
+		// ends the look, which keeps what it had.
+		defer func() { _ = recover() }()
+		walk(err, 0)
+		for _, known := range wellKnownErrors {
+			if errors.Is(err, known) {
+				add(known)
+			}
 		}
+	}()
+	slices.SortStableFunc(names, func(a, b string) int { return len(a) - len(b) })
+	var causes []string
+	for _, name := range names {
+		if len(causes) == stepCausesMax || len(name) > budget {
+			break
+		}
+		budget -= len(name)
+		causes = append(causes, name)
 	}
 	return causes
 }
