@@ -170,8 +170,9 @@ type stepFailure struct {
 	name string
 	pos  int
 	err  error
-	// ended says that the turn's context had ended when the step failed:
-	// the step may have failed only because of that.
+	// ended says that the turn's context had ended, or its deadline had
+	// come, when the step failed: the step may have failed only because
+	// of that.
 	ended bool
 }
 
@@ -230,7 +231,11 @@ func (t *Task) ended() bool {
 // recordFailure records f as a failed step: see recordHandledFailure.
 func (t *Task) recordFailure(f *stepFailure) error {
 	if f.ended {
-		return fmt.Errorf("workflow: step %q failed as the turn ended, so its failure is not recorded: %w", f.name, context.Cause(t.ctx))
+		cause := context.Cause(t.ctx)
+		if cause == nil {
+			cause = context.DeadlineExceeded // its deadline came before its timer fired
+		}
+		return fmt.Errorf("workflow: step %q failed as the turn ended, so its failure is not recorded: %w", f.name, cause)
 	}
 	ctx := t.ctx
 	if ctx.Err() != nil {
