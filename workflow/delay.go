@@ -51,7 +51,9 @@ import (
 // processor polls every DelayPollInterval, and the connection is opened
 // again in the background. A row whose NOTIFY is lost is read by the
 // next pass, and the next full pass, a poll interval away at most, looks
-// for everything due. Every statement of a pass runs on the pool, so
+// for everything due. So is a delay whose NOTIFY the processor judged by
+// a reading from before the database's clock stepped forward (a delay due
+// now taken for one due later): the next reading sees the step. Every statement of a pass runs on the pool, so
 // nothing but the lease ends the processor.
 func (e *Engine) processDelays(ctx context.Context, l *leases.Lease) error {
 	e.logger.InfoContext(ctx, "workflow: delay processor started", "lease.holder", l.Holder, "lease.generation", l.Generation)
@@ -92,7 +94,13 @@ func (e *Engine) processDelays(ctx context.Context, l *leases.Lease) error {
 			return ctx.Err()
 		}
 		if (n >= e.cfg.DelayBatchSize && !failed) || (found >= e.cfg.DelayBatchSize && cancelled > 0 && !cancelFailed) {
-			continue // more are due
+			// More are due. A NOTIFY that said no due time (a new deadline)
+			// makes the next pass a full one, even in a long burst; the
+			// delays the others announced are read by the passes anyway.
+			if lost, _, _ := notes.take(); lost {
+				full = true
+			}
+			continue
 		}
 		if full {
 			fullBy = time.Now().Add(e.cfg.DelayPollInterval)
@@ -157,13 +165,13 @@ func (e *Engine) processDelays(ctx context.Context, l *leases.Lease) error {
 			case <-timer.C:
 				break sleep
 			case <-notes.wake:
-				lost, due := notes.take()
+				lost, due, has := notes.take()
 				if lost || !rd.ok {
 					timer.Stop()
 					full = true
 					break sleep
 				}
-				if due.IsZero() {
+				if !has {
 					continue
 				}
 				at := rd.when(due)
@@ -259,7 +267,9 @@ type delayNotes struct {
 	wake chan struct{}
 	mu   sync.Mutex
 	lost bool
-	due  time.Time
+	// due is the earliest due time the notifications said, when has.
+	due time.Time
+	has bool
 }
 
 // add records a notification's payload.
@@ -269,8 +279,8 @@ func (n *delayNotes) add(payload string) {
 	switch {
 	case !ok:
 		n.lost = true
-	case n.due.IsZero() || due.Before(n.due):
-		n.due = due
+	case !n.has || due.Before(n.due):
+		n.due, n.has = due, true
 	}
 	n.mu.Unlock()
 	nudge(n.wake)
@@ -285,13 +295,14 @@ func (n *delayNotes) missed() {
 }
 
 // take returns what the notifications said since the last take, and
-// forgets it.
-func (n *delayNotes) take() (lost bool, due time.Time) {
+// forgets it: whether one said no due time (or some were lost), and the
+// earliest due time said, when has.
+func (n *delayNotes) take() (lost bool, due time.Time, has bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	lost, due = n.lost, n.due
-	n.lost, n.due = false, time.Time{}
-	return lost, due
+	lost, due, has = n.lost, n.due, n.has
+	n.lost, n.due, n.has = false, time.Time{}, false
+	return lost, due, has
 }
 
 // listenDelays listens, until ctx ends or stop is called, for the NOTIFYs
