@@ -53,8 +53,9 @@ import (
 // next pass, and the next full pass, a poll interval away at most, looks
 // for everything due. So is a delay whose NOTIFY the processor judged by
 // a reading from before the database's clock stepped forward (a delay due
-// now taken for one due later): the next reading sees the step. Every statement of a pass runs on the pool, so
-// nothing but the lease ends the processor.
+// now taken for one due later): the next reading sees the step. Every
+// statement of a pass runs on the pool, so nothing but the lease ends the
+// processor.
 func (e *Engine) processDelays(ctx context.Context, l *leases.Lease) error {
 	e.logger.InfoContext(ctx, "workflow: delay processor started", "lease.holder", l.Holder, "lease.generation", l.Generation)
 	defer e.logger.InfoContext(context.WithoutCancel(ctx), "workflow: delay processor stopped", "lease.holder", l.Holder)

@@ -217,8 +217,8 @@
 // matches with errors.Is the errors the step's error was (by type and
 // message), as the error the body returned did. A failure that cannot be
 // recorded (the turn's context had ended as the step failed, the
-// statement failed) fails the turn, and
-// every durable call the code makes after it returns that error. When the attempts are spent the task fails:
+// statement failed) fails the turn, and every durable call the code makes
+// after it returns that error. When the attempts are spent the task fails:
 // its parent sees a [*ChildError] from Get or Map, or the run fails. A step
 // with its own [Retry] policy is retried by snoozing the turn, without
 // spending the task's attempts; once exhausted, [Step] returns a
