@@ -504,9 +504,12 @@
 //
 // # Retention
 //
-// Finished runs (completed, failed, cancelled), with their tasks and steps,
-// are deleted in batches once they finished more than Config.Retention
-// ago (7 days by default; negative keeps them forever). An unfinished run
+// Finished runs (completed, failed, cancelled), with their tasks, steps and
+// the turn jobs River has finished, are deleted in batches once they
+// finished more than Config.Retention ago (7 days by default; negative
+// keeps them forever). A turn job that another session holds (River's job
+// cleaner deleting it) is skipped and left to River's job cleaner, which
+// deletes the rest after River's own retention periods. An unfinished run
 // is never deleted. An idempotency key holds for as long as its run is
 // kept: after that, the same key starts a new run.
 //
@@ -542,6 +545,25 @@
 // or that a vacuum holds, is left to autovacuum: the analysis waits at
 // most 100 ms for the table's lock, less than PostgreSQL lets a session
 // wait before it cancels the autovacuum in its way.
+//
+// # Space of churned tables
+//
+// Every turn updates its task and its turn job, and retention deletes
+// whole runs, so the tables leave dead row versions behind at the pace of
+// the load, and PostgreSQL reuses their space only once a vacuum has
+// visited the table: autovacuum does so about once a minute by default. A
+// table that turns over faster than that, as under a short Retention,
+// would hold a minute and more of rows where it needs seconds' worth. So
+// the maintenance loop, every Config.ReconcileInterval, vacuums
+// braid_runs, braid_tasks, braid_steps or river_job once its new dead rows
+// have reached half its live rows and number at least 10,000: later in
+// share than autovacuum (a fifth), but at once rather than at its next
+// visit, so that it comes first only on a table that turns over within a
+// minute, whose vacuum is small. Dead rows that a vacuum could not remove
+// yet, because an older transaction may still see them, do not count
+// again. A table that another session holds (autovacuum, an analysis) is
+// skipped until the next pass, and a table the engine's role does not own
+// is left to autovacuum.
 //
 // # Plans of the turns' statements
 //

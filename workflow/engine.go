@@ -274,7 +274,9 @@ type Engine struct {
 	logger   *slog.Logger
 	// reconcileAside holds the tasks the reconciler set aside.
 	reconcileAside reconcileAside
-	notifier       *notifier
+	// vacuumed holds what the last vacuums of churned tables left.
+	vacuumed vacuumed
+	notifier *notifier
 	// unknownLogged holds the names of unknown workflows, and of unknown
 	// DAG nodes, already logged.
 	unknownLogged sync.Map
@@ -401,6 +403,7 @@ func NewEngine(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 		registry: map[string]*definition{},
 		tracer:   c.TracerProvider.Tracer("github.com/braidflow/braid/workflow"),
 		logger:   c.Logger,
+		vacuumed: vacuumed{left: map[string]int64{}},
 	}
 	for i, w := range c.Workflows {
 		if w == nil {
@@ -451,13 +454,17 @@ func NewEngine(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 	if qc.MaxErrorBytes == 0 {
 		qc.MaxErrorBytes = c.MaxErrorBytes
 	}
-	// The reconciler, the statistics of grown tables and retention run in
-	// the queue's one maintenance loop, under its lease.
+	// The reconciler, the statistics and space of braid's tables and
+	// retention run in the queue's one maintenance loop, under its lease.
 	qc.Maintenance = append(append([]queue.MaintenanceTask(nil), qc.Maintenance...),
 		queue.MaintenanceTask{Name: "workflow reconciler", Interval: c.ReconcileInterval, Run: e.reconcile},
 		queue.MaintenanceTask{Name: "workflow reconciler sweep", Interval: c.ReconcileSweepInterval, Run: e.reconcileSweep},
 		queue.MaintenanceTask{Name: "workflow statistics", Interval: c.ReconcileInterval, Run: func(ctx context.Context) error {
 			_, err := e.analyzeGrownTables(ctx)
+			return err
+		}},
+		queue.MaintenanceTask{Name: "workflow vacuum", Interval: c.ReconcileInterval, Run: func(ctx context.Context) error {
+			_, err := e.vacuumChurnedTables(ctx)
 			return err
 		}})
 	if c.Retention > 0 {

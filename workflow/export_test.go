@@ -37,6 +37,12 @@ func (t *pipeTx) CommitWith(ctx context.Context, b *pgx.Batch) error { return t.
 // transaction, 'E' in a failed one.
 func (t *pipeTx) TxStatus() byte { return t.conn.PgConn().TxStatus() }
 
+// VacuumChurnedTables runs the maintenance loop's vacuum of churned tables
+// once.
+func VacuumChurnedTables(ctx context.Context, e *Engine) ([]string, error) {
+	return e.vacuumChurnedTables(ctx)
+}
+
 // AnalyzeGrownTables runs the maintenance loop's analysis of grown tables
 // once, and returns the tables it analyzed.
 func AnalyzeGrownTables(ctx context.Context, e *Engine) ([]string, error) {

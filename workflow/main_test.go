@@ -80,7 +80,7 @@ func ctxTimeout(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
-func execSQL(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) {
+func execSQL(t *testing.T, pool execer, sql string, args ...any) {
 	t.Helper()
 	if _, err := pool.Exec(context.Background(), sql, args...); err != nil {
 		t.Fatalf("%s: %v", sql, err)

@@ -20,7 +20,8 @@ import (
 const retentionTaskBatch = 10_000
 
 // deleteOldRuns deletes finished runs (completed, failed, cancelled) that
-// finished more than Retention ago, with their tasks and steps, in batches
+// finished more than Retention ago, with their tasks, steps and finished
+// turn jobs, in batches
 // of RetentionBatch runs and at most retentionTaskBatch tasks. An
 // unfinished run is never deleted, however old. A run left out of a batch
 // (one of its tasks locked by another, or retried meanwhile) is left out
@@ -140,17 +141,23 @@ func (e *Engine) deleteOldRunsBatch(ctx context.Context, before time.Time, skip 
 		// (a Retry of an old failed run, a late turn); a run with a
 		// skipped task is kept, the others go.
 		rows, err = tx.Query(ctx, `
-			SELECT id FROM braid_tasks WHERE run_id = ANY($1)
+			SELECT id, run_id FROM braid_tasks WHERE run_id = ANY($1)
 			 ORDER BY created_at DESC, id DESC FOR UPDATE SKIP LOCKED`, ids)
 		if err != nil {
 			return err
 		}
-		locked, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+		type task struct{ id, run uuid.UUID }
+		tasks, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (task, error) {
+			var k task
+			err := row.Scan(&k.id, &k.run)
+			return k, err
+		})
 		if err != nil {
 			return err
 		}
-		if locked == nil {
-			locked = []uuid.UUID{} // <> ALL(NULL) would match nothing
+		locked := make([]uuid.UUID, len(tasks)) // never nil: <> ALL(NULL) would match nothing
+		for i, k := range tasks {
+			locked[i] = k.id
 		}
 		// Fenced again on the status: a run retried meanwhile is kept.
 		rows, err = tx.Query(ctx, `
@@ -176,7 +183,25 @@ func (e *Engine) deleteOldRunsBatch(ctx context.Context, before time.Time, skip 
 				b.kept = append(b.kept, id)
 			}
 		}
-		return nil
+		var turned []uuid.UUID
+		for _, k := range tasks {
+			if gone[k.run] {
+				turned = append(turned, k.id)
+			}
+		}
+		if len(turned) == 0 {
+			return nil
+		}
+		// Their finished turn jobs go with them. Job rows come before
+		// task rows in the lock order, so a job held by another (River's
+		// job cleaner deleting it) is skipped, and left to the cleaner.
+		_, err = tx.Exec(ctx, `
+			DELETE FROM river_job WHERE id IN (
+			    SELECT id FROM river_job
+			     WHERE kind = $1 AND braid_turn_task(unique_key, args) = ANY($2)
+			       AND state IN ('completed', 'cancelled', 'discarded')
+			       FOR UPDATE SKIP LOCKED)`, TaskKind, turned)
+		return err
 	})
 	if err != nil {
 		return retentionBatch{}, fmt.Errorf("workflow: retention: %w", err)

@@ -173,3 +173,86 @@ func TestRetentionPassEndsWhileRunsKeepFinishing(t *testing.T) {
 		t.Fatalf("the retention pass did not end while runs kept finishing: %v", err)
 	}
 }
+
+// TestRetentionDeletesTheFinishedTurnJobsOfItsRuns: a deleted run's
+// finished turn jobs go with it, so that a short retention keeps river_job
+// as small as braid's tables rather than leave it to River's job cleaner.
+// A turn job that another transaction holds is skipped (job rows come
+// before task rows in the lock order) and left to the cleaner, without
+// keeping its run. Kept runs keep their turn jobs, and jobs of other
+// kinds are never touched.
+func TestRetentionDeletesTheFinishedTurnJobsOfItsRuns(t *testing.T) {
+	t.Parallel()
+	eng, old, kept := retentionScene(t, "turn_jobs", 3, 0)
+	pool := eng.Pool()
+	ctx := ctxTimeout(t, 30*time.Second)
+	turnJobsOf := func(runs []string) int {
+		return count(t, pool, `
+			SELECT count(*) FROM river_job j JOIN braid_tasks k ON k.id = braid_turn_task(j.unique_key, j.args)
+			 WHERE j.kind = 'braid_task' AND k.run_id::text = ANY($1)`, runs)
+	}
+	var keptRuns []string
+	for id := range kept {
+		keptRuns = append(keptRuns, id)
+	}
+	keptJobs := turnJobsOf(keptRuns)
+	if n := turnJobsOf(old); n < 2*len(old) {
+		t.Fatalf("the old runs have %d turn jobs before retention; want at least %d", n, 2*len(old))
+	}
+	var jobIDs []int64
+	rows, err := pool.Query(ctx, `
+		SELECT j.id FROM river_job j JOIN braid_tasks k ON k.id = braid_turn_task(j.unique_key, j.args)
+		 WHERE j.kind = 'braid_task' AND k.run_id::text = ANY($1) ORDER BY j.id`, old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		jobIDs = append(jobIDs, id)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	// A finished job of another kind, as old as the runs.
+	var other int64
+	if err := pool.QueryRow(ctx, `
+		INSERT INTO river_job (args, kind, max_attempts, queue, state, attempt, attempted_at, finalized_at, created_at, scheduled_at)
+		VALUES ('{}', 'not_a_turn', 1, 'default', 'completed', 1, now() - interval '3 hours', now() - interval '3 hours',
+		        now() - interval '3 hours', now() - interval '3 hours')
+		RETURNING id`).Scan(&other); err != nil {
+		t.Fatal(err)
+	}
+
+	// Another transaction holds one of the old runs' turn jobs.
+	held := jobIDs[0]
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM river_job WHERE id = $1 FOR UPDATE`, held); err != nil {
+		t.Fatal(err)
+	}
+	if err := workflow.DeleteOldRuns(ctx, eng); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM braid_runs WHERE id::text = ANY($1)`, old); n != 0 {
+		t.Fatalf("%d of %d old runs left; want none", n, len(old))
+	}
+	if n := count(t, pool, `SELECT count(*) FROM river_job WHERE id = ANY($1) AND id <> $2`, jobIDs, held); n != 0 {
+		t.Errorf("%d turn jobs of the deleted runs are left; want none but the held one", n)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM river_job WHERE id = $1`, held); n != 1 {
+		t.Errorf("the turn job another transaction held is gone; want it left to River's job cleaner")
+	}
+	if n := count(t, pool, `SELECT count(*) FROM river_job WHERE id = $1`, other); n != 1 {
+		t.Errorf("retention deleted a finished job of another kind")
+	}
+	if n := turnJobsOf(keptRuns); n != keptJobs {
+		t.Errorf("the kept runs have %d turn jobs; had %d", n, keptJobs)
+	}
+	checkKept(t, eng, kept)
+}

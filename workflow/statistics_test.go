@@ -225,6 +225,32 @@ func TestAnalyzeGrownTablesLeavesTablesItDoesNotOwn(t *testing.T) {
 	url := testutil.URL(t)
 	owner := testutil.Pool(t, url)
 	growCommitted(t, owner)
+	reader := nonOwnerPool(t, owner, url)
+	eng, err := workflow.NewEngine(reader, testConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := workflow.AnalyzeGrownTables(ctx, eng)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 0 {
+		t.Fatalf("analyzed %v, which its role does not own", got)
+	}
+	engOwner, err := workflow.NewEngine(owner, testConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := workflow.AnalyzeGrownTables(ctx, engOwner); err != nil || len(got) != 1 || got[0] != "braid_runs" {
+		t.Fatalf("the owner analyzed %v (error %v); want braid_runs", got, err)
+	}
+}
+
+// nonOwnerPool returns a pool on url, the database of owner, whose
+// connections act as a role that owns none of its tables.
+func nonOwnerPool(t *testing.T, owner *pgxpool.Pool, url string) *pgxpool.Pool {
+	t.Helper()
+	ctx := context.Background()
 	var db string
 	if err := owner.QueryRow(ctx, `SELECT current_database()`).Scan(&db); err != nil {
 		t.Fatal(err)
@@ -249,25 +275,8 @@ func TestAnalyzeGrownTablesLeavesTablesItDoesNotOwn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer reader.Close()
-	eng, err := workflow.NewEngine(reader, testConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := workflow.AnalyzeGrownTables(ctx, eng)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(got) != 0 {
-		t.Fatalf("analyzed %v, which its role does not own", got)
-	}
-	engOwner, err := workflow.NewEngine(owner, testConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, err := workflow.AnalyzeGrownTables(ctx, engOwner); err != nil || len(got) != 1 || got[0] != "braid_runs" {
-		t.Fatalf("the owner analyzed %v (error %v); want braid_runs", got, err)
-	}
+	t.Cleanup(reader.Close)
+	return reader
 }
 
 // TestAnalyzeGrownTablesReadsTheKeyColumns: the analysis of a grown table

@@ -80,9 +80,10 @@
 //     braid_tasks, braid_steps and river_job at the start, once retention
 //     applied and at the end, with whether they stopped growing
 //     (SustainedResult says by which rule). PostgreSQL reuses the space of
-//     deleted rows only once autovacuum has visited the table, about once
-//     a minute per database by default, so the 60 s run shows the trend
-//     and the 10 min run whether the tables level off.
+//     deleted rows only once a vacuum has visited the table: autovacuum
+//     does so about once a minute per database by default, and braid's
+//     maintenance loop as soon as a table's dead rows reach half its live
+//     ones. The 10 min run shows whether the tables stay level.
 //
 // # How a phase ends
 //

@@ -66,11 +66,14 @@ const (
 // applied; Settled says that retention applied and that Growth is at most
 // maxGrowth (0.05): every table grows at most a twentieth as fast as it
 // did while it kept every row. PostgreSQL reuses the space of deleted rows
-// only once autovacuum has visited the table (about once a minute per
-// database by default), and River's job cleaner deletes every 30 seconds,
-// so a 60-second run still sees growth after retention applied; the
-// 10-minute run (Config.Long) is the one that shows whether the tables
-// level off.
+// only once a vacuum has visited the table. Autovacuum visits each
+// database about once a minute by default, and River's job cleaner deletes
+// every 30 seconds, so in a 60-second run the River side's river_job still
+// grows after retention applied. The braid side deletes its runs' turn
+// jobs with them, every second, and its maintenance loop vacuums a table
+// once its new dead rows reach half its live rows, so that its tables can
+// level off within the run. The 10-minute run (Config.Long) shows whether
+// they stay level.
 //
 // CapacityPerSec is braid's throughput of no-op runs the rate was derived
 // from, 0 when Sizes.SustainedRate set the rate and the runs scenario did

@@ -1,0 +1,132 @@
+package workflow
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Space of churned tables.
+//
+// Every turn updates its task and its River job, a run's finish updates
+// the run, and retention deletes whole runs, so braid's tables and
+// river_job leave dead row versions behind at the pace of the load.
+// PostgreSQL reuses their space only once a vacuum has visited the table,
+// and autovacuum visits each database about once a minute by default
+// (autovacuum_naptime). A table that turns over faster than that, as
+// under a short Retention, grows between two visits by everything it took
+// in meanwhile: a table meant to hold ten seconds of runs holds a minute
+// and more of them, and its indexes with it.
+//
+// So the maintenance loop, every ReconcileInterval, vacuums a table of
+// grownTables whose dead rows have reached churnShare (half) of its live
+// rows, and number at least churnFloorRows. Autovacuum goes at a fifth of
+// a table by default, but only at its visits; this goes later in share
+// and at once in time, so that it comes first only on a table that turns
+// over within a minute, and its work there is small, as the table is.
+// The counts are PostgreSQL's cumulative statistics, which a vacuum (its
+// own or autovacuum's) resets to the dead rows it could not remove yet,
+// because a transaction that may still see them is open. Those count as
+// already vacuumed: the table is vacuumed again once as many dead rows as
+// its threshold have come on top of them, not at every pass while that
+// transaction lasts. VACUUM's SKIP_LOCKED leaves a table that autovacuum
+// or another session is vacuuming, and a table the engine's role does not
+// own is left to autovacuum.
+const (
+	// churnShare is the share of a table's live rows that its new dead
+	// rows must reach.
+	churnShare = 0.5
+	// churnFloorRows is the fewest new dead rows that make a table worth
+	// a vacuum of its own.
+	churnFloorRows = 10_000
+)
+
+// churnedTablesSQL lists, by name as regclass writes it, the tables of $1
+// that the engine's role may vacuum, with their live and dead rows and the
+// vacuums they had.
+const churnedTablesSQL = `
+	SELECT c.oid::regclass::text, pg_stat_get_live_tuples(c.oid), pg_stat_get_dead_tuples(c.oid),
+	       pg_stat_get_vacuum_count(c.oid)
+	  FROM pg_class c
+	 WHERE c.oid = ANY(ARRAY(SELECT to_regclass(t) FROM unnest($1::text[]) AS t))
+	   AND pg_has_role(c.relowner, 'USAGE')
+	 ORDER BY 1`
+
+// vacuumedSQL reads a table's dead rows and the vacuums it had.
+const vacuumedSQL = `SELECT pg_stat_get_dead_tuples(c.oid), pg_stat_get_vacuum_count(c.oid) FROM pg_class c WHERE c.oid = to_regclass($1)`
+
+// vacuumed holds, by table, the dead rows that the last vacuum left, which
+// the next vacuum's threshold comes on top of.
+type vacuumed struct {
+	mu   sync.Mutex
+	left map[string]int64
+}
+
+// due says whether table, with live and dead rows, has taken in enough
+// new dead rows since its last vacuum.
+func (v *vacuumed) due(table string, live, dead int64) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	left := v.left[table]
+	if dead < left { // vacuumed meanwhile, by autovacuum say
+		left = dead
+		v.left[table] = dead
+	}
+	return float64(dead-left) >= max(churnShare*float64(live), churnFloorRows)
+}
+
+// record records the dead rows a vacuum of table left.
+func (v *vacuumed) record(table string, dead int64) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.left[table] = dead
+}
+
+// vacuumChurnedTables vacuums the tables of grownTables whose new dead
+// rows have reached churnShare of their live rows (and churnFloorRows),
+// and returns those it vacuumed. It runs in the queue's maintenance loop,
+// every ReconcileInterval.
+func (e *Engine) vacuumChurnedTables(ctx context.Context) ([]string, error) {
+	rows, err := e.pool.Query(ctx, churnedTablesSQL, grownTableNames())
+	if err != nil {
+		return nil, fmt.Errorf("workflow: finding churned tables: %w", err)
+	}
+	type table struct {
+		name                string
+		live, dead, vacuums int64
+	}
+	tables, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (table, error) {
+		var t table
+		err := row.Scan(&t.name, &t.live, &t.dead, &t.vacuums)
+		return t, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("workflow: finding churned tables: %w", err)
+	}
+	var done []string
+	for _, t := range tables {
+		if !e.vacuumed.due(t.name, t.live, t.dead) {
+			continue
+		}
+		// The name is regclass's output, quoted as it needs.
+		if _, err := e.pool.Exec(ctx, "VACUUM (SKIP_LOCKED) "+t.name); err != nil {
+			return done, fmt.Errorf("workflow: vacuuming %s: %w", t.name, err)
+		}
+		var left, vacuums int64
+		if err := e.pool.QueryRow(ctx, vacuumedSQL, t.name).Scan(&left, &vacuums); err != nil {
+			return done, fmt.Errorf("workflow: reading the dead rows of %s: %w", t.name, err)
+		}
+		if vacuums == t.vacuums {
+			// Skipped: another session (autovacuum, an analysis) holds
+			// the table. The next pass tries again.
+			e.logger.DebugContext(ctx, "workflow: a churned table is held by another vacuum or analysis; trying again at the next pass", "table", t.name)
+			continue
+		}
+		e.vacuumed.record(t.name, left)
+		done = append(done, t.name)
+		e.logger.DebugContext(ctx, "workflow: vacuumed a churned table", "table", t.name, "live", t.live, "dead", t.dead, "left", left)
+	}
+	return done, nil
+}
