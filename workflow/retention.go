@@ -102,21 +102,25 @@ type retentionBatch struct {
 // out those of $3, and only as long as their tasks add up to no more than
 // $4, but at least the first. It walks the runs in order, and counts each
 // run's tasks only up to $4, so that it reads about $4 tasks at most
-// whatever the runs hold.
+// whatever the runs hold. The walk takes the runs from an array, by
+// position, so that each of its steps costs the same however many runs
+// the batch holds (a join to a list of the runs would read the list at
+// every step).
 const oldRunsSQL = `
 	WITH RECURSIVE candidate AS MATERIALIZED (
-	    SELECT id, row_number() OVER (ORDER BY finished_at, id) AS k FROM (
+	    SELECT array_agg(id ORDER BY finished_at, id) AS ids FROM (
 	        SELECT id, finished_at FROM braid_runs
 	         WHERE status IN ('completed', 'failed', 'cancelled') AND finished_at < $1::timestamptz
 	           AND id <> ALL($3::uuid[])
 	         ORDER BY finished_at, id LIMIT $2) r
 	), walk (k, id, tasks) AS (
-	    SELECT c.k, c.id, (SELECT count(*) FROM (SELECT 1 FROM braid_tasks t WHERE t.run_id = c.id LIMIT $4::bigint + 1) x)
-	      FROM candidate c WHERE c.k = 1
+	    SELECT 1, c.ids[1], (SELECT count(*) FROM (SELECT 1 FROM braid_tasks t WHERE t.run_id = c.ids[1] LIMIT $4::bigint + 1) x)
+	      FROM candidate c WHERE cardinality(c.ids) > 0
 	    UNION ALL
-	    SELECT c.k, c.id, w.tasks + (SELECT count(*) FROM (SELECT 1 FROM braid_tasks t WHERE t.run_id = c.id LIMIT $4::bigint + 1) x)
-	      FROM walk w JOIN candidate c ON c.k = w.k + 1
-	     WHERE w.tasks < $4::bigint
+	    SELECT w.k + 1, c.ids[w.k + 1],
+	           w.tasks + (SELECT count(*) FROM (SELECT 1 FROM braid_tasks t WHERE t.run_id = c.ids[w.k + 1] LIMIT $4::bigint + 1) x)
+	      FROM walk w, candidate c
+	     WHERE w.tasks < $4::bigint AND w.k < cardinality(c.ids)
 	)
 	SELECT id FROM walk WHERE k = 1 OR tasks <= $4::bigint ORDER BY k`
 
@@ -195,12 +199,15 @@ func (e *Engine) deleteOldRunsBatch(ctx context.Context, before time.Time, skip 
 		// Their finished turn jobs go with them. Job rows come before
 		// task rows in the lock order, so a job held by another (River's
 		// job cleaner deleting it) is skipped, and left to the cleaner.
+		// The kind is written out, not a parameter, so that a generic
+		// plan can use the index of turn jobs by task, which holds that
+		// kind only.
 		_, err = tx.Exec(ctx, `
 			DELETE FROM river_job WHERE id IN (
 			    SELECT id FROM river_job
-			     WHERE kind = $1 AND braid_turn_task(unique_key, args) = ANY($2)
+			     WHERE kind = '`+TaskKind+`' AND braid_turn_task(unique_key, args) = ANY($1)
 			       AND state IN ('completed', 'cancelled', 'discarded')
-			       FOR UPDATE SKIP LOCKED)`, TaskKind, turned)
+			       FOR UPDATE SKIP LOCKED)`, turned)
 		return err
 	})
 	if err != nil {
