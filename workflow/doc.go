@@ -554,16 +554,20 @@
 // visited the table: autovacuum does so about once a minute by default. A
 // table that turns over faster than that, as under a short Retention,
 // would hold a minute and more of rows where it needs seconds' worth. So
-// the maintenance loop, every Config.ReconcileInterval, vacuums
+// the maintenance loop, every Config.VacuumInterval (1 s), vacuums
 // braid_runs, braid_tasks, braid_steps or river_job once its new dead rows
-// have reached half its live rows and number at least 10,000: later in
-// share than autovacuum (a fifth), but at once rather than at its next
-// visit, so that it comes first only on a table that turns over within a
-// minute, whose vacuum is small. Dead rows that a vacuum could not remove
-// yet, because an older transaction may still see them, do not count
-// again. A table that another session holds (autovacuum, an analysis) is
-// skipped until the next pass, and a table the engine's role does not own
-// is left to autovacuum.
+// have reached a fifth of its live rows and number at least 10,000: the
+// share at which autovacuum vacuums a table by default, but at once rather
+// than at autovacuum's next visit. A table that turns over within a minute
+// is then vacuumed every few seconds, each time briefly; a large one, as
+// under a long Retention, takes hours to reach that share, and is vacuumed
+// no more often than autovacuum would, though without autovacuum's
+// throttle (a negative VacuumInterval leaves every vacuum to autovacuum).
+// Dead rows that a vacuum could not remove yet, because an older
+// transaction may still see them, do not count again. A table that
+// another session holds (autovacuum, an analysis) is skipped until the
+// next pass, and a table the engine's role does not own is left to
+// autovacuum.
 //
 // # Plans of the turns' statements
 //

@@ -69,6 +69,9 @@ const (
 	// RetentionIntervalDefault is how often finished runs older than the
 	// retention are deleted.
 	RetentionIntervalDefault = time.Minute
+	// VacuumIntervalDefault is how often the maintenance loop looks for
+	// tables of braid's that have taken in enough dead rows to vacuum.
+	VacuumIntervalDefault = time.Second
 	// RetentionBatchDefault is how many runs one delete removes.
 	RetentionBatchDefault = 1000
 	// OutcomeTimeoutDefault bounds the transaction that records a turn's
@@ -212,6 +215,17 @@ type Config struct {
 	RetentionInterval time.Duration
 	RetentionBatch    int
 
+	// VacuumInterval is how often the maintenance loop looks for tables of
+	// braid's (river_job included) whose new dead rows have reached a fifth
+	// of their live rows, and vacuums them, rather than leave them to
+	// autovacuum's next visit, up to a minute later by default: a table
+	// that turns over faster than that, as under a short Retention, would
+	// otherwise hold a minute and more of rows where it needs seconds'
+	// worth (see "Space of churned tables" in the package documentation).
+	// A negative value leaves every vacuum to autovacuum. Default
+	// VacuumIntervalDefault (1 s).
+	VacuumInterval time.Duration
+
 	// OutcomeTimeout bounds the transaction that records a turn's outcome.
 	// Default OutcomeTimeoutDefault.
 	OutcomeTimeout time.Duration
@@ -347,6 +361,7 @@ func NewEngine(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 	c.ReconcileSweepInterval = cmp.Or(c.ReconcileSweepInterval, ReconcileSweepIntervalDefault)
 	c.Retention = cmp.Or(c.Retention, RetentionDefault)
 	c.RetentionInterval = cmp.Or(c.RetentionInterval, RetentionIntervalDefault)
+	c.VacuumInterval = cmp.Or(c.VacuumInterval, VacuumIntervalDefault)
 	c.RetentionBatch = cmp.Or(c.RetentionBatch, RetentionBatchDefault)
 	c.OutcomeTimeout = cmp.Or(c.OutcomeTimeout, OutcomeTimeoutDefault)
 	c.OutcomeBatchSize = cmp.Or(c.OutcomeBatchSize, OutcomeBatchSizeDefault)
@@ -462,11 +477,14 @@ func NewEngine(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 		queue.MaintenanceTask{Name: "workflow statistics", Interval: c.ReconcileInterval, Run: func(ctx context.Context) error {
 			_, err := e.analyzeGrownTables(ctx)
 			return err
-		}},
-		queue.MaintenanceTask{Name: "workflow vacuum", Interval: c.ReconcileInterval, Run: func(ctx context.Context) error {
-			_, err := e.vacuumChurnedTables(ctx)
-			return err
 		}})
+	if c.VacuumInterval > 0 {
+		qc.Maintenance = append(qc.Maintenance,
+			queue.MaintenanceTask{Name: "workflow vacuum", Interval: c.VacuumInterval, Run: func(ctx context.Context) error {
+				_, err := e.vacuumChurnedTables(ctx)
+				return err
+			}})
+	}
 	if c.Retention > 0 {
 		qc.Maintenance = append(qc.Maintenance,
 			queue.MaintenanceTask{Name: "workflow retention", Interval: c.RetentionInterval, Run: e.deleteOldRuns})

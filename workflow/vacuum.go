@@ -20,12 +20,17 @@ import (
 // in meanwhile: a table meant to hold ten seconds of runs holds a minute
 // and more of them, and its indexes with it.
 //
-// So the maintenance loop, every ReconcileInterval, vacuums a table of
-// grownTables whose dead rows have reached churnShare (half) of its live
-// rows, and number at least churnFloorRows. Autovacuum goes at a fifth of
-// a table by default, but only at its visits; this goes later in share
-// and at once in time, so that it comes first only on a table that turns
-// over within a minute, and its work there is small, as the table is.
+// So the maintenance loop, every VacuumInterval, vacuums a table of
+// grownTables whose new dead rows have reached churnShare (a fifth) of its
+// live rows, and number at least churnFloorRows: the share at which
+// autovacuum vacuums a table by default, but at once rather than at
+// autovacuum's next visit. A table that turns over within a minute is then
+// vacuumed every few seconds, and each vacuum is small, as the table is; a
+// large table, as under a long Retention, takes in such a share over
+// hours, and is vacuumed as often as autovacuum would. Such a vacuum is
+// not throttled as autovacuum's is (vacuum_cost_delay): a database whose
+// disks cannot take that sets VacuumInterval negative and leaves every
+// vacuum to autovacuum.
 // The counts are PostgreSQL's cumulative statistics, which a vacuum (its
 // own or autovacuum's) resets to the dead rows it could not remove yet,
 // because a transaction that may still see them is open. Those count as
@@ -37,7 +42,7 @@ import (
 const (
 	// churnShare is the share of a table's live rows that its new dead
 	// rows must reach.
-	churnShare = 0.5
+	churnShare = 0.2
 	// churnFloorRows is the fewest new dead rows that make a table worth
 	// a vacuum of its own.
 	churnFloorRows = 10_000
@@ -87,7 +92,7 @@ func (v *vacuumed) record(table string, dead int64) {
 // vacuumChurnedTables vacuums the tables of grownTables whose new dead
 // rows have reached churnShare of their live rows (and churnFloorRows),
 // and returns those it vacuumed. It runs in the queue's maintenance loop,
-// every ReconcileInterval.
+// every VacuumInterval.
 func (e *Engine) vacuumChurnedTables(ctx context.Context) ([]string, error) {
 	rows, err := e.pool.Query(ctx, churnedTablesSQL, grownTableNames())
 	if err != nil {

@@ -217,3 +217,32 @@ func TestVacuumChurnedTablesWithAnEndedContext(t *testing.T) {
 		t.Fatalf("the next pass vacuumed %v; want [braid_runs]", got)
 	}
 }
+
+// TestTheMaintenanceLoopVacuumsChurnedTables: a started engine vacuums a
+// churned table by itself, every VacuumInterval; one whose VacuumInterval
+// is negative leaves it to autovacuum (off here), and never vacuums it.
+func TestTheMaintenanceLoopVacuumsChurnedTables(t *testing.T) {
+	t.Parallel()
+	on, off := testutil.DB(t), testutil.DB(t)
+	for _, pool := range []*pgxpool.Pool{on, off} {
+		execSQL(t, pool, `ALTER TABLE braid_runs SET (autovacuum_enabled = false)`)
+		churn(t, pool, churnRows)
+	}
+	cfg := testConfig()
+	cfg.VacuumInterval = 50 * time.Millisecond
+	startEngine(t, on, cfg)
+	cfg = testConfig()
+	cfg.VacuumInterval = -1
+	startEngine(t, off, cfg)
+	waitFor(t, "the other engine to run its maintenance loop", 20*time.Second, func() bool {
+		return count(t, off, `SELECT count(*) FROM braid_leases WHERE name = 'braid:maintenance'`) == 1
+	})
+	waitFor(t, "the engine to vacuum braid_runs", 20*time.Second, func() bool {
+		return vacuumsOfRuns(t, on) >= 1
+	})
+	// As long again as twenty passes of the other engine would take.
+	time.Sleep(time.Second)
+	if n := vacuumsOfRuns(t, off); n != 0 {
+		t.Fatalf("an engine with a negative VacuumInterval vacuumed braid_runs %d times; want none", n)
+	}
+}

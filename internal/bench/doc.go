@@ -82,8 +82,8 @@
 //     (SustainedResult says by which rule). PostgreSQL reuses the space of
 //     deleted rows only once a vacuum has visited the table: autovacuum
 //     does so about once a minute per database by default, and braid's
-//     maintenance loop as soon as a table's dead rows reach half its live
-//     ones. The 10 min run shows whether the tables stay level.
+//     maintenance loop as soon as a table's dead rows reach a fifth of its
+//     live ones. The 10 min run shows whether the tables stay level.
 //
 // # How a phase ends
 //

@@ -71,9 +71,9 @@ const (
 // every 30 seconds, so in a 60-second run the River side's river_job still
 // grows after retention applied. The braid side deletes its runs' turn
 // jobs with them, every second, and its maintenance loop vacuums a table
-// once its new dead rows reach half its live rows, so that its tables can
-// level off within the run. The 10-minute run (Config.Long) shows whether
-// they stay level.
+// once its new dead rows reach a fifth of its live rows, so that its
+// tables can level off within the run. The 10-minute run (Config.Long)
+// shows whether they stay level.
 //
 // CapacityPerSec is braid's throughput of no-op runs the rate was derived
 // from, 0 when Sizes.SustainedRate set the rate and the runs scenario did
