@@ -20,7 +20,8 @@ const (
 
 // DeadLetter is a job that exhausted its attempts (River's discarded
 // state). It stays inspectable until River's DiscardedJobRetentionPeriod
-// deletes it, and Retry runs it again.
+// deletes it (a workflow's turn job goes sooner when the engine's
+// retention deletes its run), and Retry runs it again.
 type DeadLetter struct {
 	// JobRow is the discarded job, with every attempt's error in Errors;
 	// for an attempt that panicked, the error's Trace holds the stack.

@@ -498,7 +498,9 @@
 // background queries for its heartbeat. A batch of outcomes holds one
 // connection for its transaction, and at most Config.OutcomeFlushes
 // batches, and never more than half the pool's connections, commit at
-// once. NewEngine refuses a pool of fewer than [PoolMinConns] (2)
+// once. The vacuum of a churned table (see "Space of churned tables")
+// holds one connection while it runs, in the process that holds the
+// maintenance lease. NewEngine refuses a pool of fewer than [PoolMinConns] (2)
 // connections and warns below [PoolWarnConns] (4); pgxpool's default of
 // max(4, CPUs) is enough.
 //
@@ -508,8 +510,9 @@
 // the turn jobs River has finished, are deleted in batches once they
 // finished more than Config.Retention ago (7 days by default; negative
 // keeps them forever). A turn job that another session holds (River's job
-// cleaner deleting it) is skipped and left to River's job cleaner, which
-// deletes the rest after River's own retention periods. An unfinished run
+// cleaner deleting it), or that River has not finished (a late turn of a
+// cancelled run), is left to River's job cleaner, which deletes finished
+// jobs after River's own retention periods. An unfinished run
 // is never deleted. An idempotency key holds for as long as its run is
 // kept: after that, the same key starts a new run.
 //
@@ -567,7 +570,13 @@
 // transaction may still see them, do not count again. A table that
 // another session holds (autovacuum, an analysis) is skipped until the
 // next pass, and a table the engine's role does not own is left to
-// autovacuum.
+// autovacuum. As PostgreSQL cancels an autovacuum that a lock request
+// waits on, the engine's vacuum gives way to one within a fifth of a
+// second (a migration's ALTER TABLE, which would otherwise wait for the
+// whole vacuum, with every statement on the table queued behind it), and
+// the table waits for the next pass. It runs without the session's
+// statement_timeout, as autovacuum does, on a connection of the pool that
+// it holds while it runs.
 //
 // # Plans of the turns' statements
 //

@@ -63,8 +63,8 @@ const (
 	// ReconcileSweepIntervalDefault is how often the reconciler looks at
 	// every pending or running task for a live turn.
 	ReconcileSweepIntervalDefault = 5 * time.Minute
-	// RetentionDefault is how long a finished run, with its tasks and
-	// steps, is kept.
+	// RetentionDefault is how long a finished run, with its tasks, steps
+	// and finished turn jobs, is kept.
 	RetentionDefault = 7 * 24 * time.Hour
 	// RetentionIntervalDefault is how often finished runs older than the
 	// retention are deleted.
@@ -203,7 +203,8 @@ type Config struct {
 	ReconcileSweepInterval time.Duration
 
 	// Retention is how long a finished run (completed, failed or
-	// cancelled), with its tasks and steps, is kept before it is deleted.
+	// cancelled), with its tasks, steps and the turn jobs River has
+	// finished, is kept before it is deleted.
 	// An idempotency key holds for as long as its run is kept. A negative
 	// value keeps runs forever. Default RetentionDefault (7 days).
 	Retention time.Duration

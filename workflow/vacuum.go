@@ -2,8 +2,11 @@ package workflow
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -111,17 +114,29 @@ func (e *Engine) vacuumChurnedTables(ctx context.Context) ([]string, error) {
 		return nil, fmt.Errorf("workflow: finding churned tables: %w", err)
 	}
 	var done []string
+	var errs []error
 	for _, t := range tables {
+		if ctx.Err() != nil {
+			errs = append(errs, ctx.Err())
+			break
+		}
 		if !e.vacuumed.due(t.name, t.live, t.dead) {
 			continue
 		}
-		// The name is regclass's output, quoted as it needs.
-		if _, err := e.pool.Exec(ctx, "VACUUM (SKIP_LOCKED) "+t.name); err != nil {
-			return done, fmt.Errorf("workflow: vacuuming %s: %w", t.name, err)
+		ran, err := e.vacuumTable(ctx, t.name)
+		if err != nil {
+			// The other tables are vacuumed all the same.
+			errs = append(errs, fmt.Errorf("workflow: vacuuming %s: %w", t.name, err))
+			continue
+		}
+		if !ran {
+			e.logger.DebugContext(ctx, "workflow: a churned table was held by another session, or was wanted by one; trying again at the next pass", "table", t.name)
+			continue
 		}
 		var left, vacuums int64
 		if err := e.pool.QueryRow(ctx, vacuumedSQL, t.name).Scan(&left, &vacuums); err != nil {
-			return done, fmt.Errorf("workflow: reading the dead rows of %s: %w", t.name, err)
+			errs = append(errs, fmt.Errorf("workflow: reading the dead rows of %s: %w", t.name, err))
+			continue
 		}
 		if vacuums == t.vacuums {
 			// Skipped: another session (autovacuum, an analysis) holds
@@ -133,5 +148,82 @@ func (e *Engine) vacuumChurnedTables(ctx context.Context) ([]string, error) {
 		done = append(done, t.name)
 		e.logger.DebugContext(ctx, "workflow: vacuumed a churned table", "table", t.name, "live", t.live, "dead", t.dead, "left", left)
 	}
-	return done, nil
+	return done, errors.Join(errs...)
+}
+
+// vacuumGiveWayPoll is how often a vacuum of a churned table looks for a
+// session that waits for its table's lock. PostgreSQL cancels an
+// autovacuum in that case once the session has waited deadlock_timeout (1
+// s by default), but not a VACUUM that a session issued, which would
+// keep a migration's ALTER TABLE waiting for its whole length, and every
+// statement on the table queued behind that ALTER. So the engine's vacuum
+// gives way itself, sooner.
+const vacuumGiveWayPoll = 200 * time.Millisecond
+
+// lockWaitersSQL says whether a session waits for a lock that the backend
+// $1 holds.
+const lockWaitersSQL = `
+	SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+	                WHERE wait_event_type = 'Lock' AND $1::int = ANY(pg_blocking_pids(pid)))`
+
+// vacuumTable vacuums table on a connection of its own, without the
+// statement_timeout of the pool's sessions, which autovacuum ignores too:
+// a vacuum longer than that timeout would be cancelled at every pass and
+// never end. It gives way to a session that waits for the table's lock
+// (vacuumGiveWayPoll), and reports ran false then: the table is tried
+// again at the next pass. A connection whose vacuum did not end as it
+// should is closed rather than put back with its setting.
+func (e *Engine) vacuumTable(ctx context.Context, table string) (ran bool, err error) {
+	conn, err := e.pool.Acquire(ctx)
+	if err != nil {
+		return false, err
+	}
+	clean := false
+	defer func() {
+		if !clean {
+			_ = conn.Conn().Close(context.Background())
+		}
+		conn.Release()
+	}()
+	if _, err := conn.Exec(ctx, `SET statement_timeout = 0`); err != nil {
+		return false, err
+	}
+	pid := conn.Conn().PgConn().PID()
+	vctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var gaveWay atomic.Bool
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		tick := time.NewTicker(vacuumGiveWayPoll)
+		defer tick.Stop()
+		for {
+			select {
+			case <-vctx.Done():
+				return
+			case <-tick.C:
+			}
+			var waiting bool
+			if err := e.pool.QueryRow(vctx, lockWaitersSQL, pid).Scan(&waiting); err == nil && waiting {
+				gaveWay.Store(true)
+				cancel()
+				return
+			}
+		}
+	}()
+	// The name is regclass's output, quoted as it needs.
+	_, err = conn.Exec(vctx, "VACUUM (SKIP_LOCKED) "+table)
+	cancel()
+	<-watched
+	switch {
+	case gaveWay.Load():
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	if _, err := conn.Exec(ctx, `RESET statement_timeout`); err != nil {
+		return true, nil // the vacuum ran; the connection is closed
+	}
+	clean = true
+	return true, nil
 }

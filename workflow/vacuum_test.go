@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/braidflow/braid/testutil"
@@ -244,5 +245,101 @@ func TestTheMaintenanceLoopVacuumsChurnedTables(t *testing.T) {
 	time.Sleep(time.Second)
 	if n := vacuumsOfRuns(t, off); n != 0 {
 		t.Fatalf("an engine with a negative VacuumInterval vacuumed braid_runs %d times; want none", n)
+	}
+}
+
+// slowVacuumEngine returns a database with churned braid_runs, whose
+// sessions vacuum slowly (a pause of delay every page), with settings
+// added to them, and an engine on a pool made after those settings.
+func slowVacuumEngine(t *testing.T, delay string, settings ...string) (*pgxpool.Pool, *workflow.Engine) {
+	t.Helper()
+	url := testutil.URL(t)
+	owner := testutil.Pool(t, url)
+	execSQL(t, owner, `ALTER TABLE braid_runs SET (autovacuum_enabled = false)`)
+	churn(t, owner, churnRows)
+	var db string
+	if err := owner.QueryRow(context.Background(), `SELECT current_database()`).Scan(&db); err != nil {
+		t.Fatal(err)
+	}
+	for _, set := range append([]string{"vacuum_cost_limit = 1", "vacuum_cost_delay = '" + delay + "'"}, settings...) {
+		execSQL(t, owner, `ALTER DATABASE `+pgx.Identifier{db}.Sanitize()+` SET `+set)
+	}
+	pool := testutil.Pool(t, url)
+	eng, err := workflow.NewEngine(pool, testConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pool, eng
+}
+
+// TestVacuumChurnedTablesGivesWayToALockRequest: PostgreSQL cancels an
+// autovacuum that a lock request waits on, but not a VACUUM a session
+// issued. The engine's vacuum gives way itself: a migration's ALTER TABLE
+// goes ahead at once, rather than wait for the whole vacuum with every
+// statement on the table queued behind it, and the pass ends without an
+// error, leaving the table to the next.
+func TestVacuumChurnedTablesGivesWayToALockRequest(t *testing.T) {
+	t.Parallel()
+	pool, eng := slowVacuumEngine(t, "100ms") // a second every ten pages
+	type result struct {
+		got []string
+		err error
+	}
+	pass := make(chan result, 1)
+	go func() {
+		got, err := workflow.VacuumChurnedTables(context.Background(), eng)
+		pass <- result{got, err}
+	}()
+	waitFor(t, "the vacuum to start", 10*time.Second, func() bool {
+		return count(t, pool, `
+			SELECT count(*) FROM pg_stat_activity
+			 WHERE datname = current_database() AND query LIKE 'VACUUM%braid_runs' AND state = 'active'`) == 1
+	})
+	ctx := ctxTimeout(t, 5*time.Second) // the vacuum alone would take ten
+	began := time.Now()
+	if _, err := pool.Exec(ctx, `ALTER TABLE braid_runs ADD COLUMN note text`); err != nil {
+		t.Fatalf("the ALTER TABLE waited on the engine's vacuum: %v", err)
+	}
+	r := <-pass
+	t.Logf("the ALTER TABLE and the pass ended %v after the ALTER began", time.Since(began))
+	if r.err != nil || len(r.got) != 0 {
+		t.Fatalf("the pass that gave way: vacuumed %v, error %v; want nothing and no error", r.got, r.err)
+	}
+	if n := vacuumsOfRuns(t, pool); n != 0 {
+		t.Errorf("braid_runs counts %d vacuums; want none, the one begun gave way", n)
+	}
+}
+
+// TestVacuumChurnedTablesOutlastsTheSessionsStatementTimeout: a vacuum
+// longer than the sessions' statement_timeout still ends (autovacuum's
+// ignores it too), rather than be cancelled and begun again at every
+// pass; and the connection goes back to the pool with its timeout.
+func TestVacuumChurnedTablesOutlastsTheSessionsStatementTimeout(t *testing.T) {
+	t.Parallel()
+	pool, eng := slowVacuumEngine(t, "1ms", "statement_timeout = '200ms'")
+	got, err := workflow.VacuumChurnedTables(ctxTimeout(t, 20*time.Second), eng)
+	if err != nil || !cmp.Equal(got, []string{"braid_runs"}) {
+		t.Fatalf("vacuumed %v, error %v; want [braid_runs]", got, err)
+	}
+	// Every connection of the pool has the database's timeout.
+	conns := make([]*pgxpool.Conn, 0, pool.Stat().TotalConns())
+	defer func() {
+		for _, c := range conns {
+			c.Release()
+		}
+	}()
+	for range pool.Stat().TotalConns() {
+		c, err := pool.Acquire(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		var timeout string
+		if err := c.QueryRow(context.Background(), `SHOW statement_timeout`).Scan(&timeout); err != nil {
+			t.Fatal(err)
+		}
+		if timeout != "200ms" {
+			t.Errorf("a connection of the pool has statement_timeout %s after the vacuum; want the database's 200ms", timeout)
+		}
 	}
 }

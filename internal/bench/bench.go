@@ -138,7 +138,7 @@ var FullSizes = Sizes{
 // QuickSizes are the sizes of a quick benchmark (Config.Quick), which runs
 // in well under two minutes. The sustained scenario's 20 seconds are
 // shorter than the 30-second interval of River's job cleaner, so the
-// retention of river_job does not show in a quick run.
+// retention of the River side's river_job does not show in a quick run.
 var QuickSizes = Sizes{
 	Runs: 500, Trials: 1, Hops: 20, Chains: 3, Fanout: 1000, DAGChains: 3, DAGWidth: 1000,
 	Delays: 200, DelayMin: 500 * time.Millisecond, DelayMax: 3 * time.Second, DelaySpread: riverSchedulerInterval,

@@ -73,8 +73,9 @@
 //     of one inline step, the ones due every 100 ms started in one
 //     transaction from four goroutines, against as many no-op River jobs.
 //     Both sides keep finished work 10 s only (braid's Retention, checked
-//     every second, and River's CompletedJobRetentionPeriod, which River's
-//     job cleaner applies every 30 s, so it does not show in a quick run).
+//     every second, which deletes a run's turn jobs with it, and River's
+//     CompletedJobRetentionPeriod, which River's job cleaner applies every
+//     30 s, so that on the River side it does not show in a quick run).
 //     It reports the runs completed in each 10 s window, the drift from
 //     the first window to the last, and the sizes of braid_runs,
 //     braid_tasks, braid_steps and river_job at the start, once retention

@@ -45,10 +45,11 @@ const (
 // means the starts could not keep up. The rate defaults to SustainedLoad times braid's
 // throughput of no-op runs (CapacityPerSec). Both sides keep finished work
 // for RetentionS seconds only: the braid side deletes finished runs, with
-// their tasks and steps, every second (workflow.Config.Retention and
-// RetentionInterval), and both sides' River clients delete completed jobs
-// after as long (River's CompletedJobRetentionPeriod, applied by River's
-// job cleaner every 30 seconds).
+// their tasks, steps and finished turn jobs, every second
+// (workflow.Config.Retention and RetentionInterval), and both sides' River
+// clients delete completed jobs after as long (River's
+// CompletedJobRetentionPeriod, applied by River's job cleaner every 30
+// seconds).
 //
 // Completed counts the runs (jobs) that completed in each window of
 // WindowS seconds: the ones started so far less the ones not yet finished,
