@@ -34,14 +34,16 @@ import (
 // not throttled as autovacuum's is (vacuum_cost_delay): a database whose
 // disks cannot take that sets VacuumInterval negative and leaves every
 // vacuum to autovacuum.
+//
 // The counts are PostgreSQL's cumulative statistics, which a vacuum (its
 // own or autovacuum's) resets to the dead rows it could not remove yet,
 // because a transaction that may still see them is open. Those count as
 // already vacuumed: the table is vacuumed again once as many dead rows as
 // its threshold have come on top of them, not at every pass while that
 // transaction lasts. VACUUM's SKIP_LOCKED leaves a table that autovacuum
-// or another session is vacuuming, and a table the engine's role does not
-// own is left to autovacuum.
+// or another session is vacuuming, a vacuum gives way to a session that
+// waits for its table (vacuumGiveWayPoll), and a table the engine's role
+// does not own is left to autovacuum.
 const (
 	// churnShare is the share of a table's live rows that its new dead
 	// rows must reach.
