@@ -21,15 +21,14 @@ const retentionTaskBatch = 10_000
 
 // deleteOldRuns deletes finished runs (completed, failed, cancelled) that
 // finished more than Retention ago, with their tasks, steps and finished
-// turn jobs, in batches
-// of RetentionBatch runs and at most retentionTaskBatch tasks. An
-// unfinished run is never deleted, however old. A run left out of a batch
-// (one of its tasks locked by another, or retried meanwhile) is left out
-// of the rest of the pass too, which goes on until no old run is left to
-// try. The pass reads its cutoff once, as it begins, so that runs that
-// pass it meanwhile, under a steady load, are left to the next pass rather
-// than keep this one going. It runs in the queue's maintenance loop every
-// RetentionInterval.
+// turn jobs, in batches of RetentionBatch runs and at most
+// retentionTaskBatch tasks. An unfinished run is never deleted, however
+// old. A run left out of a batch (one of its tasks locked by another, or
+// retried meanwhile) is left out of the rest of the pass too, which goes on
+// until no old run is left to try. The pass reads its cutoff once, as it
+// begins, so that runs that pass it meanwhile, under a steady load, are
+// left to the next pass rather than keep this one going. It runs in the
+// queue's maintenance loop every RetentionInterval.
 func (e *Engine) deleteOldRuns(ctx context.Context) error {
 	before, err := e.retentionCutoff(ctx)
 	if err != nil {
