@@ -553,7 +553,7 @@ func TestReconcilerFindsAStrandedTaskAmongRetriedOnes(t *testing.T) {
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(map[state]int{{Run: "running", Task: "pending", LiveTurns: 1}: retried}, got); diff != "" {
+	if diff := cmp.Diff(map[state]int{{Run: "pending", Task: "pending", LiveTurns: 1}: retried}, got); diff != "" {
 		t.Errorf("the retried runs after one look of the reconciler (-want +got):\n%s", diff)
 	}
 }

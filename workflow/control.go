@@ -657,12 +657,18 @@ func (e *Engine) retryTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID str
 	if err := restoreEventsTx(ctx, tx, id); err != nil {
 		return err
 	}
-	// A run with a timeout gets a fresh deadline, counted from the retry,
-	// and the delay processor hears of it as of a new delay.
+	// The run takes its root's status, as a run just started does: waiting
+	// when the root waits for children or a DAG's nodes, and pending
+	// otherwise, shown running only while the root's turn runs
+	// (runStatusSQL). A run with a timeout gets a fresh deadline, counted
+	// from the retry, and the delay processor hears of it as of a new
+	// delay.
 	var hasDeadline bool
 	err = tx.QueryRow(ctx, `
-		UPDATE braid_runs SET status = 'running', error = NULL, finished_at = NULL, updated_at = braid_now(),
-		       deadline_at = braid_now() + timeout
+		UPDATE braid_runs r
+		   SET status = CASE WHEN (SELECT rt.status FROM braid_tasks rt WHERE rt.run_id = r.id AND rt.parent_task_id IS NULL) = 'waiting'
+		                     THEN 'waiting' ELSE 'pending' END,
+		       error = NULL, finished_at = NULL, updated_at = braid_now(), deadline_at = braid_now() + timeout
 		 WHERE id = $1 AND status IN ('failed', 'cancelled')
 		RETURNING deadline_at IS NOT NULL`, id).Scan(&hasDeadline)
 	if errors.Is(err, pgx.ErrNoRows) {

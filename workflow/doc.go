@@ -70,9 +70,7 @@
 // is final, reads the outcome. So while its nodes run, a DAG run and its
 // root task are waiting, as are a run and its root that wait for
 // children, and the inspection (Engine.Run, ListRuns, the CLI) shows
-// them so, however the run was started. (A run that [Engine.Retry]
-// resumes, a DAG's or not, is marked running until its root's next turn
-// ends.)
+// them so, however the run was started, or resumed by [Engine.Retry].
 //
 // A process that does not register a DAG (an admin server, the braid CLI)
 // can still start it by name ([Engine.StartByName]), but cannot know its

@@ -134,15 +134,15 @@ func TestJobsRetryTurnJob(t *testing.T) {
 	const task = "0195a1b2-1000-7000-8000-000000000007"
 
 	code, out, errOut := braid(t, "jobs", "retry", deadTurnJob, "--database-url", url)
-	if want := "job 9 is a turn job of run " + panicRun + " (import): retried the run, which is now running\n"; code != 0 || out != want {
+	if want := "job 9 is a turn job of run " + panicRun + " (import): retried the run, which is now pending\n"; code != 0 || out != want {
 		t.Fatalf("jobs retry 9: code %d, stdout %q, stderr %q; want %q", code, out, errOut, want)
 	}
 	run, err := workflow.Inspect(ctx, pool, panicRun)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if run.Status != "running" || run.Tasks[0].Status != "pending" {
-		t.Errorf("after jobs retry 9 the run is %s and its root %s; want running and pending", run.Status, run.Tasks[0].Status)
+	if run.Status != "pending" || run.Tasks[0].Status != "pending" {
+		t.Errorf("after jobs retry 9 the run is %s and its root %s; want both pending, its turn queued", run.Status, run.Tasks[0].Status)
 	}
 	var state string
 	if err := pool.QueryRow(ctx, `SELECT state::text FROM river_job WHERE id = 9`).Scan(&state); err != nil {
@@ -156,9 +156,9 @@ func TestJobsRetryTurnJob(t *testing.T) {
 		t.Errorf("after jobs retry 9: job 9 is %s and the task has %d available turns; want discarded and 1", state, turns)
 	}
 
-	// The run is running now: a second retry changes nothing and says why.
+	// The run is pending now: a second retry changes nothing and says why.
 	code, out, errOut = braid(t, "jobs", "retry", "6", deadTurnJob, "--database-url", url)
-	if want := "braid jobs: run " + panicRun + " is running; only a failed or cancelled run can be retried, so its turn jobs cannot be\n"; code != 1 || out != "" || errOut != want {
+	if want := "braid jobs: run " + panicRun + " is pending; only a failed or cancelled run can be retried, so its turn jobs cannot be\n"; code != 1 || out != "" || errOut != want {
 		t.Errorf("jobs retry 6 9 again: code %d, stdout %q, stderr %q; want %q", code, out, errOut, want)
 	}
 	if err := pool.QueryRow(ctx, `SELECT state::text FROM river_job WHERE id = 6`).Scan(&state); err != nil || state != "discarded" {

@@ -99,8 +99,8 @@ func TestRunsCancelRetry(t *testing.T) {
 	}{
 		{[]string{"runs", "cancel", id}, 0, "cancelled run " + id + " (greet); it is now cancelled", "", "cancelled", map[string]int{"cancelled": 1}},
 		{[]string{"runs", "cancel", id}, 1, "", "braid runs: run " + id + " is already cancelled; only an unfinished run can be cancelled", "cancelled", map[string]int{"cancelled": 1}},
-		{[]string{"runs", "retry", id}, 0, "retried run " + id + " (greet); it is now running", "", "running", map[string]int{"cancelled": 1, "available": 1}},
-		{[]string{"runs", "retry", id}, 1, "", "braid runs: run " + id + " is running; only a failed or cancelled run can be retried", "running", map[string]int{"cancelled": 1, "available": 1}},
+		{[]string{"runs", "retry", id}, 0, "retried run " + id + " (greet); it is now pending", "", "pending", map[string]int{"cancelled": 1, "available": 1}},
+		{[]string{"runs", "retry", id}, 1, "", "braid runs: run " + id + " is pending; only a failed or cancelled run can be retried", "pending", map[string]int{"cancelled": 1, "available": 1}},
 	}
 	for _, s := range steps {
 		code, out, errOut := braid(t, append(s.args, "--database-url", url)...)
@@ -134,7 +134,7 @@ func TestRunsRetrySeededFailedRun(t *testing.T) {
 	ctx := context.Background()
 	url := seeded(t)
 	code, out, errOut := braid(t, "runs", "retry", failedRun, "--database-url", url)
-	if want := "retried run " + failedRun + " (digest); it is now running\n"; code != 0 || out != want {
+	if want := "retried run " + failedRun + " (digest); it is now pending\n"; code != 0 || out != want {
 		t.Fatalf("runs retry: code %d, stdout %q, stderr %q; want %q", code, out, errOut, want)
 	}
 	pool := testutil.Pool(t, url)
@@ -254,7 +254,7 @@ func TestRunsShowPanicStack(t *testing.T) {
 	}
 	id := strconv.FormatInt(dead[0].ID, 10)
 	code, out, errOut = braid(t, "jobs", "retry", id, "--database-url", url)
-	if want := "job " + id + " is a turn job of run " + run.ID + " (import): retried the run, which is now running\n"; code != 0 || out != want {
+	if want := "job " + id + " is a turn job of run " + run.ID + " (import): retried the run, which is now pending\n"; code != 0 || out != want {
 		t.Errorf("jobs retry %s: code %d, stdout %q, stderr %q; want %q", id, code, out, errOut, want)
 	}
 }
