@@ -147,17 +147,30 @@ func scanRecurring(row pgx.Row) (*Recurring, error) {
 }
 
 func validateKindKey(kind, key string) error {
-	if kind == "" || !utf8.ValidString(kind) || utf8.RuneCountInString(kind) > KindMaxLength {
-		return fmt.Errorf("scheduler: recurring job kind %q must be 1 to %d characters of UTF-8 (River's limit for a job kind)", kind, KindMaxLength)
+	if err := checkText("recurring job kind", kind, KindMaxLength, " (River's limit for a job kind)"); err != nil {
+		return fmt.Errorf("scheduler: %w", err)
 	}
-	if strings.ContainsRune(kind, 0) {
-		return fmt.Errorf("scheduler: recurring job kind %q holds a NUL character, which PostgreSQL cannot store", kind)
+	if err := checkText("recurring job "+kind+" key", key, KeyMaxLength, ""); err != nil {
+		return fmt.Errorf("scheduler: %w", err)
 	}
-	if key == "" || !utf8.ValidString(key) || utf8.RuneCountInString(key) > KeyMaxLength {
-		return fmt.Errorf("scheduler: recurring job %s key %q must be 1 to %d characters of UTF-8", kind, key, KeyMaxLength)
-	}
-	if strings.ContainsRune(key, 0) {
-		return fmt.Errorf("scheduler: recurring job %s key %q holds a NUL character, which PostgreSQL cannot store", kind, key)
+	return nil
+}
+
+// checkText checks that s, the what of a schedule or a recurring job, is
+// 1 to max characters of UTF-8 text without NUL characters, which is what
+// PostgreSQL's text stores. Its error names what and, but for a value over
+// the limit, which it counts instead, the value; limit says whose limit max
+// is, when not braid's own.
+func checkText(what, s string, max int, limit string) error {
+	switch n := utf8.RuneCountInString(s); {
+	case s == "":
+		return fmt.Errorf("%s is empty; it must be 1 to %d characters%s", what, max, limit)
+	case n > max:
+		return fmt.Errorf("%s is %d characters; the limit is %d%s", what, n, max, limit)
+	case !utf8.ValidString(s):
+		return fmt.Errorf("%s %q is not valid UTF-8", what, s)
+	case strings.ContainsRune(s, 0):
+		return fmt.Errorf("%s %q holds a NUL character, which PostgreSQL cannot store", what, s)
 	}
 	return nil
 }

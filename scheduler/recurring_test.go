@@ -102,9 +102,11 @@ func TestEnsure(t *testing.T) {
 		args      any
 		want      string
 	}{
-		{"", "k", nil, `recurring job kind "" must be 1 to 127 characters`},
-		{strings.Repeat("k", 128), "k", nil, `must be 1 to 127 characters of UTF-8 (River's limit for a job kind)`},
-		{"k", "", nil, `recurring job k key "" must be 1 to 500 characters`},
+		{"", "k", nil, `recurring job kind is empty; it must be 1 to 127 characters (River's limit for a job kind)`},
+		{strings.Repeat("k", 128), "k", nil, `recurring job kind is 128 characters; the limit is 127 (River's limit for a job kind)`},
+		{"k", "", nil, `recurring job k key is empty; it must be 1 to 500 characters`},
+		{"k", strings.Repeat("é", 501), nil, `recurring job k key is 501 characters; the limit is 500`},
+		{"k", "\xff", nil, `recurring job k key "\xff" is not valid UTF-8`},
 		{"other", "k", feedArgs{}, `recurring job kind "other" does not match the kind "fetch_feed" of its args`},
 		{"k", "k", []int{1}, "args must be a JSON object, got [1]"},
 		{"k", "k", make(chan int), "args cannot be encoded as JSON"},
@@ -1194,7 +1196,7 @@ func TestRecurringRefusesTextPostgreSQLCannotStore(t *testing.T) {
 		want   string
 	}{
 		{"NUL in a schedule's name", func(p *ScheduleParams) { p.Name = "n\x00" }, `schedule name "n\x00" holds a NUL character`},
-		{"NUL in a schedule's target", func(p *ScheduleParams) { p.Target = "k\x00" }, `target "k\x00" is not UTF-8 text without NUL characters`},
+		{"NUL in a schedule's target", func(p *ScheduleParams) { p.Target = "k\x00" }, `target "k\x00" holds a NUL character, which PostgreSQL cannot store`},
 		{"NUL in a schedule's args", func(p *ScheduleParams) { p.Args = map[string]string{"a": "\x00"} }, "args cannot be stored: it holds a NUL character"},
 		{"NUL in a workflow's input", func(p *ScheduleParams) { p.TargetType, p.Args = TargetWorkflow, "\x00" }, "args cannot be stored: it holds a NUL character"},
 	} {

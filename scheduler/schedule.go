@@ -363,19 +363,7 @@ func validatePriority(priority int) error {
 }
 
 func validateName(name string) error {
-	if name == "" {
-		return fmt.Errorf("schedule name is empty; it must be 1 to %d characters", NameMaxLength)
-	}
-	if !utf8.ValidString(name) {
-		return fmt.Errorf("schedule name %q is not valid UTF-8", name)
-	}
-	if strings.ContainsRune(name, 0) {
-		return fmt.Errorf("schedule name %q holds a NUL character, which PostgreSQL cannot store", name)
-	}
-	if n := utf8.RuneCountInString(name); n > NameMaxLength {
-		return fmt.Errorf("schedule name is %d characters; the limit is %d", n, NameMaxLength)
-	}
-	return nil
+	return checkText("schedule name", name, NameMaxLength, "")
 }
 
 // encodeArgs encodes args as JSON; nil becomes {}. It refuses JSON that
@@ -429,14 +417,11 @@ func (sch *Schedule) validate() (*Expression, error) {
 	default:
 		return fail(fmt.Errorf("target type %q is invalid; use %q or %q", sch.TargetType, TargetJob, TargetWorkflow))
 	}
-	if sch.Target == "" || utf8.RuneCountInString(sch.Target) > TargetMaxLength {
-		return fail(fmt.Errorf("target %q must be 1 to %d characters", sch.Target, TargetMaxLength))
-	}
-	if !utf8.ValidString(sch.Target) || strings.ContainsRune(sch.Target, 0) {
-		return fail(fmt.Errorf("target %q is not UTF-8 text without NUL characters, which PostgreSQL can store", sch.Target))
+	if err := checkText("target", sch.Target, TargetMaxLength, ""); err != nil {
+		return fail(err)
 	}
 	if n := utf8.RuneCountInString(sch.Target); sch.TargetType == TargetJob && n > KindMaxLength {
-		return fail(fmt.Errorf("target %q is a job kind of %d characters; River's limit for a job kind is %d", sch.Target, n, KindMaxLength))
+		return fail(fmt.Errorf("target is a job kind of %d characters; River's limit for a job kind is %d", n, KindMaxLength))
 	}
 	if sch.TargetType == TargetJob && (len(sch.Args) == 0 || sch.Args[0] != '{') {
 		return fail(fmt.Errorf("args of a job target must be a JSON object, got %s", sch.Args))

@@ -248,20 +248,32 @@ func childOutput[Out any](key string, c *childRecord) (Out, error) {
 	return out, nil
 }
 
+// taskTreeSQL is the one walk down the task tree, a recursive WITH query
+// to follow WITH RECURSIVE: name holds the tasks that first (a SELECT of
+// task IDs) selects, and below them, however deep, each child (k) of a
+// task already held for which keep (a condition on k) holds. Each level
+// reads the children of the one before by their parent's key (a lateral
+// subquery that OFFSET 0 keeps from being folded into a join), so that no
+// plan reads every task to find a few. A task reached twice (first holds
+// a task and its descendant) is held once.
+func taskTreeSQL(name, first, keep string) string {
+	return name + ` AS (
+	    ` + first + `
+	    UNION
+	    SELECT k.id FROM ` + name + ` p CROSS JOIN LATERAL (
+	        SELECT k.id FROM braid_tasks k WHERE k.parent_task_id = p.id AND ` + keep + ` OFFSET 0) k
+	)`
+}
+
 // unfinishedDescendantsSQL selects the unfinished descendants of the
 // tasks given by param, however deep, as a parenthesized subquery. Use
 // it as id = ANY(ARRAY…): an IN over it lets the planner scan every task
-// for the few it names. Each level reads the children of the one before
-// by their parent's key (a lateral subquery that OFFSET 0 keeps from
-// being folded into a join), so that no plan reads every unfinished task
-// to find a few.
+// for the few it names.
 func unfinishedDescendantsSQL(param string) string {
-	return `(WITH RECURSIVE d AS (
-	    SELECT k.id FROM braid_tasks k WHERE k.parent_task_id = ANY(` + param + `) AND k.status NOT IN ` + finalStatuses + `
-	    UNION
-	    SELECT k.id FROM d CROSS JOIN LATERAL (
-	        SELECT k.id FROM braid_tasks k WHERE k.parent_task_id = d.id AND k.status NOT IN ` + finalStatuses + ` OFFSET 0) k
-	) SELECT id FROM d)`
+	unfinished := `k.status NOT IN ` + finalStatuses
+	return `(WITH RECURSIVE ` + taskTreeSQL("d",
+		`SELECT k.id FROM braid_tasks k WHERE k.parent_task_id = ANY(`+param+`) AND `+unfinished, unfinished) + `
+	 SELECT id FROM d)`
 }
 
 // cancelOrphansTx cancels the unfinished children, with their

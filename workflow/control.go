@@ -592,12 +592,8 @@ func (e *Engine) retryTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID str
 	// it is: the node is decided afresh first, and only a node that runs
 	// may set its children going again.
 	if len(frozen) > 0 {
-		rows, err := tx.Query(ctx, `
-			WITH RECURSIVE under AS (
-			    SELECT id FROM braid_tasks WHERE parent_task_id = ANY($1)
-			    UNION ALL
-			    SELECT k.id FROM braid_tasks k JOIN under u ON k.parent_task_id = u.id
-			)
+		rows, err := tx.Query(ctx, `WITH RECURSIVE `+
+			taskTreeSQL("under", `SELECT k.id FROM braid_tasks k WHERE k.parent_task_id = ANY($1)`, "true")+`
 			SELECT id FROM under`, pgIDs(frozen))
 		if err != nil {
 			return err
@@ -783,13 +779,8 @@ func forgetAfterTx(ctx context.Context, tx pgx.Tx, ends forgottenEnds) error {
 		}
 	}
 	args := []any{pgIDs(ends.tasks), ends.pos, since}
-	rows, err := tx.Query(ctx, `
-		WITH RECURSIVE gone AS (
-		    SELECT r.id FROM braid_tasks r
-		     WHERE r.parent_task_id = ANY($1) AND `+forgottenSQL("r.parent_task_id")+`
-		    UNION ALL
-		    SELECT k.id FROM braid_tasks k JOIN gone g ON k.parent_task_id = g.id
-		)
+	rows, err := tx.Query(ctx, `WITH RECURSIVE `+
+		taskTreeSQL("gone", `SELECT r.id FROM braid_tasks r WHERE r.parent_task_id = ANY($1) AND `+forgottenSQL("r.parent_task_id"), "true")+`
 		SELECT id FROM braid_tasks WHERE id = ANY(ARRAY(SELECT id FROM gone))
 		 ORDER BY created_at DESC, id DESC FOR UPDATE NOWAIT`, args...)
 	if err != nil {
@@ -874,12 +865,9 @@ func restoreEventsTx(ctx context.Context, tx pgx.Tx, runID uuid.UUID) error {
 // task's code saw its end and went on without it (it handled a
 // ChildError, or finished without awaiting it), and nothing would await
 // it again.
-const openTasksSQL = `
-	WITH RECURSIVE open AS (
-	    SELECT id FROM braid_tasks WHERE run_id = $1 AND parent_task_id IS NULL AND status <> 'completed'
-	    UNION ALL
-	    SELECT k.id FROM braid_tasks k JOIN open o ON k.parent_task_id = o.id WHERE k.status <> 'completed'
-	)`
+var openTasksSQL = `WITH RECURSIVE ` + taskTreeSQL("open",
+	`SELECT k.id FROM braid_tasks k WHERE k.run_id = $1 AND k.parent_task_id IS NULL AND k.status <> 'completed'`,
+	`k.status <> 'completed'`)
 
 // TurnEndWaitDefault bounds how long Cancel and Retry wait for the turns of
 // a run's failed or cancelled tasks to end.

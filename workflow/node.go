@@ -104,14 +104,7 @@ func (e *Engine) createNodesTx(ctx context.Context, tx pgx.Tx, roots []dagRoot) 
 			if count == 0 {
 				status = "pending"
 				if n.cond != nil {
-					run, why, evalErr := n.decide(spec, nil, json.RawMessage(r.input))
-					switch {
-					case evalErr != nil:
-						status = "failed"
-						errJSON, _ = json.Marshal(e.storedError(evalErr, 0))
-					case !run:
-						status, reason = "skipped", queue.SanitizeErrorText(why, e.cfg.MaxErrorBytes)
-					}
+					status, reason, errJSON = e.nodeDecision(n.decide(spec, nil, json.RawMessage(r.input)))
 				}
 				if status == "pending" {
 					turns = append(turns, turn{taskID: nodeIDs[i], workflow: nd.name, queue: nd.queue, priority: nd.priority,
@@ -523,23 +516,15 @@ func (e *Engine) decide(ctx context.Context, tx pgx.Tx, cands []releaseCandidate
 			}
 			continue
 		}
-		run, reason, evalErr := n.decide(spec, deps[c.tr.taskID], inputs[c.rootID])
-		switch {
-		case evalErr != nil:
-			se := e.storedError(evalErr, 0)
-			errJSON, _ := json.Marshal(se)
-			finIDs, finStatus, finReason, finErr = append(finIDs, c.tr.taskID), append(finStatus, "failed"), append(finReason, ""), append(finErr, errJSON)
-		case run:
+		status, reason, errJSON := e.nodeDecision(n.decide(spec, deps[c.tr.taskID], inputs[c.rootID]))
+		if status == "pending" {
 			relIDs = append(relIDs, c.tr.taskID)
 			tr := c.tr
 			tr.releasedBy = c.by
 			released = append(released, tr)
-		default:
-			// The reason may quote a condition: it is stored as error
-			// text is, safe for PostgreSQL's text.
-			reason = queue.SanitizeErrorText(reason, e.cfg.MaxErrorBytes)
-			finIDs, finStatus, finReason, finErr = append(finIDs, c.tr.taskID), append(finStatus, "skipped"), append(finReason, reason), append(finErr, nil)
+			continue
 		}
+		finIDs, finStatus, finReason, finErr = append(finIDs, c.tr.taskID), append(finStatus, status), append(finReason, reason), append(finErr, errJSON)
 	}
 	if len(relIDs) > 0 {
 		if _, err := tx.Exec(ctx, `
@@ -575,6 +560,23 @@ func (e *Engine) decide(ctx context.Context, tx pgx.Tx, cands []releaseCandidate
 		}
 	}
 	return released, final, nil
+}
+
+// nodeDecision is the status a node takes by its decision (dagNode.decide):
+// pending, to run; failed, with its stored error, when its condition could
+// not be evaluated; or skipped, with the reason, which may quote the
+// condition and is stored as error text is, safe for PostgreSQL's text.
+// A node decided at its DAG's start and one released later take it alike.
+func (e *Engine) nodeDecision(run bool, why string, evalErr error) (status, reason string, errJSON []byte) {
+	switch {
+	case evalErr != nil:
+		errJSON, _ = json.Marshal(e.storedError(evalErr, 0))
+		return "failed", "", errJSON
+	case run:
+		return "pending", "", nil
+	default:
+		return "skipped", queue.SanitizeErrorText(why, e.cfg.MaxErrorBytes), nil
+	}
 }
 
 // decide says whether the node runs, now that its dependencies (deps) are
