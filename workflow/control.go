@@ -494,7 +494,9 @@ func runStatusIs(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID string, che
 // value the kept records give it, or is unset when none sets it. A run
 // with a timeout (StartOpts.Timeout,
 // WithRunTimeout) gets a fresh deadline, the same timeout counted from the
-// retry.
+// retry. A run that retention has begun to delete over several
+// transactions (see the package documentation, "Retention") is refused
+// with ErrRunNotRetryable.
 //
 // A cancelled turn may still be running its code. Retry first waits, up to
 // TurnEndWaitDefault or until ctx ends, for the turns of the tasks it
@@ -543,6 +545,13 @@ func (e *Engine) retryTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID str
 		return nil
 	}); err != nil {
 		return err
+	}
+	var deleting bool
+	if err := tx.QueryRow(ctx, `SELECT deleting FROM braid_runs WHERE id = $1`, id).Scan(&deleting); err != nil {
+		return err
+	}
+	if deleting {
+		return fmt.Errorf("%w: run %s is being deleted, having finished more than the retention ago", ErrRunNotRetryable, runID)
 	}
 	// The failed and cancelled tasks, and the nodes of the run's DAGs,
 	// under no completed task (openTasksSQL).
@@ -665,7 +674,7 @@ func (e *Engine) retryTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID str
 		   SET status = CASE WHEN (SELECT rt.status FROM braid_tasks rt WHERE rt.run_id = r.id AND rt.parent_task_id IS NULL) = 'waiting'
 		                     THEN 'waiting' ELSE 'pending' END,
 		       error = NULL, finished_at = NULL, updated_at = braid_now(), deadline_at = braid_now() + timeout
-		 WHERE id = $1 AND status IN ('failed', 'cancelled')
+		 WHERE id = $1 AND status IN ('failed', 'cancelled') AND NOT deleting
 		RETURNING deadline_at IS NOT NULL`, id).Scan(&hasDeadline)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("%w: run %s changed state meanwhile", ErrRunNotRetryable, runID)

@@ -514,6 +514,15 @@
 // is never deleted. An idempotency key holds for as long as its run is
 // kept: after that, the same key starts a new run.
 //
+// One transaction deletes at most 10,000 tasks. A run that holds more (a
+// wide fan-out) is deleted over several: it is first marked as being
+// deleted (braid_runs.deleting), which only a run still finished and old
+// takes, and then loses 10,000 tasks per transaction, leaves first, until
+// the last transaction deletes it with what is left. [Engine.Retry]
+// refuses a marked run with ErrRunNotRetryable: it would find some of its
+// tasks gone. A process that dies meanwhile leaves the run marked, and the
+// next pass goes on with it.
+//
 // A turn job's args hold only its workflow's name, and its metadata is
 // inserted empty: its task is its unique key, and its span link is kept
 // on the task. River indexes every value of a job's args and metadata in

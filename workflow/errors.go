@@ -30,7 +30,7 @@ var ErrEventNotSet = errors.New("workflow: event not set")
 var ErrRunFinished = errors.New("workflow: run already finished")
 
 // ErrRunNotRetryable is returned when retrying a run that is neither failed
-// nor cancelled.
+// nor cancelled, or that retention is deleting.
 var ErrRunNotRetryable = errors.New("workflow: run is neither failed nor cancelled")
 
 // ErrCancelled is matched by the error of a cancelled run.

@@ -2,6 +2,7 @@ package workflow
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -11,25 +12,33 @@ import (
 
 // retentionTaskBatch bounds the tasks that one retention transaction
 // deletes: a batch takes the oldest runs, up to RetentionBatch of them,
-// only as long as their tasks add up to no more than this, and always at
-// least one run. The delete cascades through per-row triggers to tasks and
-// steps, whose queue PostgreSQL keeps in the backend's memory; a batch of
-// a thousand runs with ten thousand children each would lock and delete
-// ten million tasks in one transaction that holds back vacuum for its
-// whole length.
+// only as long as their tasks add up to no more than this. The delete
+// cascades through per-row triggers to tasks and steps, whose queue
+// PostgreSQL keeps in the backend's memory; a batch of a thousand runs with
+// ten thousand children each would lock and delete ten million tasks in
+// one transaction that holds back vacuum for its whole length. A run that
+// alone holds more is shrunk first, this many tasks per transaction (see
+// shrinkRun).
 const retentionTaskBatch = 10_000
 
 // deleteOldRuns deletes finished runs (completed, failed, cancelled) that
 // finished more than Retention ago, with their tasks, steps and finished
 // turn jobs, in batches of RetentionBatch runs and at most
-// retentionTaskBatch tasks. An unfinished run is never deleted, however
-// old. A run left out of a batch (one of its tasks locked by another, or
-// retried meanwhile) is left out of the rest of the pass too, which goes on
-// until no old run is left to try. The pass reads its cutoff once, as it
+// retentionTaskBatch tasks; a run that holds more is shrunk to that many
+// first, over as many transactions as it takes (shrinkRun). An unfinished
+// run is never deleted, however old. A run left out of a batch (one of its
+// tasks locked by another, or retried meanwhile) is left out of the rest of
+// the pass too, which goes on until no old run is left to try. The pass reads its cutoff once, as it
 // begins, so that runs that pass it meanwhile, under a steady load, are
 // left to the next pass rather than keep this one going. It runs in the
 // queue's maintenance loop every RetentionInterval.
 func (e *Engine) deleteOldRuns(ctx context.Context) error {
+	return e.deleteOldRunsBy(ctx, retentionTaskBatch)
+}
+
+// deleteOldRunsBy is deleteOldRuns with batches of at most taskLimit
+// tasks.
+func (e *Engine) deleteOldRunsBy(ctx context.Context, taskLimit int) error {
 	before, err := e.retentionCutoff(ctx)
 	if err != nil {
 		return err
@@ -37,11 +46,21 @@ func (e *Engine) deleteOldRuns(ctx context.Context) error {
 	total := 0
 	var kept []uuid.UUID
 	for {
-		b, err := e.deleteOldRunsBatch(ctx, before, kept, retentionTaskBatch)
+		b, err := e.deleteOldRunsBatch(ctx, before, kept, taskLimit)
 		total += b.deleted
 		kept = append(kept, b.kept...)
 		if err != nil {
 			return err
+		}
+		if b.large != uuid.Nil {
+			shrunk, err := e.shrinkRun(ctx, b.large, before, taskLimit)
+			if err != nil {
+				return err
+			}
+			if !shrunk {
+				kept = append(kept, b.large)
+			}
+			continue
 		}
 		if b.deleted+len(b.kept) == 0 {
 			break
@@ -90,16 +109,20 @@ func (e *Engine) deleteOldEvents(ctx context.Context) error {
 }
 
 // retentionBatch is what one retention batch did: how many runs it
-// deleted, and the runs it found but kept.
+// deleted, and the runs it found but kept; or, when the oldest run alone
+// holds more tasks than the batch deletes, nothing but name that run,
+// large, to shrink first.
 type retentionBatch struct {
 	deleted int
 	kept    []uuid.UUID
+	large   uuid.UUID
 }
 
 // oldRunsSQL picks one retention batch: the runs that finished before the
 // cutoff ($1), oldest first, up to $2 of them, leaving
 // out those of $3, and only as long as their tasks add up to no more than
-// $4, but at least the first. It walks the runs in order, and counts each
+// $4, but at least the first, which it says when it alone holds more. It
+// walks the runs in order, and counts each
 // run's tasks only up to $4, so that it reads about $4 tasks at most
 // whatever the runs hold. The walk takes the runs from an array, by
 // position, so that each of its steps costs the same however many runs
@@ -121,7 +144,7 @@ const oldRunsSQL = `
 	      FROM walk w, candidate c
 	     WHERE w.tasks < $4::bigint AND w.k < cardinality(c.ids)
 	)
-	SELECT id FROM walk WHERE k = 1 OR tasks <= $4::bigint ORDER BY k`
+	SELECT id, tasks > $4::bigint FROM walk WHERE k = 1 OR tasks <= $4::bigint ORDER BY k`
 
 // deleteOldRunsBatch deletes one batch of the runs that finished before
 // before (see oldRunsSQL), leaving out the runs of skip. It follows the lock order: the runs' tasks first, then the
@@ -136,8 +159,16 @@ func (e *Engine) deleteOldRunsBatch(ctx context.Context, before time.Time, skip 
 		if err != nil {
 			return err
 		}
-		ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
-		if err != nil || len(ids) == 0 {
+		var ids []uuid.UUID
+		var id uuid.UUID
+		var large bool
+		if _, err := pgx.ForEachRow(rows, []any{&id, &large}, func() error {
+			ids = append(ids, id)
+			if large {
+				b.large = id
+			}
+			return nil
+		}); err != nil || len(ids) == 0 || b.large != uuid.Nil {
 			return err
 		}
 		// Tasks first, in the lock order, skipping those held by others
@@ -192,25 +223,86 @@ func (e *Engine) deleteOldRunsBatch(ctx context.Context, before time.Time, skip 
 				turned = append(turned, k.id)
 			}
 		}
-		if len(turned) == 0 {
-			return nil
-		}
-		// Their finished turn jobs go with them. Job rows come before
-		// task rows in the lock order, so a job held by another (River's
-		// job cleaner deleting it) is skipped, and left to the cleaner.
-		// The kind is written out, not a parameter, so that a generic
-		// plan can use the index of turn jobs by task, which holds that
-		// kind only.
-		_, err = tx.Exec(ctx, `
-			DELETE FROM river_job WHERE id IN (
-			    SELECT id FROM river_job
-			     WHERE kind = '`+TaskKind+`' AND braid_turn_task(unique_key, args) = ANY($1)
-			       AND state IN ('completed', 'cancelled', 'discarded')
-			       FOR UPDATE SKIP LOCKED)`, turned)
-		return err
+		return deleteTurnJobsTx(ctx, tx, turned)
 	})
 	if err != nil {
 		return retentionBatch{}, fmt.Errorf("workflow: retention: %w", err)
 	}
 	return b, nil
+}
+
+// deleteTurnJobsTx deletes the finished turn jobs of tasks that tx has
+// deleted. Job rows come before task rows in the lock order, so a job held
+// by another (River's job cleaner deleting it) is skipped, and left to the
+// cleaner. The kind is written out, not a parameter, so that a generic plan
+// can use the index of turn jobs by task, which holds that kind only.
+func deleteTurnJobsTx(ctx context.Context, tx pgx.Tx, tasks []uuid.UUID) error {
+	if len(tasks) == 0 {
+		return nil
+	}
+	_, err := tx.Exec(ctx, `
+		DELETE FROM river_job WHERE id IN (
+		    SELECT id FROM river_job
+		     WHERE kind = '`+TaskKind+`' AND braid_turn_task(unique_key, args) = ANY($1)
+		       AND state IN ('completed', 'cancelled', 'discarded')
+		       FOR UPDATE SKIP LOCKED)`, tasks)
+	return err
+}
+
+// shrinkRun deletes the tasks of run id, an old finished run that holds
+// more than taskLimit of them, at most taskLimit per transaction, until it
+// holds no more: the retention batch that follows deletes the rest with
+// the run. It first marks the run as being deleted (braid_runs.deleting),
+// in a transaction of its own, which a run still finished before the
+// cutoff only takes: Retry, which would find some of its tasks gone,
+// refuses a marked run, and a run that Retry resumed first is not marked.
+// Each transaction deletes leaves, tasks without children (with their
+// steps and finished turn jobs), so that no cascade reaches further; it
+// skips tasks that another transaction holds. It reports false, having
+// done what it could, when the run cannot be marked or shrunk any further
+// in this pass: the pass then leaves it for the next.
+func (e *Engine) shrinkRun(ctx context.Context, id uuid.UUID, before time.Time, taskLimit int) (bool, error) {
+	var marked bool
+	err := e.pool.QueryRow(ctx, `
+		UPDATE braid_runs SET deleting = true
+		 WHERE id = $1 AND status IN ('completed', 'failed', 'cancelled') AND finished_at < $2::timestamptz
+		RETURNING true`, id, before).Scan(&marked)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("workflow: retention: marking run %s deleted: %w", id, err)
+	}
+	for {
+		var left int
+		var deleted []uuid.UUID
+		err := e.withTx(ctx, func(tx pgx.Tx) error {
+			rows, err := tx.Query(ctx, `
+				DELETE FROM braid_tasks WHERE id IN (
+				    SELECT t.id FROM braid_tasks t
+				     WHERE t.run_id = $1 AND NOT EXISTS (SELECT 1 FROM braid_tasks k WHERE k.parent_task_id = t.id)
+				     LIMIT $2 FOR UPDATE SKIP LOCKED)
+				RETURNING id`, id, taskLimit)
+			if err != nil {
+				return err
+			}
+			if deleted, err = pgx.CollectRows(rows, pgx.RowTo[uuid.UUID]); err != nil {
+				return err
+			}
+			if err := deleteTurnJobsTx(ctx, tx, deleted); err != nil {
+				return err
+			}
+			return tx.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM braid_tasks WHERE run_id = $1 LIMIT $2::bigint + 1) x`,
+				id, taskLimit).Scan(&left)
+		})
+		if err != nil {
+			return false, fmt.Errorf("workflow: retention: deleting tasks of run %s: %w", id, err)
+		}
+		if left <= taskLimit {
+			return true, nil
+		}
+		if len(deleted) == 0 {
+			return false, nil
+		}
+	}
 }

@@ -2,9 +2,13 @@ package workflow_test
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/braidflow/braid/testutil"
 	"github.com/braidflow/braid/workflow"
@@ -77,8 +81,9 @@ func checkKept(t *testing.T, eng *workflow.Engine, kept map[string][3]int) {
 }
 
 // A retention batch takes the oldest runs only as long as their tasks add
-// up to its limit, and at least one run however many tasks it has; it
-// deletes nothing that retention must keep.
+// up to its limit; when the oldest run alone holds more, the batch deletes
+// nothing and names it, to shrink first. It deletes nothing that retention
+// must keep.
 func TestRetentionBatchIsBoundedByTasks(t *testing.T) {
 	t.Parallel()
 	eng, old, kept := retentionScene(t, "task_bound", 4, 0)
@@ -88,24 +93,169 @@ func TestRetentionBatchIsBoundedByTasks(t *testing.T) {
 
 	for _, step := range []struct {
 		limit, want int
+		large       string
 	}{
-		{1, 1}, // the oldest run alone holds more tasks than the limit
-		{3, 1}, // two runs would be four tasks
-		{4, 2},
+		{1, 0, old[0]}, // the oldest run alone holds more tasks than the limit
+		{2, 1, ""},
+		{3, 1, ""}, // two runs would be four tasks
+		{4, 2, ""},
 	} {
 		before := remaining()
-		n, err := workflow.DeleteOldRunsBatch(ctx, eng, step.limit)
+		n, large, err := workflow.DeleteOldRunsBatch(ctx, eng, step.limit)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if n != step.want || remaining() != before-step.want {
-			t.Fatalf("a batch of at most %d tasks deleted %d runs (%d of %d old runs left); want %d", step.limit, n, remaining(), before, step.want)
+		if n != step.want || large != step.large || remaining() != before-step.want {
+			t.Fatalf("a batch of at most %d tasks deleted %d runs (%d of %d old runs left) and named %q to shrink; want %d and %q",
+				step.limit, n, remaining(), before, large, step.want, step.large)
 		}
 	}
 	if n := remaining(); n != 0 {
 		t.Fatalf("%d old runs left; want none", n)
 	}
 	checkKept(t, eng, kept)
+}
+
+// wideRun starts a run whose root maps over children kids, each recording
+// a step, and then fails, and returns it once failed, finished two hours
+// ago against eng's Retention of an hour.
+func wideRun(t *testing.T, ctx context.Context, eng *workflow.Engine, wide *workflow.Workflow[int, int]) string {
+	t.Helper()
+	r, err := wide.Start(ctx, eng, 7, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var re *workflow.RunError
+	if _, err := r.Result(ctx); !errors.As(err, &re) || re.Status != "failed" {
+		t.Fatalf("the wide run: %v; want it failed", err)
+	}
+	backdateFinished(t, eng.Pool(), 2*time.Hour, r.ID)
+	return r.ID
+}
+
+// wideWorkflows defines the workflow of wideRun, and returns it with every
+// definition the engine needs.
+func wideWorkflows(prefix string) (*workflow.Workflow[int, int], []workflow.Definition) {
+	w := newRetentionWorkflows(prefix)
+	wide := workflow.Define(prefix+"_wide", func(t *workflow.Task, n int) (int, error) {
+		if _, err := workflow.Map(t, "kids", w.kid, make([]int, n)); err != nil {
+			return 0, err
+		}
+		return 0, errors.New("the wide run fails after its children")
+	}, workflow.WithMaxAttempts(1))
+	return wide, append(w.defs(), wide)
+}
+
+// A run that holds more tasks than a retention batch deletes is shrunk
+// first, a batch's worth of its tasks per transaction, leaves first, and
+// marked as being deleted, so that Retry refuses it; the batch that
+// follows deletes the rest with the run, and its turn jobs.
+func TestRetentionShrinksARunThatHoldsMoreThanABatch(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	wide, defs := wideWorkflows("shrink")
+	cfg := testConfig(defs...)
+	cfg.Retention, cfg.RetentionInterval = time.Hour, time.Hour
+	eng := startEngine(t, pool, cfg)
+	ctx := ctxTimeout(t, 60*time.Second)
+	id := wideRun(t, ctx, eng, wide)
+	if f := footprint(t, pool, id); f != [3]int{1, 8, 7} {
+		t.Fatalf("the wide run's rows: %v; want the run, 8 tasks and 7 steps", f)
+	}
+	tasks := func() []string {
+		rows, err := pool.Query(ctx, `SELECT id::text FROM braid_tasks WHERE run_id = $1`, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ids
+	}
+	all := tasks()
+
+	if n, large, err := workflow.DeleteOldRunsBatch(ctx, eng, 3); err != nil || n != 0 || large != id {
+		t.Fatalf("a batch of 3 tasks: deleted %d runs and named %q to shrink (%v); want none deleted and the wide run named", n, large, err)
+	}
+	shrunk, err := workflow.ShrinkRun(ctx, eng, id, 3)
+	if err != nil || !shrunk {
+		t.Fatalf("ShrinkRun: %v, %v; want it shrunk", shrunk, err)
+	}
+	// 8 tasks, 3 a transaction: 5 left after the first, 2 after the
+	// second, which is where it stops; the root, a parent until then, is
+	// one of them.
+	if f := footprint(t, pool, id); f != [3]int{1, 2, 1} {
+		t.Errorf("the shrunk run's rows: %v; want the run, its root and one child with its step", f)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM braid_tasks WHERE run_id = $1 AND parent_task_id IS NULL`, id); n != 1 {
+		t.Errorf("the shrunk run has %d roots; want its root kept for the last batch", n)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM braid_runs WHERE id = $1 AND deleting`, id); n != 1 {
+		t.Errorf("the shrunk run is not marked as being deleted")
+	}
+	err = eng.Retry(ctx, id)
+	if !errors.Is(err, workflow.ErrRunNotRetryable) || !strings.Contains(err.Error(), "being deleted") {
+		t.Errorf("Retry of the run being deleted: %v; want ErrRunNotRetryable, saying why", err)
+	}
+	if f := footprint(t, pool, id); f != [3]int{1, 2, 1} {
+		t.Errorf("the refused Retry changed the run: %v", f)
+	}
+
+	if n, large, err := workflow.DeleteOldRunsBatch(ctx, eng, 3); err != nil || n != 1 || large != "" {
+		t.Fatalf("the batch after the shrink: deleted %d runs and named %q (%v); want the run deleted", n, large, err)
+	}
+	if f := footprint(t, pool, id); f != [3]int{} {
+		t.Errorf("the deleted run's rows: %v; want none", f)
+	}
+	turns := count(t, pool, `SELECT count(*) FROM river_job WHERE kind = $1 AND braid_turn_task(unique_key, args)::text = ANY($2)`, workflow.TaskKind, all)
+	if turns != 0 {
+		t.Errorf("%d turn jobs of the deleted run's tasks are left; want none", turns)
+	}
+}
+
+// A run that Retry resumed after the batch named it is not marked, and
+// keeps its tasks; the pass goes on without it. A pass shrinks and deletes
+// a run that holds more tasks than its batches, beside the runs that fit.
+func TestRetentionShrinksOnlyAFinishedRun(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	wide, defs := wideWorkflows("shrink_retry")
+	cfg := testConfig(defs...)
+	cfg.Retention, cfg.RetentionInterval = time.Hour, time.Hour
+	eng := startEngine(t, pool, cfg)
+	ctx := ctxTimeout(t, 60*time.Second)
+	retried, gone := wideRun(t, ctx, eng, wide), wideRun(t, ctx, eng, wide)
+
+	if _, large, err := workflow.DeleteOldRunsBatch(ctx, eng, 3); err != nil || large == "" {
+		t.Fatalf("a batch of 3 tasks named %q to shrink (%v); want a wide run", large, err)
+	}
+	if err := eng.Retry(ctx, retried); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.Wait(ctx, retried); err == nil {
+		t.Fatal("the retried wide run completed; want it failed again")
+	}
+	// Failed again, but just now: no longer old.
+	if shrunk, err := workflow.ShrinkRun(ctx, eng, retried, 3); err != nil || shrunk {
+		t.Fatalf("ShrinkRun of the retried run: %v, %v; want it left alone", shrunk, err)
+	}
+	if f := footprint(t, pool, retried); f != [3]int{1, 8, 7} {
+		t.Errorf("the retried run's rows: %v; want all of them", f)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM braid_runs WHERE id = $1 AND deleting`, retried); n != 0 {
+		t.Errorf("the retried run is marked as being deleted")
+	}
+
+	if err := workflow.DeleteOldRunsBy(ctx, eng, 3); err != nil {
+		t.Fatal(err)
+	}
+	if f := footprint(t, pool, gone); f != [3]int{} {
+		t.Errorf("the old wide run after a pass: %v; want it deleted", f)
+	}
+	if f := footprint(t, pool, retried); f != [3]int{1, 8, 7} {
+		t.Errorf("the young retried run after a pass: %v; want all of it", f)
+	}
 }
 
 // A run that retention must skip (a task of it is locked) does not end the
