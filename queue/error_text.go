@@ -40,3 +40,32 @@ func SanitizeErrorText(s string, limit int) string {
 	}
 	return s[:keep] + marker
 }
+
+// printableError returns err, or, when err's Error method panics (a typed
+// nil pointer wrapped as an error, say), an error whose text says so and
+// which unwraps to err, so that errors.Is and errors.As still see what the
+// worker returned. River's executor and WorkClaimed read an attempt's
+// error text outside any recover: a panic there would kill the process
+// and leave the job running.
+func printableError(err error) (out error) {
+	if err == nil {
+		return nil
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			out = &unprintableError{err: err, text: fmt.Sprintf("%T.Error() panicked: %v", err, r)}
+		}
+	}()
+	_ = err.Error()
+	return err
+}
+
+// unprintableError is an error whose own Error method panics, with the
+// text printableError gave it.
+type unprintableError struct {
+	err  error
+	text string
+}
+
+func (e *unprintableError) Error() string { return e.text }
+func (e *unprintableError) Unwrap() error { return e.err }

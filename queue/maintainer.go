@@ -255,14 +255,17 @@ func (q *Queue) rescueOne(ctx context.Context, s staleAttempt) (bool, error) {
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 
 	// Lock the job row first (as Heartbeat and Progress do), then fence on
-	// the state and attempt seen.
+	// the state and attempt seen. A row that another transaction holds is
+	// skipped, and looked at again at the next pass: one job held for long
+	// (an operator's open transaction, a backend of a process cut off
+	// mid-batch) must not keep every other silent job from its rescue.
 	var locked int64
 	err = tx.QueryRow(ctx, `
 		SELECT id FROM river_job
 		WHERE id = $1 AND state = 'running' AND attempt = $2
-		FOR UPDATE`, s.id, s.attempt).Scan(&locked)
+		FOR UPDATE SKIP LOCKED`, s.id, s.attempt).Scan(&locked)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return false, nil // finished or superseded meanwhile: not ours to touch
+		return false, nil // finished, superseded or held meanwhile: not ours to touch now
 	}
 	if err != nil {
 		return false, fmt.Errorf("queue: locking job %d for rescue: %w", s.id, err)

@@ -162,3 +162,68 @@ func TestStartStop(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A job row that another transaction holds for long (an operator's open
+// transaction, the backend of a process cut off mid-batch) is skipped by
+// the heartbeat rescuer, which rescues the other silent jobs meanwhile,
+// and the held one at a later pass.
+func TestRescuerSkipsAJobAnotherTransactionHolds(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.DB(t)
+	workers := river.NewWorkers()
+	river.AddWorker(workers, river.WorkFunc(func(context.Context, *river.Job[claimedArgs]) error { return nil }))
+	q := newQueue(t, pool, &Config{
+		Workers:         workers,
+		Heartbeats:      map[string]time.Duration{"claimed": 10 * time.Millisecond},
+		HeartbeatMisses: 1,
+	})
+	var ids [2]int64
+	for i := range ids {
+		res, err := q.Insert(ctx, claimedArgs{}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = res.Job.ID
+	}
+	// Both run, silent; the held one longer, so that the rescuer meets
+	// it first.
+	if _, err := pool.Exec(ctx, `
+		UPDATE river_job SET state = 'running', attempt = 1,
+		       attempted_at = clock_timestamp() - CASE WHEN id = $1 THEN interval '200 ms' ELSE interval '100 ms' END
+		 WHERE id = ANY($2)`, ids[0], ids[:]); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	holder, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Rollback(ctx) }()
+	if _, err := holder.Exec(ctx, `SELECT 1 FROM river_job WHERE id = $1 FOR UPDATE`, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	n, err := q.rescueStale(rctx)
+	if err != nil || n != 1 {
+		t.Fatalf("a rescue pass with job %d held: rescued %d (%v); want the other job rescued", ids[0], n, err)
+	}
+	state := func(id int64) rivertype.JobState {
+		job, err := q.River().JobGet(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return job.State
+	}
+	if s0, s1 := state(ids[0]), state(ids[1]); s0 != rivertype.JobStateRunning || s1 == rivertype.JobStateRunning {
+		t.Fatalf("after the pass: held job %s, other job %s; want the held one left running and the other rescued", s0, s1)
+	}
+	if err := holder.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := q.rescueStale(rctx); err != nil || n != 1 || state(ids[0]) == rivertype.JobStateRunning {
+		t.Fatalf("the pass after the hold: rescued %d (%v), job %d %s; want it rescued", n, err, ids[0], state(ids[0]))
+	}
+}

@@ -266,7 +266,7 @@ func (q *Queue) attempt(ctx context.Context, job *rivertype.JobRow, doInner func
 			panic(pv)
 		}
 	}()
-	err = doInner(ctx)
+	err = printableError(doInner(ctx))
 	panicking = false
 	return false, err
 }

@@ -103,7 +103,7 @@ type pilot struct {
 	// finished holds the jobs that workers completed in their own
 	// committed transactions (Queue.Finished): River's completion of each
 	// is dropped, saving a statement per completer batch. An entry is
-	// forgotten once a batch that skipped that completion is written, or
+	// forgotten once a batch with an outcome of that job is written, or
 	// by Queue.Finished's caller for a job River never completes (a
 	// claimed one).
 	finished map[int64]struct{}
@@ -393,12 +393,17 @@ func (p *pilot) judgeLocked(params *riverdriver.JobSetStateIfRunningManyParams, 
 	seen.id = id
 	if i >= len(params.MetadataUpdates) || !bytes.Contains(params.MetadataUpdates[i], []byte(`"`+metadataSuperseded+`"`)) {
 		seen.reported = p.reporting[id] > 0
-		if _, ok := p.finished[id]; ok && params.State[i] == rivertype.JobStateCompleted && len(params.MetadataUpdates[i]) == 0 {
+		if _, ok := p.finished[id]; ok {
 			// The worker completed its job in its own committed
-			// transaction (CompleteTx): River's completion would change
-			// nothing.
+			// transaction (CompleteTx): this is the outcome of that
+			// attempt, so the entry is forgotten once it is written,
+			// whatever it is; otherwise a completion of a later attempt
+			// (an operator's retry of the job) would be dropped. A
+			// plain completion would change nothing, and is dropped;
+			// any other outcome is written, and finds the job finished.
 			seen.finished = true
-			return true, seen
+			plain := params.State[i] == rivertype.JobStateCompleted && len(params.MetadataUpdates[i]) == 0
+			return plain, seen
 		}
 		if !seen.reported {
 			return false, pilotSeen{}
@@ -482,14 +487,20 @@ func (p *pilot) sanitizeErrData(data []byte) []byte {
 	return b
 }
 
-// withoutNUL removes NUL characters from the strings and keys of a JSON
-// document, which jsonb rejects: metadata a worker recorded (River's
-// RecordOutput, MetadataSet) would otherwise fail the completer's whole
-// batch, which River retries for ever. A document without one is returned
-// as it is; one that cannot be decoded is returned as it is too, for
-// PostgreSQL to judge.
+// withoutNUL returns a JSON document as PostgreSQL's jsonb can store it:
+// as it is when jsonb takes it (CheckJSONB), and otherwise decoded and
+// encoded again, which removes NUL characters from its strings and keys
+// and turns a lone UTF-16 surrogate escape (which encoding/json accepts,
+// from an upstream API's response recorded as is) into U+FFFD. Metadata
+// a worker recorded (River's RecordOutput, MetadataSet) that jsonb
+// rejected would otherwise fail the completer's whole batch, which River
+// retries for ever, every later outcome of the client with it. A document
+// that is still not storable (a number beyond PostgreSQL's numeric) is
+// replaced by an empty object, which a merge of metadata leaves as it
+// was; one that cannot be decoded is returned as it is, for PostgreSQL to
+// judge.
 func withoutNUL(data []byte) []byte {
-	if !bytes.Contains(data, []byte(`\u0000`)) {
+	if len(data) == 0 || CheckJSONB(data) == nil {
 		return data
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
@@ -501,6 +512,9 @@ func withoutNUL(data []byte) []byte {
 	b, err := json.Marshal(stripNUL(v))
 	if err != nil {
 		return data
+	}
+	if CheckJSONB(b) != nil {
+		return []byte(`{}`)
 	}
 	return b
 }
