@@ -99,12 +99,17 @@
 // idempotency key; under CatchUpAll every missed slot still fires, in
 // order. (Under CatchUpOnce a slot that passed while the first was held
 // back is covered by the same fire, labelled with the latest slot, as for
-// any catch-up. Under CatchUpSkip a slot being retried is not a missed
-// slot, however late the backoff makes it.) The next successful fire
-// clears the error; any Update of the schedule ends the backoff. If the
-// failure left the transaction unusable, the error is recorded in a
-// transaction of its own. A row written around this package whose
-// expression no longer parses is disabled, with the reason in LastError.
+// any catch-up. Under CatchUpSkip a slot being retried is late only from
+// its RetryAt, however late the backoff made it, and not at all once an
+// Update ended the backoff; a later slot that passed meanwhile, while no
+// leader ran, is a missed slot.) The next successful
+// fire clears the error; any Update of the schedule ends the backoff. If
+// the failure left the transaction unusable, the error is recorded in a
+// transaction of its own. A leader that cannot read a schedule's
+// expression (a row written around this package, or by a newer version
+// during a rolling upgrade) records a failed fire, and the slot is held
+// back and tried again like any other; the package embeds the time zone
+// data, so that every process reads the zones that Create accepted.
 //
 // # Overlap and catch-up
 //

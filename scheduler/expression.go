@@ -9,6 +9,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	// Every process reads every zone that Create accepted, whatever the
+	// zone data of its host (a scratch image has none).
+	_ "time/tzdata"
 )
 
 // EveryMinimum is the shortest interval that an `@every` expression accepts.

@@ -408,3 +408,104 @@ func TestFailedFireOfADeposedLeaderIsNotRecorded(t *testing.T) {
 		t.Errorf("the leader's failed fire: error %q, %d failures, retry at %v", got.LastError, got.FireFailures, got.RetryAt)
 	}
 }
+
+// TestCatchUpSkipAfterAFailedFireAndAnOutage fails a CatchUpSkip schedule's
+// fire once, then moves the database clock on as if no leader had run for
+// a while. The slot being retried is late from its RetryAt, and a later
+// slot that the outage made late is a missed slot: neither fires once it
+// is later than MissedSlotGrace. A retry that an Update let go at once
+// fires, however late its slot.
+func TestCatchUpSkipAfterAFailedFireAndAnOutage(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name, expression, outage string
+		update, fires            bool
+	}{
+		{"a later slot made late", "@every 1h", "3 hours 10 minutes", false, false},
+		{"the failed slot made late", "@every 24h", "3 hours", false, false},
+		{"within the grace", "@every 1h", "30 seconds", false, true},
+		{"an update ended the backoff", "@every 24h", "3 hours", true, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			pool := testdb.DB(t)
+			s := newScheduler(t, pool, &Config{Queue: insertOnlyQueue(t, pool),
+				FireRetryBackoff: queue.Backoff{Strategy: queue.Fixed, Base: time.Second},
+				MissedSlotGrace:  time.Minute})
+			if _, err := s.Create(ctx, &ScheduleParams{TargetType: TargetJob, Name: "s", Expression: c.expression, Target: "ping",
+				OverlapPolicy: OverlapAllow, CatchUpPolicy: CatchUpSkip}); err != nil {
+				t.Fatal(err)
+			}
+			setDue(t, s, "s", "date_trunc('second', now()) - interval '1 second'")
+			failInsertsOnce(t, s, "ping")
+			tick(t, s)
+			if sch, _ := s.Get(ctx, "s"); sch == nil || sch.FireFailures != 1 || sch.RetryAt == nil {
+				t.Fatalf("after the failed fire: %+v; want one failure, held back", sch)
+			}
+			if c.update {
+				desc := "ended the backoff"
+				if _, err := s.Update(ctx, "s", &ScheduleUpdate{Description: &desc}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			exec(t, pool, `CREATE OR REPLACE FUNCTION braid_now() RETURNS timestamptz LANGUAGE sql STABLE AS $$ SELECT now() + interval '`+c.outage+`' $$`)
+			tick(t, s)
+			jobs := firedJobs(t, pool, "s")
+			if fired := len(jobs) > 0; fired != c.fires {
+				t.Errorf("after %s without a leader: fired %+v; want a fire: %v", c.outage, jobs, c.fires)
+			}
+		})
+	}
+}
+
+// TestScheduleTheLeaderCannotReadIsRetried: a schedule whose expression
+// this leader cannot read (a zone unknown to it, written around this
+// package or by another version) is a failed fire, held back and tried
+// again, never disabled; once readable, its slot fires.
+func TestScheduleTheLeaderCannotReadIsRetried(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.DB(t)
+	s := newScheduler(t, pool, &Config{Queue: insertOnlyQueue(t, pool),
+		FireRetryBackoff: queue.Backoff{Strategy: queue.Fixed, Base: time.Minute}})
+	exec(t, pool, `INSERT INTO braid_schedules (name, expression, time_zone, target_type, target, next_run_at)
+		VALUES ('mars', '0 3 * * *', 'Mars/Olympus_Mons', 'job', 'ping', date_trunc('second', now()) - interval '1 second')`)
+	tick(t, s)
+	sch, err := s.Get(ctx, "mars")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sch.Enabled || sch.FireFailures != 1 || sch.RetryAt == nil || sch.RetryAt.Sub(*sch.LastErrorAt) != time.Minute ||
+		!strings.Contains(sch.LastError, `unknown time zone "Mars/Olympus_Mons"`) {
+		t.Fatalf("after a tick: enabled %v, failures %d, retry at %v, error %q; want it enabled, held back a minute, saying why",
+			sch.Enabled, sch.FireFailures, sch.RetryAt, sch.LastError)
+	}
+	tick(t, s)
+	if sch, _ := s.Get(ctx, "mars"); sch.FireFailures != 1 {
+		t.Fatalf("a tick within the backoff tried it again: %d failures", sch.FireFailures)
+	}
+	// Readable now, and its backoff over.
+	exec(t, pool, `UPDATE braid_schedules SET time_zone = 'Europe/Berlin', retry_at = now() WHERE name = 'mars'`)
+	tick(t, s)
+	if jobs := firedJobs(t, pool, "mars"); len(jobs) != 1 {
+		t.Fatalf("jobs once readable: %+v; want the slot fired", jobs)
+	}
+}
+
+// TestUntilNextWithTheNextRunCenturiesAway: a recurring job parked
+// centuries ahead (NextRunAt in the year 2400), beyond what a Duration
+// holds, makes the leader sleep PollInterval, not poll every few
+// milliseconds.
+func TestUntilNextWithTheNextRunCenturiesAway(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.DB(t)
+	s := newScheduler(t, pool, &Config{PollInterval: time.Second})
+	if _, err := s.Ensure(ctx, "ping", "far", pingArgs{}, time.Date(2400, 1, 1, 0, 0, 0, 0, time.UTC)); err != nil {
+		t.Fatal(err)
+	}
+	if d := s.untilNext(ctx); d != time.Second {
+		t.Fatalf("untilNext with the only next run in 2400: %s; want PollInterval, %s", d, time.Second)
+	}
+}

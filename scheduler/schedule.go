@@ -852,13 +852,16 @@ FOR UPDATE SKIP LOCKED`), &now)
 
 	e, err := s.parse(sch.Expression, sch.TimeZone)
 	if err != nil {
-		// Only a row written around this package gets here; firing it again
-		// and again would spin, so it is disabled.
-		log.ErrorContext(ctx, "scheduler: disabling schedule with an invalid expression", slog.String("error", err.Error()))
-		if _, err := tx.Exec(ctx, `UPDATE braid_schedules SET enabled = false, last_error = $2, last_error_at = braid_now(),
-    retry_at = NULL, updated_at = braid_now() WHERE id = $1`,
-			sch.ID, queue.SanitizeErrorText("disabled: "+err.Error(), 0)); err != nil {
-			return false, fmt.Errorf("scheduler: disabling schedule %q: %w", sch.Name, err)
+		// This leader cannot read the schedule: a row written around this
+		// package, or by a newer version during a rolling upgrade. It is a
+		// failed fire of the due slot, held back by the backoff and tried
+		// again, perhaps by a leader that can read it; the schedule is
+		// neither advanced nor disabled for what one process cannot do.
+		delay := s.cfg.FireRetryBackoff.Delay(sch.FireFailures + 1)
+		log.ErrorContext(ctx, "scheduler: cannot read the schedule's expression; retrying the slot later",
+			slog.Int("failures", sch.FireFailures+1), slog.Duration("retry_in", delay), slog.String("error", err.Error()))
+		if err := recordFireFailure(ctx, tx, sch, sch.NextRunAt, err, delay); err != nil {
+			return false, err
 		}
 		return true, commit(ctx, tx)
 	}
@@ -871,8 +874,18 @@ FOR UPDATE SKIP LOCKED`), &now)
 	case CatchUpSkip:
 		slot = lastSlot(e, first, now)
 		// A slot whose fire failed (FireFailures) was reached in time;
-		// its retry, held back by the backoff, is not a missed slot.
-		if late := now.Sub(slot); late > s.cfg.MissedSlotGrace && sch.FireFailures == 0 {
+		// its retry, held back by the backoff, is late only from when the
+		// backoff let it go (RetryAt), and not at all once an Update ended
+		// the backoff. A later slot that passed meanwhile (no leader ran
+		// for a while) is a missed slot like any other.
+		late := now.Sub(slot)
+		if sch.FireFailures > 0 && slot.Equal(first) {
+			late = 0
+			if sch.RetryAt != nil {
+				late = now.Sub(*sch.RetryAt)
+			}
+		}
+		if late > s.cfg.MissedSlotGrace {
 			fire = false
 			log.InfoContext(ctx, "scheduler: skipping missed slots", slog.Time("first_slot", first), slog.Time("last_slot", slot), slog.Duration("late", late))
 		}

@@ -638,7 +638,8 @@ func TestFireFailuresDoNotBlockOthers(t *testing.T) {
 		setDue(t, s, p.Name, "date_trunc('second', now()) - interval '1 second'")
 	}
 	// A row edited around the API with an expression that no longer parses
-	// is disabled instead of firing again and again.
+	// is a failed fire, held back by the backoff rather than tried again
+	// and again, and left enabled for a leader that can read it.
 	exec(t, pool, `UPDATE braid_schedules SET expression = 'bogus' WHERE name = 'b-broken'`)
 	tick(t, s)
 
@@ -648,8 +649,12 @@ func TestFireFailuresDoNotBlockOthers(t *testing.T) {
 	if sch, _ := s.Get(ctx, "a-unknown"); sch.NextRunAt.After(time.Now()) || sch.RetryAt == nil || !strings.Contains(sch.LastError, "no_such_kind") {
 		t.Errorf("unknown kind: next %s, retry at %v, error %q; want the slot held back with the error", sch.NextRunAt, sch.RetryAt, sch.LastError)
 	}
-	if sch, _ := s.Get(ctx, "b-broken"); sch.Enabled || !strings.Contains(sch.LastError, "bogus") {
-		t.Errorf("schedule with an invalid stored expression: enabled %t, error %q", sch.Enabled, sch.LastError)
+	if sch, _ := s.Get(ctx, "b-broken"); !sch.Enabled || sch.RetryAt == nil || sch.FireFailures != 1 || !strings.Contains(sch.LastError, "bogus") {
+		t.Errorf("schedule with an invalid stored expression: enabled %t, retry at %v, failures %d, error %q; want it enabled, held back with the error",
+			sch.Enabled, sch.RetryAt, sch.FireFailures, sch.LastError)
+	}
+	if n := len(firedJobs(t, pool, "b-broken")); n != 0 {
+		t.Errorf("the schedule with an invalid stored expression fired %d jobs", n)
 	}
 	if n := len(firedJobs(t, pool, "c-ok")); n != 1 {
 		t.Errorf("healthy schedule fired %d jobs, want 1", n)

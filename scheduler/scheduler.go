@@ -498,10 +498,14 @@ SELECT extract(epoch FROM least(
 ) - braid_now())::float8`
 
 // untilNext returns how long to sleep: until the earliest next_run_at on
-// the database clock, at most PollInterval.
+// the database clock, at most PollInterval. A next run further away than
+// PollInterval is not converted to a Duration, which could not hold one
+// beyond about 292 years (a recurring job parked with NextRunAt in the
+// year 9999).
 func (s *Scheduler) untilNext(ctx context.Context) time.Duration {
 	var seconds *float64
-	if err := s.pool.QueryRow(ctx, untilNextSQL).Scan(&seconds); err != nil || seconds == nil {
+	if err := s.pool.QueryRow(ctx, untilNextSQL).Scan(&seconds); err != nil || seconds == nil ||
+		*seconds >= s.cfg.PollInterval.Seconds() {
 		return s.cfg.PollInterval
 	}
 	d := time.Duration(*seconds * float64(time.Second))
