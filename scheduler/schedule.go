@@ -79,6 +79,12 @@ const (
 	// TargetMaxLength is the longest target, in characters: a workflow
 	// name. A River job kind is at most KindMaxLength, River's limit.
 	TargetMaxLength = 200
+
+	// DescriptionMaxLength is the longest description, in characters.
+	DescriptionMaxLength = 2000
+
+	// CreatedByMaxLength is the longest CreatedBy, in characters.
+	CreatedByMaxLength = 200
 )
 
 var (
@@ -219,7 +225,8 @@ type ScheduleParams struct {
 	// Name identifies the schedule; 1 to NameMaxLength characters, unique.
 	Name string
 
-	// Description is free text for operators.
+	// Description is free text for operators, at most
+	// DescriptionMaxLength characters.
 	Description string
 
 	// Expression is when the schedule fires, in the syntax of Parse.
@@ -279,7 +286,8 @@ type ScheduleParams struct {
 	// Defaults to CatchUpOnce.
 	CatchUpPolicy CatchUpPolicy
 
-	// CreatedBy names who created the schedule, for operators.
+	// CreatedBy names who created the schedule, for operators, in at most
+	// CreatedByMaxLength characters.
 	CreatedBy string
 }
 
@@ -419,6 +427,17 @@ func (sch *Schedule) validate() (*Expression, error) {
 	}
 	if err := checkText("target", sch.Target, TargetMaxLength, ""); err != nil {
 		return fail(err)
+	}
+	for _, f := range []struct {
+		what, s string
+		max     int
+	}{{"description", sch.Description, DescriptionMaxLength}, {"created by", sch.CreatedBy, CreatedByMaxLength}} {
+		if f.s == "" {
+			continue // both are optional
+		}
+		if err := checkText(f.what, f.s, f.max, ""); err != nil {
+			return fail(err)
+		}
 	}
 	if n := utf8.RuneCountInString(sch.Target); sch.TargetType == TargetJob && n > KindMaxLength {
 		return fail(fmt.Errorf("target is a job kind of %d characters; River's limit for a job kind is %d", n, KindMaxLength))

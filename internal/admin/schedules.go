@@ -386,6 +386,11 @@ func checkScheduleRequest(req *ScheduledJobRequest) (*schedTarget, error) {
 			return bad(`field "name" is %d characters; the limit is %d`, utf8.RuneCountInString(n), scheduler.NameMaxLength)
 		}
 	}
+	if req.Description != nil {
+		if n := utf8.RuneCountInString(*req.Description); n > scheduler.DescriptionMaxLength {
+			return bad(`field "description" is %d characters; the limit is %d`, n, scheduler.DescriptionMaxLength)
+		}
+	}
 	if req.TimeZone != nil && *req.TimeZone != "" {
 		if _, err := scheduler.Parse("@daily", *req.TimeZone); err != nil {
 			var ee *scheduler.ExpressionError

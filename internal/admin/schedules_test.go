@@ -350,6 +350,7 @@ func TestScheduledJobBadInput(t *testing.T) {
 		{"empty name", "POST", "", map[string]any{"name": "", "cron_expression": "@daily", "kind": "crawl"}, 422, `field "name" is empty`, nil},
 		{"long name", "POST", "", map[string]any{"name": strings.Repeat("n", 201), "cron_expression": "@daily", "kind": "crawl"}, 422, `the limit is 200`, nil},
 		{"NUL in name", "POST", "", map[string]any{"name": "a\x00b", "cron_expression": "@daily", "kind": "crawl"}, 422, `NUL`, nil},
+		{"long description", "PUT", "/taken", map[string]any{"description": strings.Repeat("d", 2001)}, 422, `field "description" is 2001 characters; the limit is 2000`, nil},
 		{"NUL in args", "POST", "", map[string]any{"name": "x", "cron_expression": "@daily", "kind": "crawl", "args": map[string]any{"a": "b\x00"}}, 422, `field "args" cannot be stored: it holds a NUL character`, nil},
 		{"lone surrogate in input", "POST", "", json.RawMessage(`{"name": "x", "cron_expression": "@daily", "workflow": "flow", "input": "\udfff"}`), 422, `field "input" cannot be stored: it holds an unpaired surrogate`, nil},
 		{"rename", "PUT", "/taken", map[string]any{"name": "other"}, 422, `cannot be renamed`, nil},
