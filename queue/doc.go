@@ -56,8 +56,14 @@
 // Config.MaxErrorBytes (default [MaxErrorBytesDefault], 64 KiB): NUL bytes
 // and invalid UTF-8 are removed and long text is cut. (A NUL byte would
 // make PostgreSQL reject the whole batch of outcomes, and River retries
-// such a batch for ever.) river.JobCompleteTx and the other generic River
-// helpers work unchanged: they go through the client's driver and pilot.
+// such a batch for ever.) Output a worker recorded (river.RecordOutput)
+// that jsonb would reject is stored as jsonb can take it: NUL characters
+// removed, an unpaired surrogate escape as U+FFFD, and nothing at all of a
+// document that still cannot be stored (a number beyond numeric). An
+// attempt's error whose Error method panics is recorded with a text that
+// says so, and still unwraps to what the worker returned.
+// river.JobCompleteTx and the other generic River helpers work unchanged:
+// they go through the client's driver and pilot.
 //
 // # Claims and completions in a caller's transaction
 //
