@@ -105,21 +105,22 @@ const deadlineLockTimeout = 100 * time.Millisecond
 func (p *delayPass) cancelOverdueRuns(ctx context.Context) (cancelled, found int, failed bool) {
 	e := p.e
 	held, _ := p.runs.held(time.Now())
-	rows, err := e.pool.Query(ctx, overdueRunsSQL, e.cfg.DelayBatchSize, pgIDs(held))
-	if err != nil {
-		if ctx.Err() == nil {
-			e.logger.WarnContext(ctx, "workflow: listing runs whose deadline passed", "error", err)
-		}
-		return 0, 0, true
-	}
 	type overdue struct {
 		id      uuid.UUID
 		timeout int64 // microseconds
 	}
-	runs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (overdue, error) {
-		var o overdue
-		return o, r.Scan(&o.id, &o.timeout)
-	})
+	runs, err := func() ([]overdue, error) {
+		ctx, cancel := p.bounded(ctx)
+		defer cancel()
+		rows, err := e.pool.Query(ctx, overdueRunsSQL, e.cfg.DelayBatchSize, pgIDs(held))
+		if err != nil {
+			return nil, err
+		}
+		return pgx.CollectRows(rows, func(r pgx.CollectableRow) (overdue, error) {
+			var o overdue
+			return o, r.Scan(&o.id, &o.timeout)
+		})
+	}()
 	if err != nil {
 		if ctx.Err() == nil {
 			e.logger.WarnContext(ctx, "workflow: listing runs whose deadline passed", "error", err)
@@ -137,19 +138,28 @@ func (p *delayPass) cancelOverdueRuns(ctx context.Context) (cancelled, found int
 			woke = time.Now()
 		}
 		cause := storedError{Kind: errKindTimeout, Message: timeoutMessage(time.Duration(r.timeout) * time.Microsecond)}
-		err := e.withTx(ctx, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, fmt.Sprintf(`SET LOCAL lock_timeout = '%dms'`, deadlineLockTimeout.Milliseconds())); err != nil {
-				return err
-			}
-			return e.cancelTx(ctx, tx, r.id, r.id.String(), cause, false)
-		})
+		err := func() error {
+			ctx, cancel := context.WithTimeout(ctx, e.cfg.OutcomeTimeout)
+			defer cancel()
+			return e.withTx(ctx, func(tx pgx.Tx) error {
+				if _, err := tx.Exec(ctx, fmt.Sprintf(`SET LOCAL lock_timeout = '%dms'`, deadlineLockTimeout.Milliseconds())); err != nil {
+					return err
+				}
+				return e.cancelTx(ctx, tx, r.id, r.id.String(), cause, false)
+			})
+		}()
 		switch {
 		case err == nil:
 			p.runs.done(r.id)
 			cancelled++
 			// Turn jobs that the transaction skipped because another one
 			// held them are cancelled now, as Cancel does.
-			if err := e.cancelSkippedTurns(ctx, r.id, r.id.String()); err != nil && ctx.Err() == nil {
+			err := func() error {
+				ctx, cancel := context.WithTimeout(ctx, e.cfg.OutcomeTimeout)
+				defer cancel()
+				return e.cancelSkippedTurns(ctx, r.id, r.id.String())
+			}()
+			if err != nil && ctx.Err() == nil {
 				e.logger.WarnContext(ctx, "workflow: run timed out; cancelling its remaining turn jobs", "run.id", r.id, "error", err)
 			}
 		case ctx.Err() != nil:

@@ -55,7 +55,8 @@ import (
 // a reading from before the database's clock stepped forward (a delay due
 // now taken for one due later): the next reading sees the step. Every
 // statement of a pass runs on the pool, so nothing but the lease ends the
-// processor.
+// processor; and each is bounded by the lease's TTL (see bounded), so that
+// a connection that stops answering mid-statement holds it no longer.
 func (e *Engine) processDelays(ctx context.Context, l *leases.Lease) error {
 	e.logger.InfoContext(ctx, "workflow: delay processor started", "lease.holder", l.Holder, "lease.generation", l.Generation)
 	defer e.logger.InfoContext(context.WithoutCancel(ctx), "workflow: delay processor stopped", "lease.holder", l.Holder)
@@ -231,12 +232,28 @@ const dueReadingSQL = `
 
 // readDue takes a dueReading on its own.
 func (p *delayPass) readDue(ctx context.Context) (dueReading, error) {
+	ctx, cancel := p.bounded(ctx)
+	defer cancel()
 	delays, _ := p.delays.held(time.Now())
 	runs, _ := p.runs.held(time.Now())
 	tasks, names := stepKeyArrays(delays)
 	var rd dueReading
 	err := rd.scan(p.e.pool.QueryRow(ctx, dueReadingSQL, tasks, names, pgIDs(runs)))
 	return rd, err
+}
+
+// bounded bounds one statement or transaction of the delay processor by
+// its lease's TTL. The processor's context ends only with the lease, and
+// a statement that gets no answer (its connection cut mid-statement,
+// which the kernel may take many minutes to notice) would hold the
+// processor meanwhile, while the lease's renewals go on, on other
+// connections: no process would wake a delay or end a run at its
+// deadline. A holder that cannot act within the TTL is as good as gone;
+// the bounded statement fails, its connection is closed, and the next pass
+// tries again. A run's deadline cancel, which may change many rows, is
+// bounded as a turn's outcome is, by Config.OutcomeTimeout.
+func (p *delayPass) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, p.e.leases.TTL())
 }
 
 // delayNote is the payload of a NOTIFY on channelDelay that says when the
@@ -345,6 +362,8 @@ type delayPass struct {
 // set aside. With rd, the same transaction then takes a dueReading into
 // rd.
 func (p *delayPass) fireDueDelays(ctx context.Context, rd *dueReading) (int, error) {
+	ctx, cancel := p.bounded(ctx)
+	defer cancel()
 	held, _ := p.delays.held(time.Now())
 	var runs []uuid.UUID
 	if rd != nil {
@@ -509,22 +528,29 @@ func (p *delayPass) fireDueDelaysOneByOne(ctx context.Context) (int, bool) {
 	e := p.e
 	held, _ := p.delays.held(time.Now())
 	tasks, names := stepKeyArrays(held)
-	rows, err := e.pool.Query(ctx, dueDelaysSQL, e.cfg.DelayBatchSize, tasks, names)
-	if err != nil {
-		e.logger.WarnContext(ctx, "workflow: listing due delays", "error", err)
-		return 0, true
-	}
-	keys, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (stepKey, error) {
-		var k stepKey
-		return k, r.Scan(&k.taskID, &k.name)
-	})
+	keys, err := func() ([]stepKey, error) {
+		ctx, cancel := p.bounded(ctx)
+		defer cancel()
+		rows, err := e.pool.Query(ctx, dueDelaysSQL, e.cfg.DelayBatchSize, tasks, names)
+		if err != nil {
+			return nil, err
+		}
+		return pgx.CollectRows(rows, func(r pgx.CollectableRow) (stepKey, error) {
+			var k stepKey
+			return k, r.Scan(&k.taskID, &k.name)
+		})
+	}()
 	if err != nil {
 		e.logger.WarnContext(ctx, "workflow: listing due delays", "error", err)
 		return 0, true
 	}
 	total, failed := 0, false
 	for _, k := range keys {
-		n, err := e.fireDueDelays(ctx, &k, nil, nil, nil)
+		n, err := func() (int, error) {
+			ctx, cancel := p.bounded(ctx)
+			defer cancel()
+			return e.fireDueDelays(ctx, &k, nil, nil, nil)
+		}()
 		switch {
 		case err == nil:
 			p.delays.done(k)

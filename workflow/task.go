@@ -376,13 +376,26 @@ func (t *Task) Delay(name string, d time.Duration) error {
 	return t.delay(name, &pendingWait{kind: "delay", after: d})
 }
 
-// DelayUntil suspends the task until at, like Delay.
+// DelayUntil suspends the task until at, like Delay. at must be a time
+// that PostgreSQL's timestamptz holds, from DelayUntilMin to DelayUntilMax.
 func (t *Task) DelayUntil(name string, at time.Time) error {
-	if at.IsZero() {
+	switch {
+	case at.IsZero():
 		return fmt.Errorf("workflow: delay %q has a zero time", name)
+	case at.Before(DelayUntilMin) || at.After(DelayUntilMax):
+		return fmt.Errorf("workflow: delay %q is until %s, outside the times PostgreSQL stores (%s to %s)",
+			name, at.UTC().Format(time.RFC3339), DelayUntilMin.Format(time.RFC3339), DelayUntilMax.Format(time.RFC3339))
 	}
 	return t.delay(name, &pendingWait{kind: "delay", until: at})
 }
+
+// DelayUntilMin and DelayUntilMax bound the time of Task.DelayUntil: the
+// range of PostgreSQL's timestamptz (4713 BC to 294276 AD), a little
+// inside it.
+var (
+	DelayUntilMin = time.Date(-4712, time.January, 1, 0, 0, 0, 0, time.UTC)
+	DelayUntilMax = time.Date(294276, time.December, 30, 0, 0, 0, 0, time.UTC)
+)
 
 func (t *Task) delay(name string, d *pendingWait) error {
 	if t.suspended {
