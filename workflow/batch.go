@@ -251,12 +251,25 @@ func (b *batcher) run(ctx context.Context, done chan struct{}) {
 
 // flush commits a batch of outcomes in one transaction. When that fails,
 // each outcome is committed alone, so that one bad outcome fails only its
-// own turn.
-func (e *Engine) flush(batch []*outcome) {
+// own turn. An outcome whose wait on a message needs a lock that another
+// transaction holds (a caller's SignalTx still open) is left out of the
+// batch, and recorded alone, beside the batches, once it gets the lock
+// (flushAlone): the other turns of the batch, and the batches after it,
+// do not wait for that transaction.
+func (e *Engine) flush(batch []*outcome) { e.flushWith(batch, false) }
+
+// flushAlone records an outcome that its batch left out, waiting for the
+// lock of its wait's mailbox or topic (OutcomeTimeout at most). It runs
+// beside the batches, holding none of their flushes.
+func (e *Engine) flushAlone(o *outcome) { e.flushWith([]*outcome{o}, true) }
+
+// flushWith is flush; with wait, it waits for the locks of the waits on
+// messages rather than leave out the outcomes that need them.
+func (e *Engine) flushWith(batch []*outcome, wait bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.OutcomeTimeout)
 	defer cancel()
 	start := time.Now()
-	waits, orphans, fin, err := e.flushTx(ctx, batch)
+	waits, orphans, fin, busy, err := e.flushTx(ctx, batch, wait)
 	// A batch of one outcome has no one-at-a-time to fall back on: when
 	// it lost a conflict with another transaction, it is tried again,
 	// rather than spend its turn's attempt.
@@ -269,7 +282,7 @@ func (e *Engine) flush(batch []*outcome) {
 		if ctx.Err() != nil {
 			break
 		}
-		waits, orphans, fin, err = e.flushTx(ctx, batch)
+		waits, orphans, fin, busy, err = e.flushTx(ctx, batch, wait)
 	}
 	e.metrics.recordBatch(ctx, len(batch), time.Since(start), err)
 	if err == nil {
@@ -289,7 +302,7 @@ func (e *Engine) flush(batch []*outcome) {
 	if err != nil && len(batch) > 1 {
 		e.logger.WarnContext(ctx, "workflow: a batch of turn outcomes failed; recording them one at a time", "outcomes", len(batch), "error", err)
 		for _, o := range batch {
-			e.flush([]*outcome{o})
+			e.flushWith([]*outcome{o}, wait)
 		}
 		return
 	}
@@ -301,6 +314,10 @@ func (e *Engine) flush(batch []*outcome) {
 			}
 		}
 		e.queue.Finished(done)
+		for _, o := range busy {
+			e.batcher.cleanup.Go(func() { e.flushAlone(o) })
+		}
+		batch = slices.DeleteFunc(slices.Clone(batch), func(o *outcome) bool { return slices.Contains(busy, o) })
 	}
 	for _, o := range batch {
 		o.err = err
@@ -358,16 +375,25 @@ type batchState struct {
 // the parents older than all of them, which come later), then the runs.
 // It returns the waits on children that the batch ended, to record once
 // it has committed.
-func (e *Engine) flushTx(ctx context.Context, batch []*outcome) (waits []waitSpan, orphans []uuid.UUID, fin finishedRuns, err error) {
+func (e *Engine) flushTx(ctx context.Context, all []*outcome, wait bool) (waits []waitSpan, orphans []uuid.UUID, fin finishedRuns, busy []*outcome, err error) {
 	err = e.withPipeTx(ctx, func(tx *pipeTx) error {
 		waits = nil
-		for _, o := range batch {
+		for _, o := range all {
 			o.owned, o.next, o.nextTask, o.finished = false, nil, nil, false
 		}
 		st := &batchState{byTask: map[uuid.UUID]*outcome{}}
 		defer func() { orphans, fin = st.orphans, st.finished }()
-		if err := e.lockMessages(ctx, tx, batch); err != nil {
+		var err error
+		if busy, err = e.lockMessages(ctx, tx, all, wait); err != nil {
 			return err
+		}
+		batch := all
+		if len(busy) > 0 {
+			// Left out, for flushAlone: nothing of theirs is written here.
+			batch = slices.DeleteFunc(slices.Clone(all), func(o *outcome) bool { return slices.Contains(busy, o) })
+			if len(batch) == 0 {
+				return nil
+			}
 		}
 		if err := e.lock(ctx, tx, batch, st); err != nil {
 			return err
@@ -405,7 +431,6 @@ func (e *Engine) flushTx(ctx context.Context, batch []*outcome) (waits []waitSpa
 		b := &pgx.Batch{}
 		fin := e.queueFinishTasks(b, st)
 		var detached []*runsCreation
-		var err error
 		if len(st.mayOrphan) == 0 {
 			if detached, err = e.queueDetached(ctx, b, st); err != nil {
 				return err
@@ -506,7 +531,7 @@ func (e *Engine) flushTx(ctx context.Context, batch []*outcome) (waits []waitSpa
 		}
 		return e.claimContinuations(ctx, tx, inserted, st, late, stopping)
 	})
-	return waits, orphans, fin, err
+	return waits, orphans, fin, busy, err
 }
 
 // mayGoOn reports whether the outcome's worker may run a next turn once

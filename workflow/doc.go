@@ -425,7 +425,10 @@
 //  0. the advisory locks of run mailboxes and topics (a send or a publish
 //     takes its one lock first; a batch of outcomes takes those of the
 //     waits on messages it records, ordered by key, before anything
-//     else; see "Signals, events and one winner among wake sources");
+//     else, without waiting: an outcome whose lock another transaction
+//     holds, a caller's SignalTx still open, is left out of its batch and
+//     recorded alone once it gets it; see "Signals, events and one winner
+//     among wake sources");
 //  1. River job rows (a batch of outcomes locks its turns' jobs first, by
 //     ID);
 //  2. task rows, children before parents (a batch locks its turns' tasks

@@ -241,11 +241,8 @@ func (e *Engine) queueRuns(ctx context.Context, b *pgx.Batch, d *definition, sta
 		if starts[i].opts != nil {
 			o = *starts[i].opts
 		}
-		if len(o.IdempotencyKey) > 500 {
-			return nil, fmt.Errorf("workflow: idempotency key is %d bytes, over the limit of 500", len(o.IdempotencyKey))
-		}
-		if !isText(o.IdempotencyKey) {
-			return nil, fmt.Errorf("workflow: idempotency key %q is not UTF-8 text without NUL characters", o.IdempotencyKey)
+		if err := checkIdempotencyKey(o.IdempotencyKey); err != nil {
+			return nil, fmt.Errorf("workflow: %w", err)
 		}
 		runID, err := newID(o.ID)
 		if err != nil {

@@ -17,7 +17,8 @@ import (
 type SignalOpts struct {
 	// IdempotencyKey, when set, makes the send happen once per run: a
 	// later send to the same run with the same key does nothing and
-	// returns nil. At most 500 bytes.
+	// returns nil, even once the run has finished. At most
+	// IdempotencyKeyMaxBytes of UTF-8 text without NUL characters.
 	IdempotencyKey string
 }
 
@@ -79,6 +80,9 @@ func (e *Engine) SignalByKeyTx(ctx context.Context, tx pgx.Tx, key, name string,
 }
 
 func (e *Engine) signalByKeyTx(ctx context.Context, tx pgx.Tx, key, name string, payload any, opts *SignalOpts) ([]waitSpan, error) {
+	if err := checkIdempotencyKey(key); err != nil {
+		return nil, fmt.Errorf("workflow: signal %q to the run with an %w", name, err)
+	}
 	var id uuid.UUID
 	err := tx.QueryRow(ctx, `SELECT id FROM braid_runs WHERE idempotency_key = $1`, key).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -102,8 +106,8 @@ func (e *Engine) signalTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID, n
 	}
 	var key *string
 	if opts != nil && opts.IdempotencyKey != "" {
-		if len(opts.IdempotencyKey) > 500 {
-			return nil, fmt.Errorf("workflow: signal %q: idempotency key is %d bytes, over the limit of 500", name, len(opts.IdempotencyKey))
+		if err := checkIdempotencyKey(opts.IdempotencyKey); err != nil {
+			return nil, fmt.Errorf("workflow: signal %q: %w", name, err)
 		}
 		key = &opts.IdempotencyKey
 	}
@@ -122,6 +126,19 @@ func (e *Engine) signalTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID, n
 	}()
 	if _, err := tx.Exec(ctx, messageLockSQL, []string{mailboxLock(id)}); err != nil {
 		return nil, fmt.Errorf("workflow: locking the mailbox of run %s: %w", runID, err)
+	}
+	if key != nil {
+		// A send repeated with its key does nothing and returns nil,
+		// whatever became of the run since the first: that one may have
+		// finished it, and its caller never heard back.
+		var sent bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM braid_signals WHERE run_id = $1 AND idempotency_key = $2)`, id, *key).Scan(&sent); err != nil {
+			return nil, fmt.Errorf("workflow: sending signal %q to run %s: %w", name, runID, err)
+		}
+		if sent {
+			span.SetAttributes(attribute.Bool("signal.duplicate", true))
+			return nil, nil
+		}
 	}
 	if err := runStatusIs(ctx, tx, id, runID, func(status string) error {
 		if finished(status) {

@@ -543,3 +543,112 @@ func TestASignalGoesPastEveryWaitThatFiredMeanwhile(t *testing.T) {
 		t.Fatalf("the one wait left is %s and took %d signals; want it to take the signal", status, delivered)
 	}
 }
+
+// A send repeated with its idempotency key does nothing and returns nil,
+// however the first one's run ended since: the first may have finished
+// it, and its caller, who never heard back, sends again.
+func TestSignalRepeatedWithItsKeyAfterTheRunFinished(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	eng := startEngine(t, pool, testConfig(signalCollector))
+	ctx := ctxTimeout(t, 60*time.Second)
+	run, err := signalCollector.Start(ctx, eng, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := &workflow.SignalOpts{IdempotencyKey: "approve-1"}
+	if err := eng.Signal(ctx, run.ID, "item", 7, opts); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := run.Result(ctx); err != nil || !cmp.Equal(out, []int{7}) {
+		t.Fatalf("the run: %v, %v; want [7]", out, err)
+	}
+	if err := eng.Signal(ctx, run.ID, "item", 7, opts); err != nil {
+		t.Errorf("the send repeated with its key after the run finished: %v; want nil", err)
+	}
+	if err := eng.Signal(ctx, run.ID, "item", 8, &workflow.SignalOpts{IdempotencyKey: "approve-2"}); !errors.Is(err, workflow.ErrRunFinished) {
+		t.Errorf("a new send to the finished run: %v; want ErrRunFinished", err)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM braid_signals WHERE run_id = $1`, run.ID); n != 1 {
+		t.Errorf("the finished run's mailbox holds %d signals; want the first alone", n)
+	}
+}
+
+// An idempotency key that PostgreSQL cannot store (a NUL, bytes that are
+// not UTF-8), of a signal or of the run a signal goes to by key, is
+// refused with an error that names it, and leaves the caller's
+// transaction usable.
+func TestSignalKeyPostgreSQLCannotStore(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	eng := startEngine(t, pool, testConfig(signalCollector))
+	ctx := ctxTimeout(t, 60*time.Second)
+	run, err := signalCollector.Start(ctx, eng, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	for _, send := range []struct {
+		what string
+		fn   func() error
+		want string
+	}{
+		{"a signal's key with a NUL", func() error {
+			return eng.SignalTx(ctx, tx, run.ID, "item", 1, &workflow.SignalOpts{IdempotencyKey: "a\x00b"})
+		}, `signal "item": idempotency key "a\x00b" is not UTF-8 text without NUL characters`},
+		{"a signal's key not UTF-8", func() error {
+			return eng.SignalTx(ctx, tx, run.ID, "item", 1, &workflow.SignalOpts{IdempotencyKey: "a\xffb"})
+		}, `signal "item": idempotency key "a\xffb" is not UTF-8 text without NUL characters`},
+		{"a run's key with a NUL", func() error {
+			return eng.SignalByKeyTx(ctx, tx, "k\x00", "item", 1, nil)
+		}, `signal "item" to the run with an idempotency key "k\x00" is not UTF-8 text without NUL characters`},
+	} {
+		if err := send.fn(); err == nil || !strings.Contains(err.Error(), send.want) {
+			t.Errorf("%s: %v; want an error saying %s", send.what, err, send.want)
+		}
+		var one int
+		if err := tx.QueryRow(ctx, `SELECT 1`).Scan(&one); err != nil {
+			t.Fatalf("after %s the caller's transaction is unusable: %v", send.what, err)
+		}
+	}
+}
+
+// A run's delete (retention, through the foreign key's cascade) finds its
+// signals by index, delivered ones too, rather than read the whole mailbox
+// table once per run.
+func TestDeletedRunsFindTheirSignalsByIndex(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	ctx := ctxTimeout(t, 120*time.Second)
+	execSQL(t, pool, `
+		INSERT INTO braid_runs (id, workflow, input, status, finished_at)
+		SELECT gen_random_uuid(), 'w', '{}', 'completed', now() - interval '30 days' FROM generate_series(1, 21)`)
+	// One busy run with many delivered signals; one delivered signal for
+	// each other run.
+	execSQL(t, pool, `
+		INSERT INTO braid_signals (run_id, name, payload, delivered_at, task_id, step)
+		SELECT (SELECT id FROM braid_runs ORDER BY id LIMIT 1), 'n', '1', now(), gen_random_uuid(), 's' FROM generate_series(1, 20000)`)
+	execSQL(t, pool, `
+		INSERT INTO braid_signals (run_id, name, payload, delivered_at, task_id, step)
+		SELECT id, 'n', '1', now(), gen_random_uuid(), 's' FROM braid_runs ORDER BY id OFFSET 1`)
+	execSQL(t, pool, `ANALYZE braid_signals`)
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `DELETE FROM braid_runs WHERE id IN (SELECT id FROM braid_runs ORDER BY id OFFSET 1)`); err != nil {
+		t.Fatal(err)
+	}
+	var seq int64
+	if err := tx.QueryRow(ctx, `SELECT coalesce(seq_scan, 0) FROM pg_stat_xact_user_tables WHERE relname = 'braid_signals'`).Scan(&seq); err != nil {
+		t.Fatal(err)
+	}
+	if seq > 0 {
+		t.Errorf("deleting 20 runs read the whole of braid_signals %d times; want an index scan per run", seq)
+	}
+}

@@ -361,6 +361,23 @@ func checkName(what, name string) error {
 	return nil
 }
 
+// IdempotencyKeyMaxBytes is the longest idempotency key of a run or a
+// signal, in bytes.
+const IdempotencyKeyMaxBytes = 500
+
+// checkIdempotencyKey checks a run's or a signal's idempotency key: text
+// that PostgreSQL stores, of IdempotencyKeyMaxBytes at most. Its error
+// names the key, or its length and the limit.
+func checkIdempotencyKey(key string) error {
+	switch {
+	case len(key) > IdempotencyKeyMaxBytes:
+		return fmt.Errorf("idempotency key is %d bytes, over the limit of %d", len(key), IdempotencyKeyMaxBytes)
+	case !isText(key):
+		return fmt.Errorf("idempotency key %q is not UTF-8 text without NUL characters", key)
+	}
+	return nil
+}
+
 // isText reports whether s is text that PostgreSQL's text type can hold:
 // valid UTF-8 without NUL characters.
 func isText(s string) bool { return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 }

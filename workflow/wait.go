@@ -26,7 +26,9 @@ import (
 // transaction-scoped advisory lock: the run's mailbox lock for a signal,
 // the topic's lock for an event. A sender or publisher takes it before
 // anything else; a batch of outcomes takes the locks of its waits before
-// its turn jobs (the first entry of the lock order). So either the message
+// its turn jobs (the first entry of the lock order), or leaves out, to be
+// recorded alone once it has the lock, an outcome whose lock another
+// transaction holds. So either the message
 // commits first, and the suspension finds it in the mailbox (or among the
 // topic's recent events) and wakes the task at once, or the suspension
 // commits first, and the message finds the wait. No message is lost
@@ -104,28 +106,64 @@ const messageLockSQL = `
 func mailboxLock(runID uuid.UUID) string { return "braid.mailbox/" + runID.String() }
 func topicLock(topic string) string      { return "braid.topic/" + topic }
 
+// messageTryLockSQL is messageLockSQL that waits for no lock: it returns
+// each name of $1 whose lock another transaction holds.
+const messageTryLockSQL = `
+	SELECT n FROM (SELECT DISTINCT n, hashtextextended(n, 0) AS k FROM unnest($1::text[]) AS n ORDER BY 2) AS l
+	 WHERE NOT pg_try_advisory_xact_lock(k)`
+
+// messageLock names the lock that o's wait on a message needs, if any.
+func messageLock(o *outcome) (string, bool) {
+	if o.kind != outcomeSuspend || o.t == nil || o.t.wait == nil {
+		return "", false
+	}
+	switch w := o.t.wait; w.kind {
+	case "signal":
+		return mailboxLock(o.t.runID), true
+	case "event":
+		return topicLock(w.on), true
+	}
+	return "", false
+}
+
 // lockMessages takes the locks that the waits on messages of a batch's
 // suspending outcomes need; see the comment at the top of this file.
-func (e *Engine) lockMessages(ctx context.Context, tx pgx.Tx, batch []*outcome) error {
+// Unless wait is set, it waits for no lock that another transaction holds
+// (a caller's SignalTx or PublishTx still open): it returns the outcomes
+// that need one, which the batch leaves out, to be recorded each on its
+// own, beside the batches (see flush). So one open transaction of a
+// caller delays the outcomes that wait on its mailbox or topic, and no
+// others.
+func (e *Engine) lockMessages(ctx context.Context, tx pgx.Tx, batch []*outcome, wait bool) (busy []*outcome, err error) {
 	var names []string
 	for _, o := range batch {
-		if o.kind != outcomeSuspend || o.t == nil || o.t.wait == nil {
-			continue
-		}
-		switch w := o.t.wait; w.kind {
-		case "signal":
-			names = append(names, mailboxLock(o.t.runID))
-		case "event":
-			names = append(names, topicLock(w.on))
+		if name, ok := messageLock(o); ok {
+			names = append(names, name)
 		}
 	}
 	if len(names) == 0 {
-		return nil
+		return nil, nil
 	}
-	if _, err := tx.Exec(ctx, messageLockSQL, names); err != nil {
-		return fmt.Errorf("workflow: locking %d mailboxes and topics: %w", len(names), err)
+	if wait {
+		if _, err := tx.Exec(ctx, messageLockSQL, names); err != nil {
+			return nil, fmt.Errorf("workflow: locking %d mailboxes and topics: %w", len(names), err)
+		}
+		return nil, nil
 	}
-	return nil
+	rows, err := tx.Query(ctx, messageTryLockSQL, names)
+	if err != nil {
+		return nil, fmt.Errorf("workflow: locking %d mailboxes and topics: %w", len(names), err)
+	}
+	held, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("workflow: locking %d mailboxes and topics: %w", len(names), err)
+	}
+	for _, o := range batch {
+		if name, ok := messageLock(o); ok && slices.Contains(held, name) {
+			busy = append(busy, o)
+		}
+	}
+	return busy, nil
 }
 
 // delivery is a message that settles one waiting step.

@@ -1,0 +1,84 @@
+package workflow_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/braidflow/braid/testutil"
+	"github.com/braidflow/braid/workflow"
+)
+
+// slowThenWait records a slow step, then waits for signal "item".
+var slowThenWait = workflow.Define("slow_then_wait", func(t *workflow.Task, ms int) (int, error) {
+	if _, err := workflow.Step(t, "slow", func(context.Context) (int, error) {
+		time.Sleep(time.Duration(ms) * time.Millisecond)
+		return 0, nil
+	}); err != nil {
+		return 0, err
+	}
+	v, _, err := workflow.WaitSignal[int](t, "item", 0)
+	return v, err
+})
+
+var plusOne = workflow.Define("plus_one", func(t *workflow.Task, n int) (int, error) { return n + 1, nil })
+
+// A caller's transaction that sent a signal with SignalTx, still open,
+// holds its run's mailbox lock. The turns that suspend on a wait on that
+// mailbox meanwhile are left out of their batches and recorded once the
+// transaction ends; the batches go on without them, so that two such
+// transactions, as many as the engine's flushes, stall no other run. Once
+// the callers commit, the waits take their signals.
+func TestOpenSignalTxHoldsBackOnlyTheWaitsOnItsMailbox(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	eng := startEngine(t, pool, testConfig(slowThenWait, plusOne))
+	ctx := ctxTimeout(t, 90*time.Second)
+	if r, err := plusOne.Start(ctx, eng, 1, nil); err != nil {
+		t.Fatal(err)
+	} else if _, err := r.Result(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var txs []pgx.Tx
+	var waiting []*workflow.Run[int]
+	for i := range 2 {
+		run, err := slowThenWait.Start(ctx, eng, 500+300*i, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waiting = append(waiting, run)
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		txs = append(txs, tx)
+		defer func() { _ = tx.Rollback(context.Background()) }()
+		if err := eng.SignalTx(ctx, tx, run.ID, "item", 10+i, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Both turns suspend on their signal while the senders' transactions
+	// are open.
+	time.Sleep(1500 * time.Millisecond)
+	r, err := plusOne.Start(ctx, eng, 2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 8*time.Second)
+	defer cancel()
+	if out, err := r.Result(rctx); err != nil || out != 3 {
+		t.Fatalf("an unrelated run while two callers' SignalTx transactions are open: %d, %v; want 3, at once", out, err)
+	}
+	for _, tx := range txs {
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, run := range waiting {
+		if out, err := run.Result(ctx); err != nil || out != 10+i {
+			t.Errorf("the run waiting on the mailbox of open transaction %d: %d, %v; want %d", i, out, err, 10+i)
+		}
+	}
+}
