@@ -96,6 +96,12 @@ var (
 	// taken.
 	ErrScheduleExists = errors.New("scheduler: schedule already exists")
 
+	// ErrInvalidSchedule matches every error of Create and Update that
+	// refuses the schedule it was given (a name, expression, target, args
+	// or option out of its rules), and no other: a caller that serves
+	// requests answers it as the requester's mistake.
+	ErrInvalidSchedule = errors.New("scheduler: invalid schedule")
+
 	// ErrUnknownTarget matches the *UnknownTargetError of Create and Update
 	// when the scheduler knows the target does not exist.
 	ErrUnknownTarget = errors.New("scheduler: unknown target")
@@ -406,15 +412,26 @@ func encodeArgs(args any) (json.RawMessage, error) {
 	return b, nil
 }
 
+// invalidError is an error of validate: it matches ErrInvalidSchedule,
+// and unwraps to the rule's own error.
+type invalidError struct{ wrappedError }
+
+func (e *invalidError) Is(target error) bool { return target == ErrInvalidSchedule }
+
+// invalid is the error, matching ErrInvalidSchedule, of schedule name
+// refused for err.
+func invalid(name string, err error) error {
+	// An *ExpressionError says "scheduler: " itself; name the package once.
+	msg := fmt.Sprintf("scheduler: schedule %q: %s", name, strings.TrimPrefix(err.Error(), "scheduler: "))
+	return &invalidError{wrappedError{msg, err}}
+}
+
 // validate checks a complete schedule and returns its parsed expression.
+// Its errors match ErrInvalidSchedule.
 func (sch *Schedule) validate() (*Expression, error) {
-	fail := func(err error) (*Expression, error) {
-		// An *ExpressionError says "scheduler: " itself; name the package once.
-		msg := fmt.Sprintf("scheduler: schedule %q: %s", sch.Name, strings.TrimPrefix(err.Error(), "scheduler: "))
-		return nil, &wrappedError{msg, err}
-	}
+	fail := func(err error) (*Expression, error) { return nil, invalid(sch.Name, err) }
 	if err := validateName(sch.Name); err != nil {
-		return nil, fmt.Errorf("scheduler: %w", err)
+		return nil, &invalidError{wrappedError{"scheduler: " + err.Error(), err}}
 	}
 	e, err := Parse(sch.Expression, sch.TimeZone)
 	if err != nil {
@@ -598,7 +615,7 @@ func (s *Scheduler) CreateTx(ctx context.Context, tx pgx.Tx, params *SchedulePar
 	}
 	args, err := encodeArgs(params.Args)
 	if err != nil {
-		return nil, fmt.Errorf("scheduler: schedule %q: %w", params.Name, err)
+		return nil, invalid(params.Name, err)
 	}
 	sch := &Schedule{
 		Name:          params.Name,
@@ -746,7 +763,7 @@ func (s *Scheduler) UpdateTx(ctx context.Context, tx pgx.Tx, name string, update
 	}
 	if update.Args != nil {
 		if sch.Args, err = encodeArgs(update.Args); err != nil {
-			return nil, fmt.Errorf("scheduler: schedule %q: %w", name, err)
+			return nil, invalid(name, err)
 		}
 	}
 	if update.Priority != nil {

@@ -275,6 +275,9 @@ func TestScheduleValidation(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%s: error = %v, want it to contain %q", tt.name, err, tt.want)
 		}
+		if !errors.Is(err, ErrInvalidSchedule) {
+			t.Errorf("%s: error %v does not match ErrInvalidSchedule", tt.name, err)
+		}
 	}
 	if n := queryValue[int](t, pool, "SELECT count(*) FROM braid_schedules"); n != 0 {
 		t.Errorf("%d schedules stored by invalid creates", n)

@@ -17,6 +17,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/braidflow/braid/queue"
+	"github.com/braidflow/braid/scheduler"
 	"github.com/braidflow/braid/workflow"
 )
 
@@ -238,6 +239,9 @@ func (s *Server) dispatchJob(w http.ResponseWriter, r *http.Request) error {
 	}
 	if err := checkName("kind", req.Kind); err != nil {
 		return err
+	}
+	if n := utf8.RuneCountInString(req.Kind); n > scheduler.KindMaxLength {
+		return errorf(http.StatusBadRequest, "kind is %d characters; River's limit for a job kind is %d", n, scheduler.KindMaxLength)
 	}
 	if req.Kind == workflow.TaskKind {
 		return errorf(http.StatusUnprocessableEntity, "kind %q is a workflow turn, which the engine inserts itself; start a run with POST /api/admin/dispatch/run", req.Kind)

@@ -237,6 +237,14 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) error {
 	if !ok {
 		return errorf(http.StatusInternalServerError, "streaming is not supported by this connection")
 	}
+	if r.Method == http.MethodHead {
+		// A HEAD response has no body: answer the stream's headers and
+		// end, or the handler would stream into nothing for ever.
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Header().Set("Cache-Control", "no-store")
+		w.WriteHeader(http.StatusOK)
+		return nil
+	}
 	ch, unsubscribe := s.hub.subscribe()
 	defer unsubscribe()
 	if ch == nil {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -389,5 +390,43 @@ func TestCloseDuringTheLinger(t *testing.T) {
 	}
 	if status, _ := f.do("GET", "/api/events", readOnlySecret, nil); status != http.StatusServiceUnavailable {
 		t.Errorf("a stream after Close: status %d, want 503", status)
+	}
+}
+
+// HEAD is served by every GET route, the event stream's too. Its answer is
+// the stream's headers alone, at once: a handler that streamed into a
+// HEAD response would never end, and the client's next request on the
+// same connection would wait for ever.
+func TestHeadOfTheEventStreamEnds(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	// Cleanups run last registered first: end the streams (Server.Close)
+	// before the fixture's httptest server waits for its connections.
+	t.Cleanup(f.srv.Close)
+	client := f.http.Client()
+	client.Timeout = 3 * time.Second
+	send := func(method, path string) (*http.Response, error) {
+		req, err := http.NewRequest(method, f.http.URL+path, nil)
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Authorization", "Bearer "+readOnlySecret)
+		res, err := client.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		_, _ = io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		return res, nil
+	}
+	res, err := send("HEAD", "/api/events")
+	if err != nil {
+		t.Fatalf("HEAD /api/events: %v", err)
+	}
+	if res.StatusCode != http.StatusOK || res.Header.Get("Content-Type") != "text/event-stream" {
+		t.Errorf("HEAD /api/events: %d, %q; want 200 and the stream's content type", res.StatusCode, res.Header.Get("Content-Type"))
+	}
+	if _, err := send("GET", "/api/config"); err != nil {
+		t.Fatalf("GET /api/config after HEAD /api/events on the same connection: %v", err)
 	}
 }

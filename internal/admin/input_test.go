@@ -250,3 +250,32 @@ func TestMaxAttemptsOverRiversLimitIsA400(t *testing.T) {
 		}
 	}
 }
+
+// River's table refuses a job kind of 128 characters or more, which the
+// API's own check of names (200) let through: a dispatch or a schedule of
+// such a kind is a 4xx that names River's limit, and changes nothing.
+func TestJobKindOverRiversLimit(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	seedRows(t, f.pool)
+	before := fingerprint(t, f.pool)
+	kind := strings.Repeat("k", 150)
+	for _, tc := range []struct{ method, path, body string }{
+		{"POST", "/api/admin/dispatch/job", `{"kind": "` + kind + `", "force": true}`},
+		{"POST", "/api/admin/scheduled-jobs", `{"name": "long_kind", "cron_expression": "@daily", "kind": "` + kind + `"}`},
+		{"PUT", "/api/admin/scheduled-jobs/nightly", `{"kind": "` + kind + `"}`},
+	} {
+		status, raw := f.do(tc.method, tc.path, adminSecret, tc.body)
+		var e errorBody
+		_ = json.Unmarshal(raw, &e)
+		if status < 400 || status >= 500 || e.Error == nil || !strings.Contains(e.Error.Message, "150 characters; River's limit for a job kind is 127") {
+			t.Errorf("%s %s with a kind of 150 characters: %d %s; want a 4xx naming the limit", tc.method, tc.path, status, raw)
+		}
+	}
+	after := fingerprint(t, f.pool)
+	for table, digest := range before {
+		if after[table] != digest {
+			t.Errorf("table %s changed", table)
+		}
+	}
+}

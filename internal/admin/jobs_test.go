@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -655,5 +656,27 @@ func TestDeadTurnJobRetriesItsRun(t *testing.T) {
 	f.call("POST", "/api/admin/jobs/bulk/retry", map[string]any{"job_ids": []int64{dead.ID}}, 200, &bulk)
 	if bulk.Failed != 1 || bulk.Results[0].Status != 409 {
 		t.Errorf("bulk retry of the turn of a completed run = %+v", bulk)
+	}
+}
+
+// A response is as long as its data: a job whose args are 4 KB of nested
+// arrays, well within every limit, reads as about that much, where an
+// indented answer took about n² bytes for n levels (8 MB), at every poll of
+// the dashboard.
+func TestNestedArgsKeepResponsesSmall(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	const depth = 2000
+	nested := strings.Repeat("[", depth) + strings.Repeat("]", depth)
+	var res DispatchJobResponse
+	f.call("POST", "/api/admin/dispatch/job", `{"kind": "probe_job", "force": true, "args": {"a": `+nested+`}}`, http.StatusCreated, &res)
+	for _, path := range []string{"/api/admin/jobs?limit=1", "/api/admin/jobs/" + strconv.FormatInt(res.Job.ID, 10)} {
+		status, raw := f.do("GET", path, readOnlySecret, nil)
+		if status != http.StatusOK {
+			t.Fatalf("GET %s: %d", path, status)
+		}
+		if len(raw) > 64<<10 {
+			t.Errorf("GET %s: %d bytes for a job whose args are %d bytes", path, len(raw), len(nested)+7)
+		}
 	}
 }

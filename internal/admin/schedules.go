@@ -347,6 +347,11 @@ func schedErr(err error) error {
 		return errorf(http.StatusConflict, "%s", strings.TrimPrefix(err.Error(), "scheduler: "))
 	case errors.Is(err, workflow.ErrUnknownWorkflow):
 		return errorf(http.StatusUnprocessableEntity, "%s", strings.TrimPrefix(err.Error(), "scheduler: "))
+	case errors.Is(err, scheduler.ErrInvalidSchedule):
+		// A rule of the scheduler's that the request's own checks do not
+		// repeat: still the requester's mistake, named as the scheduler
+		// names it.
+		return errorf(http.StatusUnprocessableEntity, "%s", strings.TrimPrefix(err.Error(), "scheduler: "))
 	}
 	return err
 }
@@ -473,6 +478,9 @@ func checkScheduleRequest(req *ScheduledJobRequest) (*schedTarget, error) {
 	}
 	if strings.TrimSpace(t.target) == "" || utf8.RuneCountInString(t.target) > scheduler.TargetMaxLength {
 		return bad(`field %q must be 1 to %d characters`, field, scheduler.TargetMaxLength)
+	}
+	if n := utf8.RuneCountInString(t.target); t.typ == scheduler.TargetJob && n > scheduler.KindMaxLength {
+		return bad(`field "kind" is %d characters; River's limit for a job kind is %d`, n, scheduler.KindMaxLength)
 	}
 	return t, nil
 }
