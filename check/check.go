@@ -96,7 +96,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, defs ...w
 	} else {
 		writeTable(stdout, rep)
 	}
-	if len(rep.Divergences) > 0 || len(rep.Problems) > 0 {
+	if len(rep.Divergences) > 0 || len(rep.Problems) > 0 || rep.Unchecked > 0 {
 		return 1
 	}
 	return 0
@@ -107,6 +107,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, defs ...w
 func writeTable(w io.Writer, rep *workflow.ReplayReport) {
 	fmt.Fprintf(w, "replayed %d unfinished runs (%d tasks): %d would diverge, %d could not be replayed\n",
 		rep.Runs, rep.Tasks, len(rep.Divergences), len(rep.Problems))
+	if rep.Unchecked > 0 {
+		fmt.Fprintf(w, "%d more unfinished runs were not replayed (over --limit): raise it to check them\n", rep.Unchecked)
+	}
 	if len(rep.Divergences) > 0 {
 		fmt.Fprintln(w)
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)

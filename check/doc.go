@@ -18,7 +18,8 @@
 //	billing-check --database-url "$DATABASE_URL" --json   # the report as JSON
 //
 // It exits 0 when no run would diverge, 1 when some would (or could not be
-// replayed), and 2 on a usage or connection error. The stock braid binary
+// replayed, or were left unreplayed over --limit), and 2 on a usage or
+// connection error. The stock braid binary
 // registers no workflows, and its `braid check` says so.
 //
 // # What a replay does

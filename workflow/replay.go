@@ -162,6 +162,10 @@ type ReplayReport struct {
 	Divergences []*NondeterminismError `json:"divergences"`
 	// Problems are the tasks that could not be replayed.
 	Problems []ReplayProblem `json:"problems,omitempty"`
+	// Unchecked counts the unfinished runs that the filter selected beyond
+	// its Limit, which CheckReplay did not replay: a report that leaves
+	// some out says nothing of them.
+	Unchecked int `json:"unchecked,omitempty"`
 }
 
 // ReplayProblem is a task that could not be replayed: its workflow is not
@@ -210,7 +214,8 @@ const ReplayFilterLimitDefault = 10_000
 // Replay does: it runs no step body and writes nothing. The report lists
 // the tasks that would diverge on their next turn, where and why: run it
 // with the code about to be deployed, before deploying it. A run of a
-// workflow this engine does not register is listed among the problems.
+// workflow this engine does not register is listed among the problems,
+// and the runs selected beyond f.Limit are counted as unchecked.
 func (e *Engine) CheckReplay(ctx context.Context, f ReplayFilter) (*ReplayReport, error) {
 	limit := f.Limit
 	if limit == 0 {
@@ -227,11 +232,11 @@ func (e *Engine) CheckReplay(ctx context.Context, f ReplayFilter) (*ReplayReport
 		}
 		ids = append(ids, id)
 	}
-	rows, err := e.pool.Query(ctx, `
-		SELECT id FROM braid_runs
+	const selected = `
+		  FROM braid_runs
 		 WHERE status IN ('pending', 'running', 'waiting')
-		   AND ($1 = '' OR workflow = $1) AND (cardinality($2::uuid[]) = 0 OR id = ANY($2))
-		 ORDER BY created_at, id LIMIT $3`, f.Workflow, ids, limit)
+		   AND ($1 = '' OR workflow = $1) AND (cardinality($2::uuid[]) = 0 OR id = ANY($2))`
+	rows, err := e.pool.Query(ctx, `SELECT id`+selected+` ORDER BY created_at, id LIMIT $3::bigint + 1`, f.Workflow, ids, limit)
 	if err != nil {
 		return nil, fmt.Errorf("workflow: listing the runs to replay: %w", err)
 	}
@@ -240,6 +245,14 @@ func (e *Engine) CheckReplay(ctx context.Context, f ReplayFilter) (*ReplayReport
 		return nil, fmt.Errorf("workflow: listing the runs to replay: %w", err)
 	}
 	rep := &ReplayReport{Divergences: []*NondeterminismError{}}
+	if len(runs) > limit {
+		runs = runs[:limit]
+		var all int
+		if err := e.pool.QueryRow(ctx, `SELECT count(*)`+selected, f.Workflow, ids).Scan(&all); err != nil {
+			return nil, fmt.Errorf("workflow: counting the runs to replay: %w", err)
+		}
+		rep.Unchecked = max(all-limit, 1)
+	}
 	for _, id := range runs {
 		h, err := ExportRun(ctx, e.pool, id.String())
 		if errors.Is(err, ErrRunNotFound) {
@@ -359,6 +372,11 @@ func (e *Engine) replayRun(ctx context.Context, h *RunHistory, unfinished bool, 
 			}
 		case errors.As(err, &pe):
 			problem("the code panicked on replay: " + fmt.Sprint(pe.Value))
+		case !t.suspended && t.seq <= t.lastPosition:
+			// The code returned before making every call its history
+			// recorded: another path, as a call that differs is.
+			rep.Divergences = append(rep.Divergences, &NondeterminismError{RunID: h.RunID, TaskID: th.ID, Workflow: th.Workflow,
+				Position: t.seq, Recorded: t.history[t.seq].String(), Called: "no call (the code returned)"})
 		}
 	}
 }

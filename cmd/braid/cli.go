@@ -12,6 +12,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -199,15 +200,39 @@ func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 		}
 		args = fs.Args()
 		if len(args) == 0 {
-			return positional, nil
+			break
 		}
 		if args[0] == "--" {
-			return append(positional, args[1:]...), nil
+			positional = append(positional, args[1:]...)
+			break
 		}
 		positional = append(positional, args[0])
 		args = args[1:]
 	}
+	return positional, checkText(fs, positional)
 }
+
+// checkText refuses a flag value or an argument that is not UTF-8 text
+// without NUL characters: every one of them names or carries something
+// that PostgreSQL stores as text or jsonb, which would refuse it with a
+// bare encoding error, after the command had connected.
+func checkText(fs *flag.FlagSet, positional []string) error {
+	var err error
+	fs.Visit(func(f *flag.Flag) {
+		if v := f.Value.String(); err == nil && !isText(v) {
+			err = usagef("--%s %q is not UTF-8 text without NUL characters", f.Name, v)
+		}
+	})
+	for _, a := range positional {
+		if err == nil && !isText(a) {
+			err = usagef("argument %q is not UTF-8 text without NUL characters", a)
+		}
+	}
+	return err
+}
+
+// isText reports whether s is UTF-8 text without NUL characters.
+func isText(s string) bool { return utf8.ValidString(s) && !strings.ContainsRune(s, 0) }
 
 // connect opens a pool on --database-url or DATABASE_URL and checks that the
 // database answers.

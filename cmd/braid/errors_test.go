@@ -121,6 +121,16 @@ func TestErrorsUsage(t *testing.T) {
 		{[]string{"leases"}, 2, "missing subcommand: braid leases list"},
 		{[]string{"leases", "list", "braid:delays"}, 2, `unexpected argument "braid:delays"`},
 		{[]string{"leases", "list", "--holder", "x"}, 2, "flag provided but not defined: -holder"},
+		// Text that PostgreSQL cannot store is refused before connecting.
+		{[]string{"jobs", "list", "--kind", "a\x00b"}, 2, `--kind "a\x00b" is not UTF-8 text without NUL characters`},
+		{[]string{"jobs", "list", "--queue", "a\xffb"}, 2, `--queue "a\xffb" is not UTF-8 text without NUL characters`},
+		{[]string{"jobs", "dead", "--kind", "a\xffb"}, 2, `--kind "a\xffb" is not UTF-8 text`},
+		{[]string{"schedules", "get", "a\x00b"}, 2, `argument "a\x00b" is not UTF-8 text without NUL characters`},
+		{[]string{"schedules", "delete", "a\xffb"}, 2, `argument "a\xffb" is not UTF-8 text`},
+		{[]string{"schedules", "update", "a\x00b", "--description", "x"}, 2, `argument "a\x00b" is not UTF-8 text`},
+		{[]string{"recurring", "enable", "fetch_feed", "k\x00"}, 2, `argument "k\x00" is not UTF-8 text`},
+		{[]string{"recurring", "revive", "fetch_feed", "k\xff"}, 2, `argument "k\xff" is not UTF-8 text`},
+		{[]string{"recurring", "list", "--kind", "a\x00"}, 2, `--kind "a\x00" is not UTF-8 text`},
 	})
 }
 

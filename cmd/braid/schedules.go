@@ -58,7 +58,7 @@ func scheduleError(name string, err error) error {
 		return fmt.Errorf("schedule %q not found", name)
 	case errors.Is(err, scheduler.ErrScheduleExists):
 		return fmt.Errorf("schedule %q already exists; change it with `braid schedules update`", name)
-	case errors.Is(err, scheduler.ErrInvalidExpression):
+	case errors.Is(err, scheduler.ErrInvalidExpression), errors.Is(err, scheduler.ErrInvalidSchedule):
 		return &usageError{strings.TrimPrefix(err.Error(), "scheduler: ")}
 	case errors.Is(err, scheduler.ErrUnknownTarget), errors.Is(err, scheduler.ErrArgsTooLarge):
 		return errors.New(strings.TrimPrefix(err.Error(), "scheduler: "))

@@ -113,7 +113,11 @@ func TestSchedulesErrors(t *testing.T) {
 		{[]string{"create", "--name", "x", "--expression", "@hourly", "--job", "tick", "--priority", "urgent"}, 2, `unknown priority "urgent"`},
 		{[]string{"create", "--name", "x", "--expression", "@hourly", "--job", "tick", "--overlap", "queue"}, 2, `unknown overlap policy "queue"; use skip or allow`},
 		{[]string{"create", "--name", "x", "--expression", "@hourly", "--job", "tick", "--catch-up", "all-of-them"}, 2, `unknown catch-up policy "all-of-them"`},
-		{[]string{"create", "--name", "x", "--expression", "@hourly", "--job", "tick", "--args", "[1]"}, 1, "args of a job target must be a JSON object"},
+		// A value the scheduler refuses is a wrong command line too.
+		{[]string{"create", "--name", "x", "--expression", "@hourly", "--job", "tick", "--args", "[1]"}, 2, `schedule "x": args of a job target must be a JSON object`},
+		{[]string{"create", "--name", "x", "--expression", "@hourly", "--job", "tick", "--max-attempts", "99999"}, 2, `schedule "x": max attempts 99999 is outside 0-32767`},
+		{[]string{"create", "--name", "x", "--expression", "@hourly", "--job", "tick", "--queue", "Bad Queue"}, 2, `queue "Bad Queue" is invalid`},
+		{[]string{"update", "taken", "--max-attempts", "99999"}, 2, `schedule "taken": max attempts 99999 is outside 0-32767`},
 		{[]string{"create", "--name", "x", "--expression", "@hourly", "--job", "tick", "--frequency", "2"}, 2, "flag provided but not defined: -frequency"},
 		{[]string{"update", "taken", "--expression", "0 0 30 2 *"}, 2, `invalid expression "0 0 30 2 *"`},
 		{[]string{"update", "taken", "--time-zone", "Nowhere/City"}, 2, "Nowhere/City"},
