@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/braidflow/braid/internal/termtext"
 	"github.com/braidflow/braid/workflow"
 )
 
@@ -115,7 +116,7 @@ func writeTable(w io.Writer, rep *workflow.ReplayReport) {
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "RUN\tTASK\tWORKFLOW\tCALL\tRECORDED\tCALLED")
 		for _, d := range rep.Divergences {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", d.RunID, d.TaskID, d.Workflow, d.Position, d.Recorded, d.Called)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", d.RunID, d.TaskID, termtext.Cell(d.Workflow), d.Position, termtext.Cell(d.Recorded), termtext.Cell(d.Called))
 		}
 		_ = tw.Flush()
 	}
@@ -124,7 +125,7 @@ func writeTable(w io.Writer, rep *workflow.ReplayReport) {
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "RUN\tTASK\tWORKFLOW\tPROBLEM")
 		for _, p := range rep.Problems {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", p.RunID, p.TaskID, p.Workflow, p.Reason)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", p.RunID, p.TaskID, termtext.Cell(p.Workflow), termtext.Cell(p.Reason))
 		}
 		_ = tw.Flush()
 	}

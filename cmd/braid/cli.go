@@ -16,6 +16,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/braidflow/braid/internal/termtext"
 )
 
 // command is one command of braid: either a command of its own (run), or a
@@ -122,7 +124,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "braid %s: %s\n", cmd.name, hint)
 		return 1
 	}
-	fmt.Fprintf(stderr, "braid %s: %s\n", cmd.name, oneLine(err))
+	fmt.Fprintf(stderr, "braid %s: %s\n", cmd.name, termtext.Line(oneLine(err)))
 	var ue *usageError
 	if errors.As(err, &ue) {
 		return 2
@@ -320,7 +322,7 @@ func row(w io.Writer, cells ...any) {
 		if i > 0 {
 			fmt.Fprint(w, "\t")
 		}
-		fmt.Fprint(w, cell)
+		fmt.Fprint(w, termtext.Cell(fmt.Sprint(cell)))
 	}
 	fmt.Fprintln(w)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/braidflow/braid/internal/termtext"
 	"github.com/braidflow/braid/queue"
 	"github.com/braidflow/braid/workflow"
 )
@@ -570,7 +571,7 @@ func printAttemptErrors(w io.Writer, errs []rivertype.AttemptError) error {
 			text += "\n" + t
 		}
 		for _, line := range strings.Split(text, "\n") {
-			b.WriteString(strings.TrimRight("    "+line, " \t"))
+			b.WriteString(strings.TrimRight("    "+termtext.Line(line), " \t"))
 			b.WriteString("\n")
 		}
 	}

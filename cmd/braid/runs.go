@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/braidflow/braid/internal/admin"
+	"github.com/braidflow/braid/internal/termtext"
 	"github.com/braidflow/braid/queue"
 	"github.com/braidflow/braid/workflow"
 )
@@ -521,9 +522,9 @@ func printFailures(w io.Writer, r *workflow.RunInfo) error {
 	var b strings.Builder
 	b.WriteString("\nFAILURES\n")
 	for _, f := range list {
-		fmt.Fprintf(&b, "\n%s%s:\n", failedMark, f.what)
+		fmt.Fprintf(&b, "\n%s%s:\n", failedMark, termtext.Line(f.what))
 		for _, line := range strings.Split(strings.TrimRight(f.err, "\n"), "\n") {
-			b.WriteString(strings.TrimRight("    "+line, " \t"))
+			b.WriteString(strings.TrimRight("    "+termtext.Line(line), " \t"))
 			b.WriteString("\n")
 		}
 	}

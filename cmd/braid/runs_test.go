@@ -408,3 +408,45 @@ func TestPrintDAGsUnfinished(t *testing.T) {
 		t.Errorf("the DAG's drawing (-want +got):\n%s", diff)
 	}
 }
+
+// TestTablesEscapeControlCharacters stores a run's, a task's and a job's
+// error holding escape sequences and a carriage return: the tables and the
+// FAILURES and ERRORS sections print them escaped, so that they cannot
+// repaint the screen or forge a line, where --json keeps them as stored.
+func TestTablesEscapeControlCharacters(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := seeded(t)
+	pool := testutil.Pool(t, url)
+	const stored = "boom\x1b[2J\x1b[1;1H\rok: all runs completed"
+	for _, q := range []string{
+		`UPDATE braid_runs SET error = jsonb_build_object('message', $1::text) WHERE id = '` + failedRun + `'`,
+		`UPDATE braid_tasks SET error = jsonb_build_object('message', $1::text) WHERE run_id = '` + failedRun + `' AND parent_task_id IS NULL`,
+		`UPDATE river_job SET errors = ARRAY[jsonb_build_object('at', now(), 'attempt', 1, 'error', $1::text, 'trace', '')] WHERE id = 6`,
+	} {
+		if _, err := pool.Exec(ctx, q, stored); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, args := range [][]string{
+		{"runs", "list"},
+		{"runs", "show", failedRun},
+		{"jobs", "dead"},
+		{"jobs", "show", "6"},
+	} {
+		code, out, errOut := braid(t, append(args, "--database-url", url)...)
+		if code != 0 {
+			t.Fatalf("braid %q: code %d: %s", args, code, errOut)
+		}
+		if strings.ContainsAny(out, "\x1b\r") {
+			t.Errorf("braid %q prints raw control characters from stored data:\n%q", args, out)
+		}
+		if !strings.Contains(out, `boom\x1b[2J`) {
+			t.Errorf("braid %q does not show the stored error escaped:\n%q", args, out)
+		}
+	}
+	code, out, _ := braid(t, "runs", "show", failedRun, "--json", "--database-url", url)
+	if code != 0 || !strings.Contains(out, `boom\u001b[2J\u001b[1;1H\rok`) {
+		t.Errorf("runs show --json: code %d, %q; want the error as stored, in JSON's escapes", code, out)
+	}
+}
