@@ -391,27 +391,21 @@ func jobsRetry(ctx context.Context, c *cli, args []string) error {
 		}
 	}
 
-	byID := map[int64]jobView{}
-	if len(bare) > 0 {
-		jobs, err := q.Retry(ctx, bare...)
-		if err != nil {
-			return jobError(ctx, q, bare, err)
-		}
-		for _, j := range jobs {
-			v := viewJob(j)
-			v.Retried = "job"
-			byID[j.ID] = v
-		}
-	}
+	// The runs go first, one transaction each: a run's retry may wait for
+	// its turns to end, and fail or be interrupted meanwhile, which then
+	// leaves every plain job as it was. The plain jobs go last, together.
 	status := map[string]string{}
 	if len(runIDs) > 0 {
 		eng, err := runEngine(pool)
 		if err != nil {
 			return err
 		}
-		for _, id := range runIDs {
+		for i, id := range runIDs {
 			if err = eng.Retry(ctx, id); err != nil {
 				err = runError(ctx, pool, id, err)
+				if i > 0 {
+					err = fmt.Errorf("%w (run %s was retried before it; no other job was)", err, strings.Join(runIDs[:i], ", run "))
+				}
 				break
 			}
 			status[id] = runStatus(ctx, pool, id)
@@ -419,6 +413,22 @@ func jobsRetry(ctx context.Context, c *cli, args []string) error {
 		_ = eng.Stop(context.WithoutCancel(ctx))
 		if err != nil {
 			return err
+		}
+	}
+	byID := map[int64]jobView{}
+	if len(bare) > 0 {
+		jobs, err := q.Retry(ctx, bare...)
+		if err != nil {
+			err = jobError(ctx, q, bare, err)
+			if len(runIDs) > 0 {
+				err = fmt.Errorf("%w (run %s was retried; the other jobs were not)", err, strings.Join(runIDs, ", run "))
+			}
+			return err
+		}
+		for _, j := range jobs {
+			v := viewJob(j)
+			v.Retried = "job"
+			byID[j.ID] = v
 		}
 	}
 	views := make([]jobView, 0, len(rows))

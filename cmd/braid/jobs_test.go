@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"strings"
@@ -214,5 +215,33 @@ func TestJobsRetryTurnJobWithoutTask(t *testing.T) {
 	code, out, _ := braid(t, "jobs", "dead", "--database-url", url)
 	if code != 0 || !strings.Contains(out, "\n50  braid_task") {
 		t.Errorf("jobs dead with a turn job without its task:\n%s", out)
+	}
+}
+
+// TestJobsRetryInterruptedChangesNoPlainJob retries a plain dead letter and
+// a turn job together, and is interrupted (^C) while the run's retry waits
+// for a turn of it that still runs: the command fails, and the plain job is
+// still as it was, since the runs are retried first and the plain jobs
+// last.
+func TestJobsRetryInterruptedChangesNoPlainJob(t *testing.T) {
+	t.Parallel()
+	url := seeded(t)
+	pool := testutil.Pool(t, url)
+	bg := context.Background()
+	// A turn of the failed import's root, still running.
+	if _, err := pool.Exec(bg, `INSERT INTO river_job (id, state, attempt, max_attempts, attempted_at, args, kind, queue)
+		VALUES (60, 'running', 1, 2, now(), '{"task_id": "0195a1b2-1000-7000-8000-000000000007", "workflow": "import"}', $1, 'default')`, workflow.TaskKind); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(bg, 2*time.Second)
+	defer cancel()
+	var out, errOut bytes.Buffer
+	code := run(ctx, []string{"jobs", "retry", "6", deadTurnJob, "--database-url", url}, &out, &errOut)
+	var state string
+	if err := pool.QueryRow(bg, `SELECT state::text FROM river_job WHERE id = 6`).Scan(&state); err != nil {
+		t.Fatal(err)
+	}
+	if code == 0 || state != "discarded" {
+		t.Errorf("jobs retry 6 9, interrupted while the run waits for its turn: code %d, stderr %q, job 6 %s; want a failure and job 6 discarded still", code, errOut.String(), state)
 	}
 }
