@@ -98,6 +98,49 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Migrator, error) {
 // Close releases the migrator's connection handle. The pool stays open.
 func (m *Migrator) Close() error { return m.db.Close() }
 
+// ErrNewerSchema is matched by a *NewerSchemaError.
+var ErrNewerSchema = errors.New("migrations: the database's schema is newer than these migrations")
+
+// NewerSchemaError is the error of Down, DownTo and Redo, and of CheckNotNewer,
+// on a database that a newer set of migrations brought past the last of
+// this one's: reverting what this set does not know would be a guess.
+type NewerSchemaError struct {
+	// Version is the database's; Latest, the last of these migrations.
+	Version, Latest int64
+}
+
+func (e *NewerSchemaError) Error() string {
+	return fmt.Sprintf("migrations: the database's schema is at version %d, newer than the last one these migrations know, %d: use the migrations that brought it there", e.Version, e.Latest)
+}
+
+// Is reports whether target is ErrNewerSchema.
+func (e *NewerSchemaError) Is(target error) bool { return target == ErrNewerSchema }
+
+// Latest returns the last version of these migrations.
+func (m *Migrator) Latest() int64 {
+	var latest int64
+	for _, s := range m.provider.ListSources() {
+		latest = max(latest, s.Version)
+	}
+	return latest
+}
+
+// CheckNotNewer returns a *NewerSchemaError when the database's schema is
+// past the last of these migrations, and nil otherwise. Up applies
+// nothing to such a database, and reports nothing: a process of an older
+// version may run on a schema that a newer one extended. An operator who
+// migrates by hand wants to hear of it.
+func (m *Migrator) CheckNotNewer(ctx context.Context) error {
+	v, err := m.Version(ctx)
+	if err != nil {
+		return err
+	}
+	if latest := m.Latest(); v > latest {
+		return &NewerSchemaError{Version: v, Latest: latest}
+	}
+	return nil
+}
+
 // Up applies every pending version.
 func (m *Migrator) Up(ctx context.Context) ([]Result, error) {
 	res, err := m.provider.Up(ctx)
@@ -106,6 +149,9 @@ func (m *Migrator) Up(ctx context.Context) ([]Result, error) {
 
 // Down reverts the most recently applied version.
 func (m *Migrator) Down(ctx context.Context) ([]Result, error) {
+	if err := m.CheckNotNewer(ctx); err != nil {
+		return nil, err
+	}
 	res, err := m.provider.Down(ctx)
 	if res == nil {
 		return nil, wrap(err)
@@ -116,6 +162,9 @@ func (m *Migrator) Down(ctx context.Context) ([]Result, error) {
 // DownTo reverts every applied version above version. DownTo(ctx, 0)
 // reverts everything.
 func (m *Migrator) DownTo(ctx context.Context, version int64) ([]Result, error) {
+	if err := m.CheckNotNewer(ctx); err != nil {
+		return nil, err
+	}
 	res, err := m.provider.DownTo(ctx, version)
 	return results(res), wrap(err)
 }
@@ -136,13 +185,15 @@ func (m *Migrator) Redo(ctx context.Context) ([]Result, error) {
 	return append(down, results([]*goose.MigrationResult{up})...), wrap(err)
 }
 
-// Status lists every known version and whether it is applied.
+// Status lists every known version and whether it is applied; and last,
+// when the database's schema is past them (see CheckNotNewer), its version,
+// applied and named as unknown.
 func (m *Migrator) Status(ctx context.Context) ([]VersionStatus, error) {
 	sts, err := m.provider.Status(ctx)
 	if err != nil {
 		return nil, wrap(err)
 	}
-	out := make([]VersionStatus, 0, len(sts))
+	out := make([]VersionStatus, 0, len(sts)+1)
 	for _, s := range sts {
 		out = append(out, VersionStatus{
 			Version:   s.Source.Version,
@@ -151,8 +202,18 @@ func (m *Migrator) Status(ctx context.Context) ([]VersionStatus, error) {
 			AppliedAt: s.AppliedAt,
 		})
 	}
+	var newer *NewerSchemaError
+	if err := m.CheckNotNewer(ctx); errors.As(err, &newer) {
+		out = append(out, VersionStatus{Version: newer.Version, Name: UnknownVersionName, Applied: true})
+	} else if err != nil {
+		return nil, err
+	}
 	return out, nil
 }
+
+// UnknownVersionName is the Name in Status of a database's version that
+// these migrations do not know.
+const UnknownVersionName = "(unknown: applied by newer migrations)"
 
 // Version returns the highest applied version, or 0.
 func (m *Migrator) Version(ctx context.Context) (int64, error) {

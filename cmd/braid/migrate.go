@@ -53,6 +53,11 @@ func migrateRun(direction string) func(context.Context, *cli, []string) error {
 		var res []migrations.Result
 		switch direction {
 		case "up":
+			// A schema past this braid's has nothing to apply, which is
+			// not "up to date": say so, as down and redo do.
+			if err := m.CheckNotNewer(ctx); err != nil {
+				return err
+			}
 			res, err = m.Up(ctx)
 		case "down":
 			res, err = m.Down(ctx)

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/braidflow/braid/migrations"
 	"github.com/braidflow/braid/testutil"
 )
 
@@ -62,5 +63,32 @@ func TestMigrateErrors(t *testing.T) {
 		if code != tc.code || !strings.Contains(errOut, tc.want) || strings.Count(strings.TrimSpace(errOut), "\n") > 0 && tc.code == 1 {
 			t.Errorf("braid %v: code %d, stderr %q; want code %d containing %q", tc.args, code, errOut, tc.code, tc.want)
 		}
+	}
+}
+
+// TestMigrateOnANewerSchema runs migrate on a database that a newer braid
+// migrated (a version this one does not know is applied): up does not call
+// it up to date, down and redo refuse to revert what they do not know, and
+// status lists the unknown version; each names it.
+func TestMigrateOnANewerSchema(t *testing.T) {
+	t.Parallel()
+	url := testutil.URL(t)
+	pool := testutil.Pool(t, url)
+	if _, err := pool.Exec(context.Background(), `INSERT INTO braid_schema_version (version_id, is_applied) VALUES (999, true)`); err != nil {
+		t.Fatal(err)
+	}
+	for _, sub := range []string{"up", "down", "redo"} {
+		code, out, errOut := braid(t, "migrate", sub, "--database-url", url)
+		if code != 1 || out != "" || !strings.Contains(errOut, "the database's schema is at version 999, newer than the last one these migrations know") {
+			t.Errorf("migrate %s on a schema at version 999: code %d, stdout %q, stderr %q; want code 1 and an error naming version 999", sub, code, out, errOut)
+		}
+	}
+	code, out, errOut := braid(t, "migrate", "status", "--database-url", url)
+	if code != 0 || !strings.Contains(out, "999") || !strings.Contains(out, migrations.UnknownVersionName) {
+		t.Errorf("migrate status on a schema at version 999: code %d, stdout %q, stderr %q; want version 999 listed as unknown", code, out, errOut)
+	}
+	var applied int
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM braid_schema_version WHERE version_id IN (112, 999) AND is_applied`).Scan(&applied); err != nil || applied != 2 {
+		t.Errorf("the refused commands changed the applied versions: %d of 112 and 999 applied (%v)", applied, err)
 	}
 }
