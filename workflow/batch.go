@@ -253,23 +253,51 @@ func (b *batcher) run(ctx context.Context, done chan struct{}) {
 // each outcome is committed alone, so that one bad outcome fails only its
 // own turn. An outcome whose wait on a message needs a lock that another
 // transaction holds (a caller's SignalTx still open) is left out of the
-// batch, and recorded alone, beside the batches, once it gets the lock
-// (flushAlone): the other turns of the batch, and the batches after it,
-// do not wait for that transaction.
-func (e *Engine) flush(batch []*outcome) { e.flushWith(batch, false) }
+// batch, and recorded alone, beside the batches, once the lock is free
+// (flushAlone): the other turns of the batch, and the batches after it, do
+// not wait for that transaction.
+func (e *Engine) flush(batch []*outcome) {
+	for _, o := range e.flushSome(batch) {
+		e.batcher.cleanup.Go(func() { e.flushAlone(o) })
+	}
+}
 
-// flushAlone records an outcome that its batch left out, waiting for the
-// lock of its wait's mailbox or topic (OutcomeTimeout at most). It runs
-// beside the batches, holding none of their flushes.
-func (e *Engine) flushAlone(o *outcome) { e.flushWith([]*outcome{o}, true) }
+// Pauses of flushAlone between two tries.
+const (
+	busyPauseMin = 5 * time.Millisecond
+	busyPauseMax = 200 * time.Millisecond
+)
 
-// flushWith is flush; with wait, it waits for the locks of the waits on
-// messages rather than leave out the outcomes that need them.
-func (e *Engine) flushWith(batch []*outcome, wait bool) {
+// flushAlone records an outcome that its batch left out, its wait's lock
+// being held: it tries again after a pause, which doubles up to
+// busyPauseMax, for OutcomeTimeout at most, and then fails the outcome.
+// Between two tries it holds no connection, and it holds none of the
+// batches' flushes: however many outcomes wait on one held lock, the
+// engine's connections go on serving the others.
+func (e *Engine) flushAlone(o *outcome) {
+	deadline := time.Now().Add(e.cfg.OutcomeTimeout)
+	for pause := busyPauseMin; ; pause = min(2*pause, busyPauseMax) {
+		time.Sleep(pause)
+		if len(e.flushSome([]*outcome{o})) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			o.err = fmt.Errorf("workflow: recording the outcome of task %s: the lock of its wait's mailbox or topic stayed held for %s", o.taskID, e.cfg.OutcomeTimeout)
+			o.next, o.nextTask, o.finished = nil, nil, false
+			close(o.done)
+			return
+		}
+	}
+}
+
+// flushSome is flush but for the outcomes whose wait's lock another
+// transaction held: it returns them, unrecorded, their turns still
+// waiting.
+func (e *Engine) flushSome(batch []*outcome) (busy []*outcome) {
 	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.OutcomeTimeout)
 	defer cancel()
 	start := time.Now()
-	waits, orphans, fin, busy, err := e.flushTx(ctx, batch, wait)
+	waits, orphans, fin, busy, err := e.flushTx(ctx, batch)
 	// A batch of one outcome has no one-at-a-time to fall back on: when
 	// it lost a conflict with another transaction, it is tried again,
 	// rather than spend its turn's attempt.
@@ -282,7 +310,7 @@ func (e *Engine) flushWith(batch []*outcome, wait bool) {
 		if ctx.Err() != nil {
 			break
 		}
-		waits, orphans, fin, busy, err = e.flushTx(ctx, batch, wait)
+		waits, orphans, fin, busy, err = e.flushTx(ctx, batch)
 	}
 	e.metrics.recordBatch(ctx, len(batch), time.Since(start), err)
 	if err == nil {
@@ -301,10 +329,14 @@ func (e *Engine) flushWith(batch []*outcome, wait bool) {
 	}
 	if err != nil && len(batch) > 1 {
 		e.logger.WarnContext(ctx, "workflow: a batch of turn outcomes failed; recording them one at a time", "outcomes", len(batch), "error", err)
+		busy = nil
 		for _, o := range batch {
-			e.flushWith([]*outcome{o}, wait)
+			busy = append(busy, e.flushSome([]*outcome{o})...)
 		}
-		return
+		return busy
+	}
+	if err != nil {
+		busy = nil
 	}
 	if err == nil {
 		var done []*rivertype.JobRow
@@ -314,18 +346,18 @@ func (e *Engine) flushWith(batch []*outcome, wait bool) {
 			}
 		}
 		e.queue.Finished(done)
-		for _, o := range busy {
-			e.batcher.cleanup.Go(func() { e.flushAlone(o) })
-		}
-		batch = slices.DeleteFunc(slices.Clone(batch), func(o *outcome) bool { return slices.Contains(busy, o) })
 	}
 	for _, o := range batch {
+		if slices.Contains(busy, o) {
+			continue
+		}
 		o.err = err
 		if err != nil {
 			o.next, o.nextTask, o.finished = nil, nil, false
 		}
 		close(o.done)
 	}
+	return busy
 }
 
 // outcomeTries bounds how often a batch of one outcome is tried when it
@@ -375,7 +407,7 @@ type batchState struct {
 // the parents older than all of them, which come later), then the runs.
 // It returns the waits on children that the batch ended, to record once
 // it has committed.
-func (e *Engine) flushTx(ctx context.Context, all []*outcome, wait bool) (waits []waitSpan, orphans []uuid.UUID, fin finishedRuns, busy []*outcome, err error) {
+func (e *Engine) flushTx(ctx context.Context, all []*outcome) (waits []waitSpan, orphans []uuid.UUID, fin finishedRuns, busy []*outcome, err error) {
 	err = e.withPipeTx(ctx, func(tx *pipeTx) error {
 		waits = nil
 		for _, o := range all {
@@ -384,7 +416,7 @@ func (e *Engine) flushTx(ctx context.Context, all []*outcome, wait bool) (waits 
 		st := &batchState{byTask: map[uuid.UUID]*outcome{}}
 		defer func() { orphans, fin = st.orphans, st.finished }()
 		var err error
-		if busy, err = e.lockMessages(ctx, tx, all, wait); err != nil {
+		if busy, err = e.lockMessages(ctx, tx, all); err != nil {
 			return err
 		}
 		batch := all

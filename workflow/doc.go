@@ -427,8 +427,8 @@
 //     waits on messages it records, ordered by key, before anything
 //     else, without waiting: an outcome whose lock another transaction
 //     holds, a caller's SignalTx still open, is left out of its batch and
-//     recorded alone once it gets it; see "Signals, events and one winner
-//     among wake sources");
+//     tried again alone, holding no connection in between, until it gets
+//     it; see "Signals, events and one winner among wake sources");
 //  1. River job rows (a batch of outcomes locks its turns' jobs first, by
 //     ID);
 //  2. task rows, children before parents (a batch locks its turns' tasks

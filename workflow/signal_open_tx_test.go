@@ -82,3 +82,68 @@ func TestOpenSignalTxHoldsBackOnlyTheWaitsOnItsMailbox(t *testing.T) {
 		}
 	}
 }
+
+var waitOnTopic = workflow.Define("wait_on_topic", func(t *workflow.Task, n int) (int, error) {
+	v, _, err := workflow.WaitEvent[int](t, "open.topic", "", 0)
+	return v + n, err
+})
+
+// One caller's PublishTx still open on a topic that more tasks wait on
+// than the pool has connections: the outcomes left out of their batches
+// wait for the topic's lock holding no connection, so an unrelated run
+// starts and completes at once; once the caller commits, every wait is
+// recorded, and sees the next event.
+func TestOpenPublishTxOnATopicManyWaitOnHoldsNoConnection(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	// The runs are started before the engine works them, so that their
+	// turns all suspend while the caller's transaction is open.
+	eng := newEngine(t, pool, testConfig(waitOnTopic, plusOne))
+	ctx := ctxTimeout(t, 120*time.Second)
+	var runs []*workflow.Run[int]
+	for i := range 2 * testutil.PoolMaxConnsDefault {
+		r, err := waitOnTopic.Start(ctx, eng, i, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		runs = append(runs, r)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if _, err := eng.PublishTx(ctx, tx, "open.topic", 100); err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second)
+	rctx, cancel := context.WithTimeout(ctx, 8*time.Second)
+	defer cancel()
+	var out int
+	r, err := plusOne.Start(rctx, eng, 2, nil)
+	if err == nil {
+		out, err = r.Result(rctx)
+	}
+	if cerr := tx.Commit(ctx); cerr != nil {
+		t.Fatal(cerr)
+	}
+	if err != nil || out != 3 {
+		t.Fatalf("an unrelated run while one PublishTx is open on a topic that %d tasks wait on: %d, %v; want 3, at once", len(runs), out, err)
+	}
+	// The caller's event was published before the turns that wait began,
+	// so they do not see it: the waits were recorded, and see the next.
+	waitFor(t, "every wait to be recorded", 30*time.Second, func() bool {
+		return count(t, pool, `SELECT count(*) FROM braid_steps WHERE kind = 'event' AND status = 'waiting'`) == len(runs)
+	})
+	if _, err := eng.Publish(ctx, "open.topic", 100); err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range runs {
+		if out, err := r.Result(ctx); err != nil || out != 100+i {
+			t.Errorf("the run waiting on the topic, once the publish committed: %d, %v; want %d", out, err, 100+i)
+		}
+	}
+}

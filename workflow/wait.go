@@ -27,7 +27,7 @@ import (
 // the topic's lock for an event. A sender or publisher takes it before
 // anything else; a batch of outcomes takes the locks of its waits before
 // its turn jobs (the first entry of the lock order), or leaves out, to be
-// recorded alone once it has the lock, an outcome whose lock another
+// tried again alone until it has the lock, an outcome whose lock another
 // transaction holds. So either the message
 // commits first, and the suspension finds it in the mailbox (or among the
 // topic's recent events) and wakes the task at once, or the suspension
@@ -127,14 +127,13 @@ func messageLock(o *outcome) (string, bool) {
 }
 
 // lockMessages takes the locks that the waits on messages of a batch's
-// suspending outcomes need; see the comment at the top of this file.
-// Unless wait is set, it waits for no lock that another transaction holds
-// (a caller's SignalTx or PublishTx still open): it returns the outcomes
-// that need one, which the batch leaves out, to be recorded each on its
-// own, beside the batches (see flush). So one open transaction of a
-// caller delays the outcomes that wait on its mailbox or topic, and no
-// others.
-func (e *Engine) lockMessages(ctx context.Context, tx pgx.Tx, batch []*outcome, wait bool) (busy []*outcome, err error) {
+// suspending outcomes need; see the comment at the top of this file. It
+// waits for no lock that another transaction holds (a caller's SignalTx
+// or PublishTx still open): it returns the outcomes that need one, which
+// the batch leaves out, to be tried again each on its own, beside the
+// batches (see flush). So one open transaction of a caller delays the
+// outcomes that wait on its mailbox or topic, and no others.
+func (e *Engine) lockMessages(ctx context.Context, tx pgx.Tx, batch []*outcome) (busy []*outcome, err error) {
 	var names []string
 	for _, o := range batch {
 		if name, ok := messageLock(o); ok {
@@ -142,12 +141,6 @@ func (e *Engine) lockMessages(ctx context.Context, tx pgx.Tx, batch []*outcome, 
 		}
 	}
 	if len(names) == 0 {
-		return nil, nil
-	}
-	if wait {
-		if _, err := tx.Exec(ctx, messageLockSQL, names); err != nil {
-			return nil, fmt.Errorf("workflow: locking %d mailboxes and topics: %w", len(names), err)
-		}
 		return nil, nil
 	}
 	rows, err := tx.Query(ctx, messageTryLockSQL, names)
