@@ -138,8 +138,12 @@ func (p *delayPass) cancelOverdueRuns(ctx context.Context) (cancelled, found int
 			woke = time.Now()
 		}
 		cause := storedError{Kind: errKindTimeout, Message: timeoutMessage(time.Duration(r.timeout) * time.Microsecond)}
+		// The cancel is bounded, as a turn's outcome is, by
+		// OutcomeTimeout, doubled at each cancel of the run that took
+		// longer: a run wide enough may need more, and gets it.
+		bound := e.cfg.OutcomeTimeout << min(p.runs.failures(r.id), deadlineBoundDoublings)
 		err := func() error {
-			ctx, cancel := context.WithTimeout(ctx, e.cfg.OutcomeTimeout)
+			ctx, cancel := context.WithTimeout(ctx, bound)
 			defer cancel()
 			return e.withTx(ctx, func(tx pgx.Tx) error {
 				if _, err := tx.Exec(ctx, fmt.Sprintf(`SET LOCAL lock_timeout = '%dms'`, deadlineLockTimeout.Milliseconds())); err != nil {
@@ -169,6 +173,10 @@ func (p *delayPass) cancelOverdueRuns(ctx context.Context) (cancelled, found int
 			// meanwhile.
 		case isLockNotAvailable(err):
 			e.logger.DebugContext(ctx, "workflow: a run whose deadline passed is locked; cancelling it next tick", "run.id", r.id)
+		case errors.Is(err, context.DeadlineExceeded):
+			p.runs.fail(r.id, time.Now())
+			e.logger.WarnContext(ctx, "workflow: cancelling a run whose deadline passed took longer than its bound; it is set aside and tried again with twice as long",
+				"run.id", r.id, "bound", bound, "error", err)
 		case rowFault(err):
 			p.runs.fail(r.id, time.Now())
 			e.logger.ErrorContext(ctx, "workflow: cancelling a run whose deadline passed failed; it is set aside and the others go on", "run.id", r.id, "error", err)
@@ -179,6 +187,10 @@ func (p *delayPass) cancelOverdueRuns(ctx context.Context) (cancelled, found int
 	}
 	return cancelled, len(runs), failed
 }
+
+// deadlineBoundDoublings bounds how often the time given a run's deadline
+// cancel doubles: 64 times OutcomeTimeout at most.
+const deadlineBoundDoublings = 6
 
 // newTimeoutError is the *TimeoutError of a run that its deadline
 // cancelled, from its row's timeout (in microseconds) and deadline.

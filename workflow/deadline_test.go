@@ -473,3 +473,43 @@ func TestDeadlineCancelsHeldByLocksDoNotHoldBackDueDelays(t *testing.T) {
 		t.Error("the due delay was woken only after the pass of deadline cancels reached the free run")
 	}
 }
+
+// waitsForever waits for a signal that never comes.
+var waitsForever = workflow.Define("waits_forever", func(t *workflow.Task, n int) (int, error) {
+	v, _, err := workflow.WaitSignal[int](t, "never", 0)
+	return v, err
+})
+
+// A run whose deadline's cancel takes longer than OutcomeTimeout (a wide
+// run: many unfinished tasks) is set aside and tried again with twice as
+// long, until its cancel fits: its deadline still ends it, where a cancel
+// cut at the same bound at every pass never would.
+func TestDeadlineOfAWideRunIsCancelledWhateverItTakes(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	cfg := testConfig(waitsForever)
+	cfg.OutcomeTimeout = 200 * time.Millisecond
+	eng := startEngine(t, pool, cfg)
+	ctx := ctxTimeout(t, 120*time.Second)
+	run, err := waitsForever.Start(ctx, eng, 1, &workflow.StartOpts{Timeout: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the root to wait", 10*time.Second, func() bool {
+		return count(t, pool, `SELECT count(*) FROM braid_tasks WHERE run_id = $1 AND parent_task_id IS NULL AND status = 'waiting'`, run.ID) == 1
+	})
+	// A wide fan-out under the root, its children waiting.
+	execSQL(t, pool, `
+		INSERT INTO braid_tasks (id, run_id, parent_task_id, key, workflow, status, input, queue)
+		SELECT gen_random_uuid(), r.run_id, r.id, 'c' || i, 'waits_forever', 'waiting', '1', 'default'
+		  FROM (SELECT id, run_id FROM braid_tasks WHERE run_id = $1 AND parent_task_id IS NULL) r,
+		       generate_series(1, 40000) i`, run.ID)
+	execSQL(t, pool, `UPDATE braid_runs SET deadline_at = braid_now() WHERE id = $1`, run.ID)
+	var te *workflow.TimeoutError
+	if _, err := run.Result(ctx); !errors.As(err, &te) {
+		t.Fatalf("the wide run past its deadline: %v; want it cancelled by its deadline", err)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM braid_tasks WHERE run_id = $1 AND status <> 'cancelled'`, run.ID); n != 0 {
+		t.Errorf("%d tasks of the run its deadline cancelled are not cancelled", n)
+	}
+}

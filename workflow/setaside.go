@@ -38,6 +38,8 @@ type setAside[K comparable] struct {
 type aside struct {
 	until time.Time
 	pause time.Duration
+	// failures counts the failures since k was last done, or forgotten.
+	failures int
 }
 
 // fail records that k failed at now, and returns how long it is set
@@ -49,9 +51,14 @@ func (s *setAside[K]) fail(k K, now time.Time) time.Duration {
 	a := s.rows[k]
 	a.pause = min(max(2*a.pause, setAsideMin), setAsideMax)
 	a.until = now.Add(a.pause)
+	a.failures++
 	s.rows[k] = a
 	return a.pause
 }
+
+// failures returns how often k failed since it was last done, or
+// forgotten.
+func (s *setAside[K]) failures(k K) int { return s.rows[k].failures }
 
 // done forgets k, which was woken or cancelled.
 func (s *setAside[K]) done(k K) { delete(s.rows, k) }
