@@ -551,7 +551,7 @@ func (e *Engine) retryTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID str
 		return err
 	}
 	if deleting {
-		return fmt.Errorf("%w: run %s is being deleted, having finished more than the retention ago", ErrRunNotRetryable, runID)
+		return &runBeingDeletedError{runID: runID}
 	}
 	// The failed and cancelled tasks, and the nodes of the run's DAGs,
 	// under no completed task (openTasksSQL).

@@ -30,8 +30,25 @@ var ErrEventNotSet = errors.New("workflow: event not set")
 var ErrRunFinished = errors.New("workflow: run already finished")
 
 // ErrRunNotRetryable is returned when retrying a run that is neither failed
-// nor cancelled, or that retention is deleting.
+// nor cancelled, or that retention is deleting (ErrRunBeingDeleted).
 var ErrRunNotRetryable = errors.New("workflow: run is neither failed nor cancelled")
+
+// ErrRunBeingDeleted is matched, as ErrRunNotRetryable is, by the error of
+// a Retry of a run that retention has begun to delete over several
+// transactions (see the package documentation, "Retention"): it finished
+// more than Config.Retention ago, and some of its tasks may be gone.
+var ErrRunBeingDeleted = errors.New("workflow: run is being deleted by retention")
+
+// runBeingDeletedError is the error of a Retry of a run being deleted.
+type runBeingDeletedError struct{ runID string }
+
+func (e *runBeingDeletedError) Error() string {
+	return fmt.Sprintf("workflow: run %s is being deleted by retention, having finished more than the retention ago; it can no longer be retried", e.runID)
+}
+
+func (e *runBeingDeletedError) Is(target error) bool {
+	return target == ErrRunBeingDeleted || target == ErrRunNotRetryable
+}
 
 // ErrCancelled is matched by the error of a cancelled run.
 var ErrCancelled = errors.New("workflow: cancelled")

@@ -195,8 +195,8 @@ func TestRetentionShrinksARunThatHoldsMoreThanABatch(t *testing.T) {
 		t.Errorf("the shrunk run is not marked as being deleted")
 	}
 	err = eng.Retry(ctx, id)
-	if !errors.Is(err, workflow.ErrRunNotRetryable) || !strings.Contains(err.Error(), "being deleted") {
-		t.Errorf("Retry of the run being deleted: %v; want ErrRunNotRetryable, saying why", err)
+	if !errors.Is(err, workflow.ErrRunNotRetryable) || !errors.Is(err, workflow.ErrRunBeingDeleted) || !strings.Contains(err.Error(), "being deleted by retention") {
+		t.Errorf("Retry of the run being deleted: %v; want ErrRunBeingDeleted, which is ErrRunNotRetryable, saying why", err)
 	}
 	if f := footprint(t, pool, id); f != [3]int{1, 2, 1} {
 		t.Errorf("the refused Retry changed the run: %v", f)

@@ -102,6 +102,8 @@ func runError(ctx context.Context, pool *pgxpool.Pool, id string, err error) err
 		return fmt.Errorf("run %s not found", id)
 	case errors.Is(err, workflow.ErrRunFinished):
 		return fmt.Errorf("run %s is already %s; only an unfinished run can be cancelled", id, runStatus(ctx, pool, id))
+	case errors.Is(err, workflow.ErrRunBeingDeleted):
+		return fmt.Errorf("run %s is being deleted by retention, having finished more than the retention ago; it can no longer be retried", id)
 	case errors.Is(err, workflow.ErrRunNotRetryable):
 		return fmt.Errorf("run %s is %s; only a failed or cancelled run can be retried", id, runStatus(ctx, pool, id))
 	}

@@ -759,6 +759,9 @@ func allowedText(states []rivertype.JobState) string {
 // turnRetryErr explains why the run of a turn job was not retried.
 func turnRetryErr(err error, jobID int64, run *JobRun, status string) error {
 	switch {
+	case errors.Is(err, workflow.ErrRunBeingDeleted):
+		return errorf(http.StatusConflict, "job %d is a turn of run %s (workflow %q), which is being deleted by retention: it can no longer be retried",
+			jobID, run.RunID, run.Workflow)
 	case errors.Is(err, workflow.ErrRunNotRetryable):
 		return errorf(http.StatusConflict, "job %d is a turn of run %s (workflow %q), which is %s: a turn job is retried by retrying its run, and only a failed or cancelled run can be retried",
 			jobID, run.RunID, run.Workflow, status)

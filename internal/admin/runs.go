@@ -331,6 +331,8 @@ func (s *Server) runAction(action string, fn func(ctx context.Context, id string
 			switch {
 			case errors.Is(err, workflow.ErrRunFinished):
 				return errorf(http.StatusConflict, "run %s is %s: only a pending, running or waiting run can be cancelled", id, s.runStatus(r.Context(), id))
+			case errors.Is(err, workflow.ErrRunBeingDeleted):
+				return errorf(http.StatusConflict, "run %s is being deleted by retention, having finished more than the retention ago: it can no longer be retried", id)
 			case errors.Is(err, workflow.ErrRunNotRetryable):
 				return errorf(http.StatusConflict, "run %s is %s: only a failed or cancelled run can be retried", id, s.runStatus(r.Context(), id))
 			}
