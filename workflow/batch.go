@@ -312,7 +312,14 @@ func (e *Engine) flushSome(batch []*outcome) (busy []*outcome) {
 		}
 		waits, orphans, fin, busy, err = e.flushTx(ctx, batch)
 	}
-	e.metrics.recordBatch(ctx, len(batch), time.Since(start), err)
+	// The outcomes left out for a held lock were not in the transaction,
+	// and a try that left out every one recorded nothing.
+	if n := len(batch) - len(busy); err != nil || n > 0 {
+		if err != nil {
+			n = len(batch)
+		}
+		e.metrics.recordBatch(ctx, n, time.Since(start), err)
+	}
 	if err == nil {
 		fin.record(ctx, e.metrics)
 		e.recordWaits(waits)

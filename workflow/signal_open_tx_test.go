@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/braidflow/braid/testutil"
 	"github.com/braidflow/braid/workflow"
@@ -145,5 +146,50 @@ func TestOpenPublishTxOnATopicManyWaitOnHoldsNoConnection(t *testing.T) {
 		if out, err := r.Result(ctx); err != nil || out != 100+i {
 			t.Errorf("the run waiting on the topic, once the publish committed: %d, %v; want %d", out, err, 100+i)
 		}
+	}
+}
+
+// One run's turn suspends while a caller's SignalTx holds its mailbox's
+// lock for two seconds, and its outcome is tried again and again meanwhile:
+// a try that records nothing is no batch, and the metrics count only the
+// batches that recorded outcomes, two for a run of two turns, each of one.
+func TestOutcomesLeftOutAreNotCountedAsBatches(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	cfg := testConfig(signalCollector)
+	cfg.MeterProvider = mp
+	ctx := ctxTimeout(t, 60*time.Second)
+	eng := newEngine(t, pool, cfg)
+	run, err := signalCollector.Start(ctx, eng, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if err := eng.SignalTx(ctx, tx, run.ID, "item", 7, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := run.Result(ctx); err != nil || len(out) != 1 || out[0] != 7 {
+		t.Fatalf("the run: %v, %v; want [7]", out, err)
+	}
+	if err := eng.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	m := collectEngineMetrics(t, reader)
+	if c := m.sizes[workflow.MetricBatchSize+"{committed}"]; c.Count != 2 || c.Sum != 2 {
+		t.Errorf("%s{committed}: %d batches holding %d outcomes for a run of two turns; want 2 of 1", workflow.MetricBatchSize, c.Count, c.Sum)
 	}
 }

@@ -215,13 +215,14 @@ func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 }
 
 // checkText refuses a flag value or an argument that is not UTF-8 text
-// without NUL characters: every one of them names or carries something
-// that PostgreSQL stores as text or jsonb, which would refuse it with a
-// bare encoding error, after the command had connected.
+// without NUL characters: but for the flags of notText, every one of them
+// names or carries something that PostgreSQL stores as text or jsonb,
+// which would refuse it with a bare encoding error, after the command had
+// connected.
 func checkText(fs *flag.FlagSet, positional []string) error {
 	var err error
 	fs.Visit(func(f *flag.Flag) {
-		if v := f.Value.String(); err == nil && !isText(v) {
+		if v := f.Value.String(); err == nil && !notText[f.Name] && !isText(v) {
 			err = usagef("--%s %q is not UTF-8 text without NUL characters", f.Name, v)
 		}
 	})
@@ -231,6 +232,14 @@ func checkText(fs *flag.FlagSet, positional []string) error {
 		}
 	}
 	return err
+}
+
+// notText are the flags whose values go to no column of PostgreSQL's (a
+// file path, which need not be UTF-8; an address; the connection string
+// and the tokens, which an error must not echo either): checkText leaves
+// them to what reads them.
+var notText = map[string]bool{
+	"database-url": true, "cpuprofile": true, "addr": true, "jaeger-url": true, "token": true, "readonly-token": true,
 }
 
 // isText reports whether s is UTF-8 text without NUL characters.

@@ -354,3 +354,15 @@ func TestHelp(t *testing.T) {
 		t.Errorf("schedules create -h: code %d, stderr:\n%s", code, errOut)
 	}
 }
+
+// TestFlagsOfNoColumnAreNotCheckedAsText: a flag whose value goes to no
+// column of PostgreSQL's, such as a file path, which need not be UTF-8, is
+// not refused as text.
+func TestFlagsOfNoColumnAreNotCheckedAsText(t *testing.T) {
+	t.Setenv("DATABASE_URL", "")
+	path := t.TempDir() + "/caf\xe9.prof" // a Latin-1 file name
+	// Without --run, bench prints its plan and asks for --run.
+	if code, _, errOut := braid(t, "bench", "--quick", "--cpuprofile", path); strings.Contains(errOut, "is not UTF-8 text") {
+		t.Errorf("braid bench --cpuprofile %q: code %d, stderr %q; a file path was refused as text", path, code, errOut)
+	}
+}
