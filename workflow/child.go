@@ -45,6 +45,13 @@ func (o goOption) applyGo(g *goOptions) { o(g) }
 // that first calls Go ends. A detached child is not awaited: its
 // Future.Get returns ErrDetached.
 //
+// The run that a parent's replay names is known to have started only as
+// long as it exists: a parent still unfinished once retention has deleted
+// its detached child's run (Config.Retention after the child finished)
+// starts the child again at its next turn. Give a parent that may outlive
+// the retention an idempotency key of its own in the child's work, or
+// start the child from a step that records that it did.
+//
 // Without Detached, a child belongs to its parent: when the parent task
 // finishes (completes or fails) before the child has, the child is
 // cancelled, with its own children.
@@ -132,15 +139,26 @@ func Map[In, Out any](t *Task, name string, w *Workflow[In, Out], items []In) ([
 	}
 	waiting := false
 	spawnedBefore, inputBytes := len(t.spawns), 0
+	first := spawnedBefore
+	// A Map that fails starts none of its children.
+	undo := func() {
+		for _, s := range t.spawns[first:] {
+			delete(t.spawned, s.key)
+		}
+		t.spawns = t.spawns[:first]
+	}
 	for i, item := range items {
 		key := fmt.Sprintf("%s/%d", base, i)
+		t.taken[key] = true // a later Go of this name gets a suffix
 		if err := t.spawn(key, w.d, item, pos, "map"); err != nil {
+			undo()
 			return nil, err
 		}
 		if len(t.spawns) > spawnedBefore {
 			inputBytes += len(t.spawns[len(t.spawns)-1].input)
 			spawnedBefore = len(t.spawns)
 			if inputBytes > t.eng.cfg.MaxMapInputBytes {
+				undo()
 				return nil, &PayloadTooLargeError{What: fmt.Sprintf("total input of Map %q", name), Size: inputBytes, Limit: t.eng.cfg.MaxMapInputBytes}
 			}
 		}
@@ -170,6 +188,10 @@ func (t *Task) spawn(key string, d *definition, in any, position int, call strin
 	if c, ok := t.children[key]; ok {
 		if c.workflow != d.name {
 			return fmt.Errorf("workflow: child %q is recorded as workflow %q, not %q: %w", key, c.workflow, d.name, errNotDeterministic)
+		}
+		if c.call != "" && c.position != nil && (c.call != call || int(*c.position) != position) {
+			return fmt.Errorf("workflow: child %q was started by a %s at durable call %d, not by this %s at durable call %d: %w",
+				key, c.call, *c.position, call, position, errNotDeterministic)
 		}
 		return nil
 	}

@@ -653,7 +653,10 @@
 // derived from the parent task and the child's name (so every replay names
 // the same run). It runs to its end whatever its parent does, and stays
 // reachable through [Future.RunID]: wait for it or cancel it with a
-// handle from [Workflow.Get]. Its parent does not await it.
+// handle from [Workflow.Get]. Its parent does not await it. Nothing in the
+// parent's history records the start but the run itself, so a parent that
+// outlives the retention of a finished detached child starts it again at
+// its next turn (see [Detached]).
 //
 // A turn this process claimed (see "Continuations without a queue hop")
 // is not River's to interrupt; when River's JobCancel asks for its job to

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -409,5 +410,70 @@ func TestRetryLeavesAFailureThatACompletedParentHandled(t *testing.T) {
 	}
 	if c, a := charged.Load(), amended.Load(); c != 1 || a != 1 {
 		t.Errorf("the charge ran %d times and the amends %d; want each once", c, a)
+	}
+}
+
+// A Map that returns an error (here its third item's input is over the
+// payload cap) starts none of its children, though the code handles the
+// error and the turn goes on: the two items before the bad one do not run,
+// and the parent does not wait for them.
+func TestMapThatFailsStartsNoChild(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	ledger(t, pool)
+	item := workflow.Define("map_fail_item", func(t *workflow.Task, s string) (int, error) {
+		return len(s), recordStep(pool, t, "item "+s[:1])
+	})
+	parent := workflow.Define("map_fail_parent", func(t *workflow.Task, _ int) (int, error) {
+		outs, err := workflow.Map(t, "all", item, []string{"a", "b", strings.Repeat("z", 2048)})
+		var pe *workflow.PayloadTooLargeError
+		if errors.As(err, &pe) {
+			outs, err = workflow.Map(t, "small", item, []string{"c"})
+		}
+		if err != nil {
+			return 0, err
+		}
+		return len(outs), nil
+	})
+	cfg := testConfig(parent, item)
+	cfg.MaxPayloadBytes = 1024
+	eng := startEngine(t, pool, cfg)
+	ctx := ctxTimeout(t, 30*time.Second)
+	run, err := parent.Start(ctx, eng, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := run.Result(ctx); err != nil || out != 1 {
+		t.Fatalf("the parent: %d, %v; want the small Map's one output", out, err)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM braid_tasks WHERE key LIKE 'all/%'`); n != 0 {
+		t.Errorf("the Map that returned an error created %d children", n)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM ledger WHERE step IN ('item a', 'item b')`); n != 0 {
+		t.Errorf("the Map that returned an error started %d children that ran", n)
+	}
+}
+
+// Map names its children "m/0", "m/1", …; a Go whose name is one of those,
+// in a later turn, starts a child of its own with its own input, rather
+// than take the Map's child and its output.
+func TestGoNamedLikeAMapChildIsAChildOfItsOwn(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	double := workflow.Define("key_double", func(t *workflow.Task, n int) (int, error) { return 2 * n, nil })
+	parent := workflow.Define("key_parent", func(t *workflow.Task, _ int) (int, error) {
+		if _, err := workflow.Map(t, "m", double, []int{1, 2}); err != nil {
+			return 0, err
+		}
+		return workflow.Go(t, "m/0", double, 100).Get()
+	})
+	eng := startEngine(t, pool, testConfig(parent, double))
+	ctx := ctxTimeout(t, 30*time.Second)
+	run, err := parent.Start(ctx, eng, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := run.Result(ctx); err != nil || out != 200 {
+		t.Fatalf("Go(\"m/0\", double, 100).Get() after Map \"m\": %d, %v; want 200 (2 is the Map child's output)", out, err)
 	}
 }

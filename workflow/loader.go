@@ -167,6 +167,10 @@ func queueLoad(b *pgx.Batch, ids, parents []uuid.UUID) map[uuid.UUID]*loadedTask
 			}
 			if lt := tasks[parent]; lt != nil {
 				lt.children[key] = c
+				c.position = pos
+				if kind != nil {
+					c.call = *kind
+				}
 				if pos != nil && kind != nil {
 					lt.history[int(*pos)] = childCall(*kind, key)
 				}

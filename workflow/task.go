@@ -104,6 +104,10 @@ type childRecord struct {
 	status   string
 	output   json.RawMessage
 	err      storedError
+	// call and position are those of the Go or Map that started it, when
+	// its record holds them.
+	call     string
+	position *int32
 }
 
 // call is a durable call as recorded at its position: its kind (step,
