@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/expr-lang/expr"
@@ -43,6 +44,11 @@ const (
 	// upper, lower) and the arrays of keys and values, in bytes, an array
 	// element counting 16.
 	ConditionMaxBytes = 4 << 20
+	// ConditionMaxDuration bounds the time of one evaluation's predicates,
+	// checked at each call of a predicate: a predicate's call may do work
+	// linear in the data (in, contains, ==, sum), which the step budget
+	// does not see.
+	ConditionMaxDuration = 500 * time.Millisecond
 )
 
 // conditionBuiltins is the allow-list of expr builtins a condition may call.
@@ -155,7 +161,12 @@ type condition struct {
 //     ConditionMaxLength bytes and ConditionMaxNodes nodes;
 //   - an evaluation allocates at most ConditionMemoryBudget elements,
 //     spends at most ConditionMaxSteps in predicates, and builds at most
-//     ConditionMaxBytes of strings.
+//     ConditionMaxBytes of strings;
+//   - its predicates run for ConditionMaxDuration at most: a predicate's
+//     call may do work linear in the data (in, contains, == on arrays,
+//     sum), which the step budget does not see, so that steps times data
+//     could otherwise run for minutes, in the transaction that decides the
+//     node.
 //
 // So an evaluation ends, with a value or an error, in a time bounded by
 // these limits and the size of its data.
@@ -522,6 +533,7 @@ func (c nodeCounter) Visit(*ast.Node) { *c.n++ }
 // condBudget is what one evaluation has spent of its step and byte budgets.
 type condBudget struct {
 	steps, bytes int
+	deadline     time.Time
 }
 
 // conditionStep pays a predicate's cost from the step budget.
@@ -530,6 +542,9 @@ func conditionStep(args ...any) (any, error) {
 	b.steps += cost
 	if b.steps > ConditionMaxSteps {
 		return nil, fmt.Errorf("the predicates exceed the budget of %d steps (ConditionMaxSteps)", ConditionMaxSteps)
+	}
+	if !b.deadline.IsZero() && time.Now().After(b.deadline) {
+		return nil, fmt.Errorf("the predicates exceed the time budget of %v (ConditionMaxDuration)", ConditionMaxDuration)
 	}
 	return true, nil
 }
@@ -620,7 +635,7 @@ func (c *condition) eval(input json.RawMessage, outputs map[string]json.RawMessa
 		env[d] = v
 	}
 	env[condStatus] = st
-	env[condBudgetKey] = &condBudget{}
+	env[condBudgetKey] = &condBudget{deadline: time.Now().Add(ConditionMaxDuration)}
 
 	machine := vm.VM{MemoryBudget: ConditionMemoryBudget}
 	out, err := machine.Run(c.program, env)

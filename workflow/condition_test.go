@@ -281,3 +281,34 @@ func TestConditionConcurrentEval(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// A predicate whose each call does work linear in the data (in, contains,
+// ==) runs ConditionMaxSteps calls at most, which on an input within the
+// payload cap took minutes; the evaluation now ends with an error naming
+// the time budget, within conditionBound.
+func TestConditionLinearPredicateOverLargeDataEndsInTime(t *testing.T) {
+	t.Parallel()
+	n := 300_000 // "0," × n is 600 KB, under MaxPayloadBytesDefault
+	in := json.RawMessage(`{"x": 1, "arr": [` + strings.TrimSuffix(strings.Repeat("0,", n), ",") + `]}`)
+	c, err := compileCondition("dag", "node", `any(input.arr, input.x in input.arr)`, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		_, err := c.eval(in, nil, nil)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if d := time.Since(start); d > conditionBound {
+			t.Errorf("one evaluation took %v, over conditionBound %v", d, conditionBound)
+		}
+		if err == nil || !strings.Contains(err.Error(), "ConditionMaxDuration") {
+			t.Errorf("the evaluation's error: %v; want one naming ConditionMaxDuration", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("one evaluation of a %d-byte input still runs after 30s", len(in))
+	}
+}
