@@ -24,6 +24,10 @@ type Entry struct {
 	Summary string `json:"summary,omitempty"`
 }
 
+// entryKeyMax is the longest GUID or link that is an entry's key as it is:
+// a btree index entry holds 2,704 bytes at most.
+const entryKeyMax = 1024
+
 // Key returns the key that identifies the entry within its feed, for
 // deduplication: see [EntryKey].
 func (e Entry) Key() string { return EntryKey(e.GUID, e.Link, e.Title, e.Published) }
@@ -31,13 +35,18 @@ func (e Entry) Key() string { return EntryKey(e.GUID, e.Link, e.Title, e.Publish
 // EntryKey returns the deduplication key of an entry: its GUID when it has
 // one, else its link. An entry with neither is keyed by a hash of its title
 // and publication time, prefixed "sha256:", so that the same entry seen
-// twice still gets the same key. Surrounding white space is ignored.
+// twice still gets the same key; so is a GUID or a link of more than
+// entryKeyMax bytes, which the key's index could not hold. Surrounding white
+// space is ignored.
 func EntryKey(guid, link, title string, published time.Time) string {
-	if g := strings.TrimSpace(guid); g != "" {
-		return g
-	}
-	if l := strings.TrimSpace(link); l != "" {
-		return l
+	for _, k := range []string{strings.TrimSpace(guid), strings.TrimSpace(link)} {
+		if len(k) > entryKeyMax {
+			sum := sha256.Sum256([]byte(k))
+			return "sha256:" + hex.EncodeToString(sum[:])
+		}
+		if k != "" {
+			return k
+		}
 	}
 	var stamp string
 	if !published.IsZero() {

@@ -157,6 +157,9 @@ func subscribers(ctx context.Context, db dbtx, feedID int64) ([]int64, error) {
 // TTL, title, counters, and next_fetch_at mirroring the next run (NULL when
 // the feed lost its subscribers meanwhile). It resets the failures.
 func recordFetchSuccess(ctx context.Context, db dbtx, feedID int64, res *FetchResult) error {
+	if err := lockFeed(ctx, db, feedID); err != nil {
+		return err
+	}
 	notModified := 0
 	if res.NotModified {
 		notModified = 1
@@ -184,6 +187,9 @@ WHERE id = $1`, feedID, res.Title, res.ETag, res.LastModified, int32(res.TTL/tim
 // n-th failure in a row. It returns n and the next fetch time (nil when the
 // feed has no subscribers left).
 func recordFetchFailure(ctx context.Context, db dbtx, feedID int64, fetchErr error, backoff func(int) time.Duration) (int, *time.Time, error) {
+	if err := lockFeed(ctx, db, feedID); err != nil {
+		return 0, nil, err
+	}
 	var failures int
 	err := db.QueryRow(ctx, `
 UPDATE feeds SET consecutive_failures = consecutive_failures + 1, failure_count = failure_count + 1,
@@ -205,9 +211,21 @@ WHERE id = $1 RETURNING next_fetch_at`, feedID, backoff(failures).Microseconds()
 	return failures, next, nil
 }
 
+// lockFeed locks the feed's row in a statement of its own, so that the
+// next statement of db (a transaction) reads its subscriptions as they
+// stand once the lock is taken: an unsubscribe of its last subscriber that
+// held the row meanwhile set next_fetch_at to NULL, which the record of a
+// fetch must then not overwrite.
+func lockFeed(ctx context.Context, db dbtx, feedID int64) error {
+	if _, err := db.Exec(ctx, `SELECT 1 FROM feeds WHERE id = $1 FOR UPDATE`, feedID); err != nil {
+		return fmt.Errorf("feedfetcher: locking feed %d: %w", feedID, err)
+	}
+	return nil
+}
+
 // clipError returns an error's text cut to 2000 characters.
 func clipError(err error) string {
-	s := err.Error()
+	s := pgText(err.Error())
 	if utf8.RuneCountInString(s) <= 2000 {
 		return s
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
@@ -49,7 +50,13 @@ func (w *fetchFeedWorker) Work(ctx context.Context, job *river.Job[FetchFeedArgs
 			// The job was stopped (shutdown or timeout), not the feed's fault.
 			return fetchErr
 		}
-		failures, next, err := recordFetchFailure(ctx, a.pool, feed.ID, fetchErr, a.fetcher.Backoff)
+		var failures int
+		var next *time.Time
+		err := pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
+			var err error
+			failures, next, err = recordFetchFailure(ctx, tx, feed.ID, fetchErr, a.fetcher.Backoff)
+			return err
+		})
 		if err != nil {
 			return fmt.Errorf("%w (recording it: %w)", fetchErr, err)
 		}
@@ -91,6 +98,16 @@ func (w *fetchFeedWorker) Work(ctx context.Context, job *river.Job[FetchFeedArgs
 		return err
 	})
 	if err != nil {
+		// The fetch failed to be stored: a failed fetch of the feed's,
+		// counted and backed off as one, unless the job was stopped.
+		if ctx.Err() == nil {
+			if rerr := pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
+				_, _, err := recordFetchFailure(ctx, tx, feed.ID, err, a.fetcher.Backoff)
+				return err
+			}); rerr != nil {
+				return fmt.Errorf("%w (recording it: %w)", err, rerr)
+			}
+		}
 		return err
 	}
 	a.logger.DebugContext(ctx, "fetched", slog.Int64("feed_id", feed.ID), slog.Int("status", res.Status),

@@ -233,8 +233,8 @@ func (f *Fetcher) Fetch(ctx context.Context, req FetchRequest) (*FetchResult, er
 	res := &FetchResult{
 		URL:          resp.Request.URL.String(),
 		Status:       resp.StatusCode,
-		ETag:         resp.Header.Get("ETag"),
-		LastModified: resp.Header.Get("Last-Modified"),
+		ETag:         pgText(resp.Header.Get("ETag")),
+		LastModified: pgText(resp.Header.Get("Last-Modified")),
 		TTL:          req.TTL,
 		FetchedAt:    now,
 	}
@@ -270,8 +270,8 @@ func entries(feed *gofeed.Feed, base *url.URL) []Entry {
 			continue
 		}
 		e := Entry{
-			GUID:  strings.TrimSpace(it.GUID),
-			Link:  resolve(base, strings.TrimSpace(it.Link)),
+			GUID:  pgText(strings.TrimSpace(it.GUID)),
+			Link:  pgText(resolve(base, strings.TrimSpace(it.Link))),
 			Title: plainText(it.Title, titleLimit),
 		}
 		summary := it.Description
@@ -496,8 +496,16 @@ func plainText(s string, limit int) string {
 
 // clip collapses runs of white space and cuts s to at most limit characters,
 // ending in "…" when cut.
+// pgText returns s as PostgreSQL's text stores it: invalid UTF-8 as
+// U+FFFD, and without NUL characters, which a feed (a JSON Feed's
+// "\u0000"), a header or a status line may carry, and which would fail the
+// transaction that records the fetch.
+func pgText(s string) string {
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "")
+}
+
 func clip(s string, limit int) string {
-	s = strings.Join(strings.Fields(s), " ")
+	s = strings.Join(strings.Fields(pgText(s)), " ")
 	if r := []rune(s); len(r) > limit {
 		s = strings.TrimRight(string(r[:limit-1]), " ") + "…"
 	}
