@@ -496,7 +496,7 @@ func runStatusIs(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID string, che
 // WithRunTimeout) gets a fresh deadline, the same timeout counted from the
 // retry. A run that retention has begun to delete over several
 // transactions (see the package documentation, "Retention") is refused
-// with ErrRunNotRetryable.
+// with ErrRunBeingDeleted, which matches ErrRunNotRetryable too.
 //
 // A cancelled turn may still be running its code. Retry first waits, up to
 // TurnEndWaitDefault or until ctx ends, for the turns of the tasks it
