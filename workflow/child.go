@@ -42,15 +42,11 @@ func (o goOption) applyGo(g *goOptions) { o(g) }
 // cancellable through its own run ID (Future.RunID). Its run's ID is
 // derived from the parent task and the child's name, so that every turn
 // of the parent names the same run and the run starts once, when the turn
-// that first calls Go ends. A detached child is not awaited: its
-// Future.Get returns ErrDetached.
-//
-// The run that a parent's replay names is known to have started only as
-// long as it exists: a parent still unfinished once retention has deleted
-// its detached child's run (Config.Retention after the child finished)
-// starts the child again at its next turn. Give a parent that may outlive
-// the retention an idempotency key of its own in the child's work, or
-// start the child from a step that records that it did.
+// that first calls Go ends. That turn's outcome records the start in the
+// parent's history, so the parent's later turns do not start the child
+// again, even once retention has deleted its run (Config.Retention after
+// the child finished). A detached child is not awaited: its Future.Get
+// returns ErrDetached.
 //
 // Without Detached, a child belongs to its parent: when the parent task
 // finishes (completes or fails) before the child has, the child is
@@ -85,7 +81,7 @@ func Go[In, Out any](t *Task, name string, w *Workflow[In, Out], in In, opts ...
 		return &Future[Out]{err: err}
 	}
 	if g.detached {
-		runID, err := t.detach(key, w.d, in)
+		runID, err := t.detach(key, w.d, in, pos)
 		return &Future[Out]{t: t, key: key, err: err, runID: runID}
 	}
 	if err := t.spawn(key, w.d, in, pos, "go"); err != nil {
@@ -210,13 +206,29 @@ func (t *Task) spawn(key string, d *definition, in any, position int, call strin
 	return nil
 }
 
+// stepKindDetached is the kind of the step that records, in its parent's
+// history, the start of a detached child: its name is the child's key,
+// its output the child's run ID.
+const stepKindDetached = "detached"
+
+// stepCall is the durable call that a step record of kind holds: a
+// detached child's record holds its Go.
+func stepCall(kind, name string) call {
+	if kind == stepKindDetached {
+		kind = "go"
+	}
+	return call{kind: kind, name: name}
+}
+
 // detachedNamespace is the UUID namespace of detached children's run IDs.
 var detachedNamespace = uuid.MustParse("5b1d7a3e-2f0c-4f7e-9a51-0d6c1e8b4a27")
 
 // detach records a detached child, to start as a run of its own at the
 // end of the turn, and returns its run's ID: derived from the task and
-// the child's key, the same on every turn.
-func (t *Task) detach(key string, d *definition, in any) (string, error) {
+// the child's key, the same on every turn. A child whose start the task
+// has recorded (a step of kind detached, written with the run) is not
+// started again, even once retention has deleted its run.
+func (t *Task) detach(key string, d *definition, in any, position int) (string, error) {
 	runID := uuid.NewSHA1(detachedNamespace, []byte(t.id.String()+"/"+key))
 	if t.spawned[key] {
 		return "", fmt.Errorf("workflow: child %q is started twice in one turn", key)
@@ -224,12 +236,16 @@ func (t *Task) detach(key string, d *definition, in any) (string, error) {
 	if _, err := t.eng.lookup(d.name); err != nil {
 		return "", err
 	}
+	if rec := t.steps[key]; rec != nil && rec.kind == stepKindDetached {
+		t.spawned[key] = true
+		return runID.String(), nil
+	}
 	input, err := t.eng.encode(fmt.Sprintf("input of detached child %q", key), in)
 	if err != nil {
 		return "", err
 	}
 	t.spawned[key] = true
-	t.detached = append(t.detached, spawn{key: key, def: d, input: input, runID: runID})
+	t.detached = append(t.detached, spawn{key: key, def: d, input: input, runID: runID, position: position, call: "go"})
 	return runID.String(), nil
 }
 
@@ -361,12 +377,19 @@ func (e *Engine) cancelTurnsOf(ctx context.Context, tasks []uuid.UUID) {
 }
 
 // queueDetached queues on b the creation of the detached children of the
-// batch's live turns, each a run of its own, one statement per workflow;
-// startDetached completes it once b is sent. A run that exists (started
-// by an earlier turn) is left alone.
+// batch's live turns, each a run of its own, one statement per workflow,
+// and the records of their starts in their parents' histories;
+// startDetached completes it once b is sent. A run that exists is left
+// alone. A child whose start its parent recorded in an earlier turn is
+// not among the turn's (detach).
 func (e *Engine) queueDetached(ctx context.Context, b *pgx.Batch, st *batchState) ([]*runsCreation, error) {
 	byDef := map[*definition][]start{}
-	var defs []*definition
+	var (
+		defs        []*definition
+		tasks, runs []uuid.UUID
+		names       []string
+		positions   []int32
+	)
 	for _, o := range st.owned {
 		if o.t == nil || len(o.t.detached) == 0 || (o.kind != outcomeComplete && o.kind != outcomeSuspend) || !isRunnable(st.status[o.taskID]) {
 			continue
@@ -376,8 +399,21 @@ func (e *Engine) queueDetached(ctx context.Context, b *pgx.Batch, st *batchState
 				defs = append(defs, s.def)
 			}
 			byDef[s.def] = append(byDef[s.def], start{input: s.input, opts: &StartOpts{ID: s.runID.String()}, by: o})
+			tasks, runs = append(tasks, o.taskID), append(runs, s.runID)
+			names, positions = append(names, s.key), append(positions, int32(s.position))
 		}
 	}
+	if len(tasks) == 0 {
+		return nil, nil
+	}
+	// Each start is recorded in its parent's history, with the run: the
+	// record, not the run, tells the parent's later turns that the child
+	// was started, so that retention may delete the run first.
+	b.Queue(`
+		INSERT INTO braid_steps (task_id, name, kind, status, output, attempts, started_at, finished_at, position)
+		SELECT u.task_id, u.name, '`+stepKindDetached+`', 'completed', to_jsonb(u.run_id::text), 1, braid_now(), braid_now(), u.position
+		  FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::int[]) AS u(task_id, name, run_id, position)
+		ON CONFLICT (task_id, name) DO NOTHING`, pgIDs(tasks), names, pgIDs(runs), positions)
 	var out []*runsCreation
 	for _, d := range defs {
 		c, err := e.queueRuns(ctx, b, d, byDef[d])

@@ -234,3 +234,106 @@ func TestCancelEndsAClaimedTurn(t *testing.T) {
 		t.Errorf("Result = %v, want cancelled", err)
 	}
 }
+
+// detachVersion selects the code of detachParent: 1 starts the detached
+// child, 2 (the code about to be deployed) runs a step of the child's
+// name in its place.
+var detachVersion atomic.Int32
+
+// detachRuns counts the runs of detachChild's work.
+var detachRuns atomic.Int32
+
+var detachChild = workflow.Define("detach_kept_child", func(t *workflow.Task, n int) (int, error) {
+	return workflow.Step(t, "report", func(context.Context) (int, error) {
+		detachRuns.Add(1)
+		return n, nil
+	})
+})
+
+var detachParent = workflow.Define("detach_kept_parent", func(t *workflow.Task, n int) (string, error) {
+	var runID string
+	if detachVersion.Load() == 2 {
+		if _, err := workflow.Step(t, "report", func(context.Context) (int, error) { return n, nil }); err != nil {
+			return "", err
+		}
+	} else {
+		runID = workflow.Go(t, "report", detachChild, n, workflow.Detached()).RunID()
+	}
+	if _, _, err := workflow.WaitSignal[int](t, "go on", 0); err != nil {
+		return "", err
+	}
+	return runID, nil
+})
+
+// TestDetachedChildOutlivedByItsParentIsNotStartedAgain: a parent starts
+// a detached child and waits; the child finishes and retention deletes
+// its run; the parent's next turn does not start the child again, since
+// its own history records the start. The record is a call of the
+// parent's history: a replay of code that makes another call in its place
+// diverges.
+func TestDetachedChildOutlivedByItsParentIsNotStartedAgain(t *testing.T) {
+	pool := testutil.DB(t)
+	detachVersion.Store(1)
+	detachRuns.Store(0)
+	cfg := testConfig(detachParent, detachChild)
+	cfg.Retention = time.Hour
+	cfg.RetentionInterval = 100 * time.Millisecond
+	eng := startEngine(t, pool, cfg)
+	ctx := ctxTimeout(t, 60*time.Second)
+
+	parent, err := detachParent.Start(ctx, eng, 7, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the parent to wait for its signal", 20*time.Second, func() bool {
+		return count(t, pool, `SELECT count(*) FROM braid_steps WHERE kind = 'signal' AND status = 'waiting'`) == 1
+	})
+	var childID string
+	if err := pool.QueryRow(ctx, `
+		SELECT s.output #>> '{}' FROM braid_steps s JOIN braid_tasks k ON k.id = s.task_id
+		 WHERE k.run_id = $1 AND s.kind = 'detached' AND s.name = 'report' AND s.status = 'completed' AND s.position = 0`,
+		parent.ID).Scan(&childID); err != nil {
+		t.Fatalf("reading the record of the detached child's start: %v", err)
+	}
+	child, err := detachChild.Get(ctx, eng, childID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := child.Result(ctx); err != nil || out != 7 {
+		t.Fatalf("the detached child's Result = %d, %v", out, err)
+	}
+
+	rep, err := eng.CheckReplay(ctx, workflow.ReplayFilter{RunIDs: []string{parent.ID}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Tasks != 1 || len(rep.Divergences) != 0 || len(rep.Problems) != 0 {
+		t.Fatalf("replaying the parent with its own code: %d tasks, divergences %v, problems %v", rep.Tasks, rep.Divergences, rep.Problems)
+	}
+	detachVersion.Store(2)
+	rep, err = eng.CheckReplay(ctx, workflow.ReplayFilter{RunIDs: []string{parent.ID}})
+	detachVersion.Store(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Divergences) != 1 || rep.Divergences[0].Position != 0 || rep.Divergences[0].Recorded != `Go "report"` {
+		t.Fatalf("replaying the parent with a step in place of its detached child: divergences %v, want one at position 0 recording Go \"report\"", rep.Divergences)
+	}
+
+	backdateFinished(t, pool, 2*time.Hour, childID)
+	waitFor(t, "retention to delete the detached child's run", 20*time.Second, func() bool {
+		return count(t, pool, `SELECT count(*) FROM braid_runs WHERE id = $1`, childID) == 0
+	})
+	if err := eng.Signal(ctx, parent.ID, "go on", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := parent.Result(ctx); err != nil || out != childID {
+		t.Fatalf("the parent's Result = %q, %v; want %q", out, err, childID)
+	}
+	if n := detachRuns.Load(); n != 1 {
+		t.Errorf("the detached child's work ran %d times, want 1", n)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM braid_runs WHERE id = $1`, childID); n != 0 {
+		t.Errorf("the detached child's run was started again after retention deleted it")
+	}
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -327,6 +328,12 @@ func printTask(w io.Writer, t *workflow.TaskInfo, children map[string][]*workflo
 				detail += ": " + firstLine(s.Error, clipDefault)
 			}
 			row(w, inner+s.Name, "delay", mark(s.Status), "-", "-", detail)
+		case "detached":
+			// The start of a detached child: its output is the child's
+			// run ID.
+			var runID string
+			_ = json.Unmarshal(s.Output, &runID)
+			row(w, inner+s.Name, "detached", mark(s.Status), "-", "-", "run "+orDash(runID))
 		default:
 			row(w, inner+s.Name, s.Kind, mark(s.Status), s.Attempts, between(s.StartedAt, s.FinishedAt), orDash(firstLine(s.Error, clipDefault)))
 		}

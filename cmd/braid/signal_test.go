@@ -272,3 +272,37 @@ func TestWaitDetail(t *testing.T) {
 		t.Errorf("shortDuration (-want +got):\n%s", diff)
 	}
 }
+
+// TestRunsShowDetachedChild: runs show lists a detached child's start
+// under its parent, with the child's run ID.
+func TestRunsShowDetachedChild(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	url := testutil.URL(t)
+	pool := testutil.Pool(t, url)
+	audit := workflow.Define("audit", func(t *workflow.Task, n int) (int, error) { return n, nil })
+	parent := workflow.Define("audited", func(t *workflow.Task, _ struct{}) (string, error) {
+		id := workflow.Go(t, "audit", audit, 1, workflow.Detached()).RunID()
+		_, _, err := workflow.WaitSignal[struct{}](t, "done", 0)
+		return id, err
+	})
+	eng := startEngine(t, ctx, pool, parent, audit)
+	run, err := parent.Start(ctx, eng, struct{}{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	awaitWait(t, ctx, pool, run.ID, "signal")
+	var child string
+	if err := pool.QueryRow(ctx, `SELECT id::text FROM braid_runs WHERE workflow = 'audit'`).Scan(&child); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := braid(t, "runs", "show", run.ID, "--database-url", url)
+	if code != 0 {
+		t.Fatalf("runs show: code %d: %s", code, errOut)
+	}
+	line := regexp.MustCompile(`(?m)^  audit +detached +(\S+ )?completed +- +- +run ` + regexp.QuoteMeta(child) + `$`)
+	if !line.MatchString(out) {
+		t.Errorf("runs show does not list the detached child's start with its run %s:\n%s", child, out)
+	}
+}
