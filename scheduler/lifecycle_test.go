@@ -134,3 +134,56 @@ func TestStopWaitsForItsGoroutines(t *testing.T) {
 		t.Errorf("Start with an ended context: %v", err)
 	}
 }
+
+// TestConcurrentStopsBothWait: a Stop called while another is stopping
+// the Scheduler returns, as the first does, only once the lease has been
+// released, here held up by a transaction that locks the lease's row.
+func TestConcurrentStopsBothWait(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := testdb.URL(t)
+	pool := testdb.Pool(t, url)
+	lm, err := leases.New(pool, &leases.Config{Holder: "twice", Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newScheduler(t, pool, &Config{Queue: insertOnlyQueue(t, pool), Leases: lm, PollInterval: 50 * time.Millisecond})
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	leading := func() bool {
+		return queryValue[bool](t, pool, `SELECT EXISTS (SELECT 1 FROM braid_leases WHERE name = $1 AND holder = 'twice' AND expires_at > now())`, LeaseNameDefault)
+	}
+	waitFor(t, 10*time.Second, "the lease", leading)
+
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM braid_leases WHERE name = $1 FOR UPDATE`, LeaseNameDefault); err != nil {
+		t.Fatal(err)
+	}
+	stopped := make(chan error, 2)
+	go func() { stopped <- s.Stop(ctx) }()
+	waitFor(t, 10*time.Second, "the first Stop to wait on the lease's row", func() bool {
+		return queryValue[bool](t, pool, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%braid_leases%')`)
+	})
+	go func() { stopped <- s.Stop(ctx) }()
+	select {
+	case err := <-stopped:
+		t.Fatalf("a Stop returned (%v) while the lease was still held", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := <-stopped; err != nil {
+			t.Errorf("Stop: %v", err)
+		}
+		if leading() {
+			t.Error("a Stop returned while the lease was held")
+		}
+	}
+}

@@ -347,15 +347,18 @@ func (s *Scheduler) Start(ctx context.Context) error {
 // rolls back as a whole, so its slot or claim stays due), Stop still waits
 // for the goroutines to return, and then returns an error wrapping ctx's.
 // Stop on a Scheduler that is not started does nothing; a stopped
-// Scheduler can be started again.
+// Scheduler can be started again. A Stop called while another stops the
+// Scheduler waits for it to end, and returns nil.
 func (s *Scheduler) Stop(ctx context.Context) error {
+	// The lock is held to the end, so that a Stop called meanwhile
+	// returns only once this one has, as Engine.Stop and Queue.Stop do.
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	cancel, hardCancel, done := s.cancel, s.hardCancel, s.done
-	s.cancel, s.hardCancel, s.done = nil, nil, nil
-	s.mu.Unlock()
 	if done == nil {
 		return nil
 	}
+	s.cancel, s.hardCancel, s.done = nil, nil, nil
 	defer hardCancel()
 	cancel()
 	select {
