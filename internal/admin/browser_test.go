@@ -95,7 +95,9 @@ func TestDashboardInABrowser(t *testing.T) {
 
 	// A workflow whose render step fails until the test mends it.
 	var mended atomic.Bool
+	archive := workflow.Define("archive_month", func(t *workflow.Task, month string) (string, error) { return month, nil })
 	report := workflow.Define("monthly_report", func(t *workflow.Task, month string) (string, error) {
+		workflow.Go(t, "archive", archive, month, workflow.Detached())
 		rows, err := workflow.Step(t, "load", func(ctx context.Context) (int, error) { return 1200, nil })
 		if err != nil {
 			return "", err
@@ -121,7 +123,7 @@ func TestDashboardInABrowser(t *testing.T) {
 		workflow.Node("index", indexPage, workflow.After("fetch", "summary")),
 	)
 	eng, err := workflow.NewEngine(f.pool, &workflow.Config{
-		Workflows: []workflow.Definition{report, publish, fetchPage, summarize, indexPage},
+		Workflows: []workflow.Definition{report, archive, publish, fetchPage, summarize, indexPage},
 		Queue:     &queue.Config{Workers: workers},
 	})
 	if err != nil {
@@ -266,6 +268,15 @@ func TestDashboardInABrowser(t *testing.T) {
 	}
 	if strings.TrimSpace(status) != "completed" {
 		t.Fatalf("after Retry the run page shows %q, want completed", status)
+	}
+	// The detached child, started by the turn that completed, links to
+	// its run.
+	var archiveRun string
+	if err := f.pool.QueryRow(ctx, `SELECT id::text FROM braid_runs WHERE workflow = 'archive_month'`).Scan(&archiveRun); err != nil {
+		t.Fatal(err)
+	}
+	if href := read("read the detached child's link", chromedp.Evaluate[string](`document.querySelector('.step-row[data-step="archive"] .detached-run').getAttribute("href")`)); href != "#/runs/"+archiveRun {
+		t.Errorf("the detached child's start links to %q; want its run %s", href, archiveRun)
 	}
 	noReload("run page")
 	if !strings.Contains(f.auditLog(), run.ID) {

@@ -330,7 +330,10 @@
           s.error
             ? h("div", {}, h("div", {class: "error"}, (s.error_kind === "panic" ? "panic: " : "") + truncate(s.error.replace(/^panic: /, ""), 120)),
               h("pre", {class: "step-error"}, s.error))
-            : (s.output !== undefined && s.output !== null ? bigJSON(s.output, key, open) : h("span", {class: "muted"}, "–")),
+            : s.kind === "detached" && typeof s.output === "string"
+              // The start of a detached child: its output is the child's run.
+              ? h("a", {href: "#/runs/" + encodeURIComponent(s.output), class: "run-link detached-run", title: s.output}, h("code", {}, shortID(s.output)))
+              : (s.output !== undefined && s.output !== null ? bigJSON(s.output, key, open) : h("span", {class: "muted"}, "–")),
         ],
       };
     });
