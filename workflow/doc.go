@@ -198,7 +198,11 @@
 // in the next. That statement skips a task whose row another transaction
 // holds locked, and a statement that fails is written again one record at
 // a time, so that a locked task or a bad record holds up or fails only its
-// own step.
+// own step. A step (or a SetEvent) whose record fails returns that error,
+// and so does every later durable call of the turn, which fails with it
+// whatever the code makes of it: nothing is recorded at the call's
+// position, and the next turn, making the call again, may take another
+// path than code that went on from the error.
 //
 // # Failure and retry
 //

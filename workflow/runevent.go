@@ -85,7 +85,10 @@ func SetEvent(t *Task, key string, value any) error {
 	if err != nil {
 		return err
 	}
-	return t.recordEvent(name, pos, key, raw)
+	if err := t.recordEvent(name, pos, key, raw); err != nil {
+		return t.halt(err)
+	}
+	return nil
 }
 
 // recordEvent records the SetEvent call name and sets the run's event key

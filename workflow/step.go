@@ -120,7 +120,7 @@ func Step[T any](t *Task, name string, fn func(ctx context.Context) (T, error), 
 		}
 		rec, err := t.recordStep(name, pos, "completed", raw, nil, attempt)
 		if err != nil {
-			return zero, err
+			return zero, t.halt(err)
 		}
 		return replayStep[T](name, rec)
 	}
@@ -136,7 +136,7 @@ func Step[T any](t *Task, name string, fn func(ctx context.Context) (T, error), 
 	se := &stored
 	if attempt < cfg.retry.MaxAttempts {
 		if _, err := t.recordStep(name, pos, "retrying", nil, se, attempt); err != nil {
-			return zero, err
+			return zero, t.halt(err)
 		}
 		t.snoozing = true
 		t.snooze = cfg.retry.Backoff.Delay(attempt)
@@ -145,9 +145,21 @@ func Step[T any](t *Task, name string, fn func(ctx context.Context) (T, error), 
 	}
 	rec, err := t.recordStep(name, pos, "failed", nil, se, attempt)
 	if err != nil {
-		return zero, err
+		return zero, t.halt(err)
 	}
 	return replayStep[T](name, rec)
+}
+
+// halt makes err, the failure of a call's record, the error of every
+// later durable call and of the turn, whatever the code makes of it: the
+// call left nothing at its position, so code that went on from the error
+// (a compensation, say) would record its path where the next turn, which
+// makes the call again, may take another (see recordHandledFailure).
+func (t *Task) halt(err error) error {
+	if t.halted == nil {
+		t.halted = err
+	}
+	return err
 }
 
 // replayStep returns the result of the step name as its final record rec
