@@ -81,7 +81,7 @@ func Go[In, Out any](t *Task, name string, w *Workflow[In, Out], in In, opts ...
 		return &Future[Out]{err: err}
 	}
 	if g.detached {
-		runID, err := t.detach(key, w.d, in, pos)
+		runID, err := t.detach(key, w.d, in)
 		return &Future[Out]{t: t, key: key, err: err, runID: runID}
 	}
 	if err := t.spawn(key, w.d, in, pos, "go"); err != nil {
@@ -207,18 +207,12 @@ func (t *Task) spawn(key string, d *definition, in any, position int, call strin
 }
 
 // stepKindDetached is the kind of the step that records, in its parent's
-// history, the start of a detached child: its name is the child's key,
-// its output the child's run ID.
+// task, the start of a detached child: its name is the child's key, its
+// output the child's run ID. It is recorded without a position, outside
+// the history that replay checks, so that an engine of an earlier
+// version, which does not know the kind, reads a parent's history as
+// before; and Retry, which forgets records by position, keeps it.
 const stepKindDetached = "detached"
-
-// stepCall is the durable call that a step record of kind holds: a
-// detached child's record holds its Go.
-func stepCall(kind, name string) call {
-	if kind == stepKindDetached {
-		kind = "go"
-	}
-	return call{kind: kind, name: name}
-}
 
 // detachedNamespace is the UUID namespace of detached children's run IDs.
 var detachedNamespace = uuid.MustParse("5b1d7a3e-2f0c-4f7e-9a51-0d6c1e8b4a27")
@@ -228,7 +222,7 @@ var detachedNamespace = uuid.MustParse("5b1d7a3e-2f0c-4f7e-9a51-0d6c1e8b4a27")
 // the child's key, the same on every turn. A child whose start the task
 // has recorded (a step of kind detached, written with the run) is not
 // started again, even once retention has deleted its run.
-func (t *Task) detach(key string, d *definition, in any, position int) (string, error) {
+func (t *Task) detach(key string, d *definition, in any) (string, error) {
 	runID := uuid.NewSHA1(detachedNamespace, []byte(t.id.String()+"/"+key))
 	if t.spawned[key] {
 		return "", fmt.Errorf("workflow: child %q is started twice in one turn", key)
@@ -245,7 +239,7 @@ func (t *Task) detach(key string, d *definition, in any, position int) (string, 
 		return "", err
 	}
 	t.spawned[key] = true
-	t.detached = append(t.detached, spawn{key: key, def: d, input: input, runID: runID, position: position, call: "go"})
+	t.detached = append(t.detached, spawn{key: key, def: d, input: input, runID: runID})
 	return runID.String(), nil
 }
 
@@ -388,7 +382,6 @@ func (e *Engine) queueDetached(ctx context.Context, b *pgx.Batch, st *batchState
 		defs        []*definition
 		tasks, runs []uuid.UUID
 		names       []string
-		positions   []int32
 	)
 	for _, o := range st.owned {
 		if o.t == nil || len(o.t.detached) == 0 || (o.kind != outcomeComplete && o.kind != outcomeSuspend) || !isRunnable(st.status[o.taskID]) {
@@ -399,8 +392,7 @@ func (e *Engine) queueDetached(ctx context.Context, b *pgx.Batch, st *batchState
 				defs = append(defs, s.def)
 			}
 			byDef[s.def] = append(byDef[s.def], start{input: s.input, opts: &StartOpts{ID: s.runID.String()}, by: o})
-			tasks, runs = append(tasks, o.taskID), append(runs, s.runID)
-			names, positions = append(names, s.key), append(positions, int32(s.position))
+			tasks, runs, names = append(tasks, o.taskID), append(runs, s.runID), append(names, s.key)
 		}
 	}
 	if len(tasks) == 0 {
@@ -410,10 +402,10 @@ func (e *Engine) queueDetached(ctx context.Context, b *pgx.Batch, st *batchState
 	// record, not the run, tells the parent's later turns that the child
 	// was started, so that retention may delete the run first.
 	b.Queue(`
-		INSERT INTO braid_steps (task_id, name, kind, status, output, attempts, started_at, finished_at, position)
-		SELECT u.task_id, u.name, '`+stepKindDetached+`', 'completed', to_jsonb(u.run_id::text), 1, braid_now(), braid_now(), u.position
-		  FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::int[]) AS u(task_id, name, run_id, position)
-		ON CONFLICT (task_id, name) DO NOTHING`, pgIDs(tasks), names, pgIDs(runs), positions)
+		INSERT INTO braid_steps (task_id, name, kind, status, output, attempts, started_at, finished_at)
+		SELECT u.task_id, u.name, '`+stepKindDetached+`', 'completed', to_jsonb(u.run_id::text), 1, braid_now(), braid_now()
+		  FROM unnest($1::uuid[], $2::text[], $3::uuid[]) AS u(task_id, name, run_id)
+		ON CONFLICT (task_id, name) DO NOTHING`, pgIDs(tasks), names, pgIDs(runs))
 	var out []*runsCreation
 	for _, d := range defs {
 		c, err := e.queueRuns(ctx, b, d, byDef[d])

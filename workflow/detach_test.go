@@ -235,11 +235,6 @@ func TestCancelEndsAClaimedTurn(t *testing.T) {
 	}
 }
 
-// detachVersion selects the code of detachParent: 1 starts the detached
-// child, 2 (the code about to be deployed) runs a step of the child's
-// name in its place.
-var detachVersion atomic.Int32
-
 // detachRuns counts the runs of detachChild's work.
 var detachRuns atomic.Int32
 
@@ -251,14 +246,7 @@ var detachChild = workflow.Define("detach_kept_child", func(t *workflow.Task, n 
 })
 
 var detachParent = workflow.Define("detach_kept_parent", func(t *workflow.Task, n int) (string, error) {
-	var runID string
-	if detachVersion.Load() == 2 {
-		if _, err := workflow.Step(t, "report", func(context.Context) (int, error) { return n, nil }); err != nil {
-			return "", err
-		}
-	} else {
-		runID = workflow.Go(t, "report", detachChild, n, workflow.Detached()).RunID()
-	}
+	runID := workflow.Go(t, "report", detachChild, n, workflow.Detached()).RunID()
 	if _, _, err := workflow.WaitSignal[int](t, "go on", 0); err != nil {
 		return "", err
 	}
@@ -268,12 +256,11 @@ var detachParent = workflow.Define("detach_kept_parent", func(t *workflow.Task, 
 // TestDetachedChildOutlivedByItsParentIsNotStartedAgain: a parent starts
 // a detached child and waits; the child finishes and retention deletes
 // its run; the parent's next turn does not start the child again, since
-// its own history records the start. The record is a call of the
-// parent's history: a replay of code that makes another call in its place
-// diverges.
+// its own records hold the start. A replay of the parent's code finds its
+// history as it recorded it.
 func TestDetachedChildOutlivedByItsParentIsNotStartedAgain(t *testing.T) {
+	t.Parallel()
 	pool := testutil.DB(t)
-	detachVersion.Store(1)
 	detachRuns.Store(0)
 	cfg := testConfig(detachParent, detachChild)
 	cfg.Retention = time.Hour
@@ -291,7 +278,7 @@ func TestDetachedChildOutlivedByItsParentIsNotStartedAgain(t *testing.T) {
 	var childID string
 	if err := pool.QueryRow(ctx, `
 		SELECT s.output #>> '{}' FROM braid_steps s JOIN braid_tasks k ON k.id = s.task_id
-		 WHERE k.run_id = $1 AND s.kind = 'detached' AND s.name = 'report' AND s.status = 'completed' AND s.position = 0`,
+		 WHERE k.run_id = $1 AND s.kind = 'detached' AND s.name = 'report' AND s.status = 'completed' AND s.position IS NULL`,
 		parent.ID).Scan(&childID); err != nil {
 		t.Fatalf("reading the record of the detached child's start: %v", err)
 	}
@@ -310,16 +297,6 @@ func TestDetachedChildOutlivedByItsParentIsNotStartedAgain(t *testing.T) {
 	if rep.Tasks != 1 || len(rep.Divergences) != 0 || len(rep.Problems) != 0 {
 		t.Fatalf("replaying the parent with its own code: %d tasks, divergences %v, problems %v", rep.Tasks, rep.Divergences, rep.Problems)
 	}
-	detachVersion.Store(2)
-	rep, err = eng.CheckReplay(ctx, workflow.ReplayFilter{RunIDs: []string{parent.ID}})
-	detachVersion.Store(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(rep.Divergences) != 1 || rep.Divergences[0].Position != 0 || rep.Divergences[0].Recorded != `Go "report"` {
-		t.Fatalf("replaying the parent with a step in place of its detached child: divergences %v, want one at position 0 recording Go \"report\"", rep.Divergences)
-	}
-
 	backdateFinished(t, pool, 2*time.Hour, childID)
 	waitFor(t, "retention to delete the detached child's run", 20*time.Second, func() bool {
 		return count(t, pool, `SELECT count(*) FROM braid_runs WHERE id = $1`, childID) == 0
@@ -335,5 +312,86 @@ func TestDetachedChildOutlivedByItsParentIsNotStartedAgain(t *testing.T) {
 	}
 	if n := count(t, pool, `SELECT count(*) FROM braid_runs WHERE id = $1`, childID); n != 0 {
 		t.Errorf("the detached child's run was started again after retention deleted it")
+	}
+}
+
+// retryDetachRuns counts the runs of retryDetachChild's work; retryMended
+// lets retryDetachParent's step succeed.
+var (
+	retryDetachRuns atomic.Int32
+	retryMended     atomic.Bool
+)
+
+var retryDetachChild = workflow.Define("detach_retry_child", func(t *workflow.Task, n int) (int, error) {
+	return workflow.Step(t, "audit", func(context.Context) (int, error) {
+		retryDetachRuns.Add(1)
+		return n, nil
+	})
+})
+
+var retryDetachParent = workflow.Define("detach_retry_parent", func(t *workflow.Task, n int) (int, error) {
+	workflow.Go(t, "audit", retryDetachChild, n, workflow.Detached())
+	// The child starts when this turn ends.
+	if err := t.Delay("pause", 10*time.Millisecond); err != nil {
+		return 0, err
+	}
+	return workflow.Step(t, "charge", func(context.Context) (int, error) {
+		if !retryMended.Load() {
+			return 0, errors.New("the card was declined")
+		}
+		return n, nil
+	})
+}, workflow.WithMaxAttempts(1))
+
+// TestRetryOfAParentKeepsItsDetachedChildStarted: a parent starts a
+// detached child and then fails; retention deletes the child's finished
+// run; Retry of the parent runs its code again from the start, and the
+// record of the start, which Retry keeps, stops the child from starting
+// again.
+func TestRetryOfAParentKeepsItsDetachedChildStarted(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	retryDetachRuns.Store(0)
+	cfg := testConfig(retryDetachParent, retryDetachChild)
+	cfg.Retention = time.Hour
+	cfg.RetentionInterval = 100 * time.Millisecond
+	eng := startEngine(t, pool, cfg)
+	ctx := ctxTimeout(t, 60*time.Second)
+
+	parent, err := retryDetachParent.Start(ctx, eng, 3, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := parent.Result(ctx); err == nil {
+		t.Fatal("the parent completed; its step should fail")
+	}
+	var childID string
+	if err := pool.QueryRow(ctx, `SELECT id::text FROM braid_runs WHERE workflow = 'detach_retry_child'`).Scan(&childID); err != nil {
+		t.Fatal(err)
+	}
+	child, err := retryDetachChild.Get(ctx, eng, childID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := child.Result(ctx); err != nil || out != 3 {
+		t.Fatalf("the detached child's Result = %d, %v", out, err)
+	}
+	backdateFinished(t, pool, 2*time.Hour, childID)
+	waitFor(t, "retention to delete the detached child's run", 20*time.Second, func() bool {
+		return count(t, pool, `SELECT count(*) FROM braid_runs WHERE id = $1`, childID) == 0
+	})
+
+	retryMended.Store(true)
+	if err := eng.Retry(ctx, parent.ID); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := parent.Result(ctx); err != nil || out != 3 {
+		t.Fatalf("the retried parent's Result = %d, %v", out, err)
+	}
+	if n := retryDetachRuns.Load(); n != 1 {
+		t.Errorf("the detached child's work ran %d times, want 1", n)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM braid_runs WHERE id = $1`, childID); n != 0 {
+		t.Errorf("the retried parent started its detached child again")
 	}
 }

@@ -254,11 +254,10 @@
 //   - a child's end counts as seen from the moment the child finished, so
 //     what the task recorded after that moment is forgotten even when the
 //     turn that recorded it had read the child before it finished;
-//   - a detached child's run is its own and stays, though the record of
-//     its start may be forgotten: its run ID comes from its task and its
-//     name, so a detached child of the same name started on the new path
-//     is taken for it and not started again while its run is kept (give
-//     the detached children of the two paths different names);
+//   - a detached child's run is its own and stays, and so does the
+//     record of its start: a detached child of the same name started on
+//     the new path is taken for it and not started again (give the
+//     detached children of the two paths different names);
 //   - an event, unlike a signal, that a forgotten wait took is not
 //     published again: the wait, made again, sees only events published
 //     after it.
@@ -659,11 +658,10 @@
 // the same run). It runs to its end whatever its parent does, and stays
 // reachable through [Future.RunID]: wait for it or cancel it with a
 // handle from [Workflow.Get]. Its parent does not await it. The same
-// transaction records the start in the parent's history, as a step of
-// kind detached whose output is the run's ID, at the position of the Go:
-// the parent's later turns find the record and start nothing, even once
-// retention has deleted the child's run, and a replay that makes another
-// call at that position diverges.
+// transaction records the start in the parent's task, as a step of kind
+// detached whose output is the run's ID: the parent's later turns find
+// the record and start nothing, even once retention has deleted the
+// child's run.
 //
 // A turn this process claimed (see "Continuations without a queue hop")
 // is not River's to interrupt; when River's JobCancel asks for its job to

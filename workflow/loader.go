@@ -142,7 +142,7 @@ func queueLoad(b *pgx.Batch, ids, parents []uuid.UUID) map[uuid.UUID]*loadedTask
 			if lt := tasks[id]; lt != nil {
 				lt.steps[name] = rec
 				if pos != nil {
-					lt.history[int(*pos)] = stepCall(rec.kind, name)
+					lt.history[int(*pos)] = call{kind: rec.kind, name: name}
 				}
 			}
 		}

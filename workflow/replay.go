@@ -349,7 +349,7 @@ func (e *Engine) replayRun(ctx context.Context, h *RunHistory, unfinished bool, 
 			t.steps[sh.Name] = &stepRecord{kind: sh.Kind, status: sh.Status, output: sh.Output,
 				err: storedError{Message: sh.Error, Causes: sh.Causes}, attempts: sh.Attempts}
 			if sh.Position != nil {
-				t.history[*sh.Position] = stepCall(sh.Kind, sh.Name)
+				t.history[*sh.Position] = call{kind: sh.Kind, name: sh.Name}
 				t.lastPosition = max(t.lastPosition, *sh.Position)
 			}
 		}
