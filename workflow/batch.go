@@ -257,7 +257,7 @@ func (b *batcher) run(ctx context.Context, done chan struct{}) {
 // (flushAlone): the other turns of the batch, and the batches after it, do
 // not wait for that transaction.
 func (e *Engine) flush(batch []*outcome) {
-	for _, o := range e.flushSome(batch) {
+	for _, o := range e.flushSome(batch, false) {
 		e.batcher.cleanup.Go(func() { e.flushAlone(o) })
 	}
 }
@@ -278,11 +278,11 @@ func (e *Engine) flushAlone(o *outcome) {
 	deadline := time.Now().Add(e.cfg.OutcomeTimeout)
 	for pause := busyPauseMin; ; pause = min(2*pause, busyPauseMax) {
 		time.Sleep(pause)
-		if len(e.flushSome([]*outcome{o})) == 0 {
+		if len(e.flushSome([]*outcome{o}, true)) == 0 {
 			return
 		}
 		if time.Now().After(deadline) {
-			o.err = fmt.Errorf("workflow: recording the outcome of task %s: the lock of its wait's mailbox or topic stayed held for %s", o.taskID, e.cfg.OutcomeTimeout)
+			o.err = fmt.Errorf("workflow: recording the outcome of task %s: a lock it needs (its wait's mailbox or topic, or a row) stayed held for %s", o.taskID, e.cfg.OutcomeTimeout)
 			o.next, o.nextTask, o.finished = nil, nil, false
 			close(o.done)
 			return
@@ -293,15 +293,28 @@ func (e *Engine) flushAlone(o *outcome) {
 // flushSome is flush but for the outcomes whose wait's lock another
 // transaction held: it returns them, unrecorded, their turns still
 // waiting.
-func (e *Engine) flushSome(batch []*outcome) (busy []*outcome) {
+//
+// Unless patient (flushAlone's tries), its transaction waits for no row
+// lock longer than batchLockTimeout: a batch held up by one outcome's row
+// (a task that another transaction holds) fails while its turns still
+// wait for their outcomes, and its outcomes are recorded again one at a
+// time; the one whose row is still held is returned with the busy ones,
+// to be tried beside the batches (flushAlone), so that it holds up no
+// other outcome, and fails, if its row stays held, its own turn only.
+func (e *Engine) flushSome(batch []*outcome, patient bool) (busy []*outcome) {
 	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.OutcomeTimeout)
 	defer cancel()
+	lockTimeout := time.Duration(0)
+	if !patient {
+		lockTimeout = e.batchLockTimeout()
+	}
 	start := time.Now()
-	waits, orphans, fin, busy, err := e.flushTx(ctx, batch)
+	waits, orphans, fin, busy, err := e.flushTx(ctx, batch, lockTimeout)
 	// A batch of one outcome has no one-at-a-time to fall back on: when
 	// it lost a conflict with another transaction, it is tried again,
-	// rather than spend its turn's attempt.
-	for try := 1; err != nil && len(batch) == 1 && try < outcomeTries && lostConflict(err); try++ {
+	// rather than spend its turn's attempt; one whose row lock stayed
+	// held is left to flushAlone, unless this is flushAlone's try.
+	for try := 1; err != nil && len(batch) == 1 && try < outcomeTries && lostConflict(err) && (patient || !isLockNotAvailable(err)); try++ {
 		e.logger.DebugContext(ctx, "workflow: a turn's outcome lost a conflict; trying it again", "try", try, "error", err)
 		select {
 		case <-ctx.Done():
@@ -310,7 +323,7 @@ func (e *Engine) flushSome(batch []*outcome) (busy []*outcome) {
 		if ctx.Err() != nil {
 			break
 		}
-		waits, orphans, fin, busy, err = e.flushTx(ctx, batch)
+		waits, orphans, fin, busy, err = e.flushTx(ctx, batch, lockTimeout)
 	}
 	// The outcomes left out for a held lock were not in the transaction,
 	// and a try that left out every one recorded nothing.
@@ -338,9 +351,17 @@ func (e *Engine) flushSome(batch []*outcome) (busy []*outcome) {
 		e.logger.WarnContext(ctx, "workflow: a batch of turn outcomes failed; recording them one at a time", "outcomes", len(batch), "error", err)
 		busy = nil
 		for _, o := range batch {
-			busy = append(busy, e.flushSome([]*outcome{o})...)
+			busy = append(busy, e.flushSome([]*outcome{o}, false)...)
 		}
 		return busy
+	}
+	if err != nil && !patient && isLockNotAvailable(err) {
+		// Its row lock stayed held: tried again beside the batches.
+		e.logger.DebugContext(ctx, "workflow: a turn's outcome waits for a row lock; trying it again beside the batches", "error", err)
+		for _, o := range batch {
+			o.next, o.nextTask, o.finished = nil, nil, false
+		}
+		return batch
 	}
 	if err != nil {
 		busy = nil
@@ -365,6 +386,14 @@ func (e *Engine) flushSome(batch []*outcome) (busy []*outcome) {
 		close(o.done)
 	}
 	return busy
+}
+
+// batchLockTimeout is the lock_timeout of a batch's transaction: a
+// quarter of OutcomeTimeout, so that a batch that one outcome's held row
+// holds up fails, and its other outcomes are recorded one at a time, well
+// before their turns stop waiting for them.
+func (e *Engine) batchLockTimeout() time.Duration {
+	return max(e.cfg.OutcomeTimeout/4, time.Millisecond)
 }
 
 // outcomeTries bounds how often a batch of one outcome is tried when it
@@ -414,8 +443,8 @@ type batchState struct {
 // the parents older than all of them, which come later), then the runs.
 // It returns the waits on children that the batch ended, to record once
 // it has committed.
-func (e *Engine) flushTx(ctx context.Context, all []*outcome) (waits []waitSpan, orphans []uuid.UUID, fin finishedRuns, busy []*outcome, err error) {
-	err = e.withPipeTx(ctx, func(tx *pipeTx) error {
+func (e *Engine) flushTx(ctx context.Context, all []*outcome, lockTimeout time.Duration) (waits []waitSpan, orphans []uuid.UUID, fin finishedRuns, busy []*outcome, err error) {
+	err = e.withPipeTxLock(ctx, lockTimeout, func(tx *pipeTx) error {
 		waits = nil
 		for _, o := range all {
 			o.owned, o.next, o.nextTask, o.finished = false, nil, nil, false

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -27,6 +28,9 @@ type pipeTx struct {
 	conn      *pgx.Conn
 	begun     bool // BEGIN sent
 	committed bool
+	// lockTimeout, when positive, is the transaction's lock_timeout, set
+	// with its BEGIN.
+	lockTimeout time.Duration
 }
 
 var _ pgx.Tx = (*pipeTx)(nil)
@@ -39,12 +43,18 @@ var errNoNestedTx = errors.New("workflow: the outcome batch's transaction has no
 // fails, it rolls the transaction back. A connection whose rollback fails
 // is left in its transaction, and the pool closes it when it is released.
 func (e *Engine) withPipeTx(ctx context.Context, fn func(tx *pipeTx) error) error {
+	return e.withPipeTxLock(ctx, 0, fn)
+}
+
+// withPipeTxLock is withPipeTx with lockTimeout as the transaction's
+// lock_timeout, when positive.
+func (e *Engine) withPipeTxLock(ctx context.Context, lockTimeout time.Duration, fn func(tx *pipeTx) error) error {
 	c, err := e.pool.Acquire(ctx)
 	if err != nil {
 		return err
 	}
 	defer c.Release()
-	tx := &pipeTx{conn: c.Conn()}
+	tx := &pipeTx{conn: c.Conn(), lockTimeout: lockTimeout}
 	if err := fn(tx); err != nil {
 		_ = tx.Rollback(ctx)
 		return err
@@ -74,12 +84,17 @@ func (t *pipeTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	if t.begun {
 		return t.conn.SendBatch(ctx, b)
 	}
-	led := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, b.Len()+2)}
+	led := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, b.Len()+3)}
 	led.Queue("BEGIN")
 	led.Queue(keyedPlansSQL)
+	lead := 2
+	if t.lockTimeout > 0 {
+		led.Queue(`SELECT set_config('lock_timeout', $1, true)`, fmt.Sprintf("%dms", max(1, t.lockTimeout.Milliseconds())))
+		lead++
+	}
 	led.QueuedQueries = append(led.QueuedQueries, b.QueuedQueries...)
 	t.begun = true
-	return &begunResults{BatchResults: t.conn.SendBatch(ctx, led)}
+	return &begunResults{BatchResults: t.conn.SendBatch(ctx, led), lead: lead}
 }
 
 // commitWith sends b and COMMIT in one round trip, and commits nothing
@@ -174,6 +189,7 @@ func (t *pipeTx) Conn() *pgx.Conn { return t.conn }
 // own.
 type begunResults struct {
 	pgx.BatchResults
+	lead int // the leading statements' results to skip
 	read bool
 	err  error
 }
@@ -181,7 +197,7 @@ type begunResults struct {
 func (r *begunResults) skipBegin() error {
 	if !r.read {
 		r.read = true
-		for range 2 {
+		for range r.lead {
 			if _, err := r.BatchResults.Exec(); err != nil {
 				r.err = fmt.Errorf("workflow: beginning the transaction: %w", err)
 				break
