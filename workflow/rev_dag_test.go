@@ -1,0 +1,78 @@
+package workflow_test
+
+import (
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/braidflow/braid/testutil"
+	"github.com/braidflow/braid/workflow"
+)
+
+// TestUndecidedNodesOfAnOlderVersionHideNoOther leaves, in more DAG runs
+// than one look takes, undecided nodes that an older version of a DAG
+// declared and the deciding process's version does not (a rolling deploy
+// that removed a node), and one undecided node of a run of the version
+// the process knows, left last. The process cannot decide the former; one
+// look must still decide the latter, as it does when the undecidable
+// nodes belong to a DAG it does not know at all.
+func TestUndecidedNodesOfAnOlderVersionHideNoOther(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	a, b := nodeWorkflows("v")
+	v1 := workflow.DAG[dagIn]("versioned_dag", workflow.Node("a", a), workflow.Node("gone", b, workflow.After("a")))
+	v2 := workflow.DAG[dagIn]("versioned_dag", workflow.Node("a", a), workflow.Node("b", b, workflow.After("a")))
+	ctx := ctxTimeout(t, 90*time.Second)
+
+	const others = 120
+	starter1 := newEngine(t, pool, testConfig(v1, a, b))
+	params := make([]workflow.StartManyParams[dagIn], others)
+	for i := range params {
+		params[i].Input = dagIn{N: i}
+	}
+	if _, err := v1.StartMany(ctx, starter1, params); err != nil {
+		t.Fatal(err)
+	}
+	// A process that runs the nodes but knows no DAG settles every node
+	// a, and leaves every dependent undecided.
+	oldCfg := testConfig(a, b)
+	oldCfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	old := newEngine(t, pool, oldCfg)
+	if err := old.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for count(t, pool, `SELECT count(*) FROM braid_tasks WHERE key = 'gone' AND status = 'blocked' AND remaining = 0`) < others {
+		select {
+		case <-ctx.Done():
+			t.Fatal("the nodes gone never became undecided")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	starter2 := newEngine(t, pool, testConfig(v2, a, b))
+	run, err := v2.Start(ctx, starter2, dagIn{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitUndecided(ctx, t, pool, 1, `run_id = $1`, run.ID)
+	if err := old.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	decCfg := testConfig(v2, a, b)
+	decCfg.Logger = oldCfg.Logger
+	deciding := newEngine(t, pool, decCfg)
+	// The looks find the same undecidable nodes first every time: three
+	// are as good as any number.
+	for range 3 {
+		if err := workflow.DecideUndecidedNodes(ctx, deciding); err != nil {
+			t.Fatal(err)
+		}
+	}
+	status, _ := nodeStatuses(t, pool, run.ID)
+	if diff := cmp.Diff(map[string]string{"a": "completed", "b": "pending"}, status); diff != "" {
+		t.Errorf("the nodes of the run of the version the process knows, after three looks (-want +got):\n%s", diff)
+	}
+}
