@@ -507,9 +507,9 @@ func (e *Engine) decide(ctx context.Context, tx pgx.Tx, cands []releaseCandidate
 			// This process does not know the DAG (a rolling deploy, or
 			// another service's DAG): the node stays blocked with nothing
 			// left to wait for, and a process that knows the DAG decides
-			// it (decideUndecidedNodes). Logged once per node of a DAG:
-			// a process that knows the DAG but not the node (an older
-			// version of it) looks again every ReconcileInterval.
+			// it (decideUndecidedNodes). Logged once per node of a DAG;
+			// a process that knows the DAG but not the node (another
+			// version of it) leaves it to a process that declares it.
 			if _, logged := e.unknownLogged.LoadOrStore("dag node\x00"+c.dag+"\x00"+c.key, true); !logged {
 				e.logger.WarnContext(ctx, "workflow: a DAG node's dependencies are final, but this process does not know its DAG or the node; leaving it to a process that does",
 					"dag", c.dag, "node", c.key, "task.id", c.tr.taskID)
@@ -895,13 +895,24 @@ func (e *Engine) decideUndecidedNodes(ctx context.Context) error {
 	if len(e.dagNames) == 0 {
 		return nil
 	}
+	// Only the nodes this process declares: a node that another version
+	// of a known DAG declares (a rolling deploy that added or removed it)
+	// is left to a process of that version, and, however many of them
+	// wait, they hide none of the nodes this one can decide.
+	var dags, keys []string
+	for _, name := range e.dagNames {
+		for _, n := range e.dagSpecOf(name).nodes {
+			dags, keys = append(dags, name), append(keys, n.name)
+		}
+	}
 	rows, err := e.pool.Query(ctx, `
 		SELECT t.parent_task_id, p.workflow FROM braid_tasks t JOIN braid_tasks p ON p.id = t.parent_task_id
 		 WHERE t.status = 'blocked' AND t.remaining = 0 AND t.dependents IS NOT NULL
 		   AND p.workflow = ANY($1::text[])
+		   AND (p.workflow, t.key) IN (SELECT * FROM unnest($3::text[], $4::text[]))
 		 GROUP BY t.parent_task_id, p.workflow
 		 ORDER BY min(t.updated_at), t.parent_task_id
-		 LIMIT $2`, e.dagNames, reconcileBatch)
+		 LIMIT $2`, e.dagNames, reconcileBatch, dags, keys)
 	if err != nil {
 		return fmt.Errorf("workflow: finding undecided DAG nodes: %w", err)
 	}
