@@ -1,8 +1,11 @@
 package workflow_test
 
 import (
+	"errors"
 	"log/slog"
 	"os"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -74,5 +77,62 @@ func TestUndecidedNodesOfAnOlderVersionHideNoOther(t *testing.T) {
 	status, _ := nodeStatuses(t, pool, run.ID)
 	if diff := cmp.Diff(map[string]string{"a": "completed", "b": "pending"}, status); diff != "" {
 		t.Errorf("the nodes of the run of the version the process knows, after three looks (-want +got):\n%s", diff)
+	}
+}
+
+// TestRetryGivesNoTurnToTheForgottenNodesOfANestedDAG fails a node of a
+// DAG that is itself a node (sub) of an outer DAG, after sub's dependency
+// failed under Continue. Retry runs the dependency again, so sub starts
+// afresh once released: its inner nodes are forgotten. None of them may
+// get a turn: the tasks are gone, and sub's next turn creates new ones.
+func TestRetryGivesNoTurnToTheForgottenNodesOfANestedDAG(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	ctx := ctxTimeout(t, 60*time.Second)
+	var fixed atomic.Bool
+	flaky := func(name string) *workflow.Workflow[int, int] {
+		return workflow.Define(name, func(t *workflow.Task, in int) (int, error) {
+			if !fixed.Load() {
+				return 0, errors.New(name + " is broken")
+			}
+			return in, nil
+		}, workflow.WithMaxAttempts(1))
+	}
+	pre, x := flaky("rn_pre"), flaky("rn_x")
+	inner := workflow.DAG[int]("rn_inner", workflow.Node("x", x))
+	outer := workflow.DAG[int]("rn_outer",
+		workflow.Node("pre", pre, workflow.OnFailure(workflow.Continue)),
+		workflow.Node("sub", inner, workflow.After("pre")))
+	eng := startEngine(t, pool, testConfig(pre, x, inner, outer))
+
+	run, err := outer.Start(ctx, eng, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run.Result(ctx); err == nil || !strings.Contains(err.Error(), `node "sub"`) {
+		t.Fatalf("Result = %v, want the run failed by node sub", err)
+	}
+	status, _ := nodeStatuses(t, pool, run.ID)
+	if diff := cmp.Diff(map[string]string{"pre": "failed", "sub": "failed", "x": "failed"}, status); diff != "" {
+		t.Fatalf("statuses (-want +got):\n%s", diff)
+	}
+	var lastJob int64
+	if err := pool.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM river_job`).Scan(&lastJob); err != nil {
+		t.Fatal(err)
+	}
+
+	fixed.Store(true)
+	if err := eng.Retry(ctx, run.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run.Result(ctx); err != nil {
+		t.Fatalf("after Retry: %v", err)
+	}
+	if n := count(t, pool, `
+		SELECT count(*) FROM river_job j
+		 WHERE j.id > $1 AND j.kind = $2
+		   AND NOT EXISTS (SELECT 1 FROM braid_tasks k WHERE k.id = braid_turn_task(j.unique_key, j.args))`,
+		lastJob, workflow.TaskKind); n != 0 {
+		t.Errorf("Retry gave %d turns to tasks that do not exist, want none", n)
 	}
 }
