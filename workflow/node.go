@@ -831,6 +831,29 @@ func (e *Engine) retryNodesTx(ctx context.Context, tx pgx.Tx, runID uuid.UUID) (
 		if err := forgetAfterTx(ctx, tx, all); err != nil {
 			return nil, nil, fmt.Errorf("workflow: forgetting what %d DAG nodes of run %s recorded: %w", len(fresh), runID, err)
 		}
+		// The nodes of a DAG that a forgotten record ran (a node that is
+		// a DAG, or a DAG child of a node, that starts afresh) went with
+		// it: none is decided, and none gets a turn. The node's next
+		// turn creates its DAG's nodes anew.
+		if len(cands) > 0 {
+			candIDs := make([]uuid.UUID, len(cands))
+			for i, c := range cands {
+				candIDs[i] = c.tr.taskID
+			}
+			rows, err := tx.Query(ctx, `SELECT id FROM braid_tasks WHERE id = ANY($1)`, pgIDs(candIDs))
+			if err != nil {
+				return nil, nil, fmt.Errorf("workflow: reading the DAG nodes of run %s still to decide: %w", runID, err)
+			}
+			kept, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+			if err != nil {
+				return nil, nil, fmt.Errorf("workflow: reading the DAG nodes of run %s still to decide: %w", runID, err)
+			}
+			exists := make(map[uuid.UUID]bool, len(kept))
+			for _, id := range kept {
+				exists[id] = true
+			}
+			cands = slices.DeleteFunc(cands, func(c releaseCandidate) bool { return !exists[c.tr.taskID] })
+		}
 	}
 	wake, final, err := e.decide(ctx, tx, cands)
 	if err != nil {
