@@ -301,7 +301,13 @@
 // one at a time, so that one bad outcome fails only its own turn; one that
 // fails alone because it lost a conflict with another transaction (a
 // deadlock, a serialization failure, a lock taken NOWAIT) is tried again,
-// up to five times, rather than spend its turn's attempt. Inside a
+// up to five times, rather than spend its turn's attempt. A batch waits
+// for a row lock a quarter of Config.OutcomeTimeout at most (its
+// lock_timeout): a task row that another transaction holds (a caller's
+// CancelTx left open, say) fails the batch while its turns still wait for
+// their outcomes, and the outcome whose row stays held is then tried
+// beside the batches, with backoff, failing only its own turn if the row
+// stays held for OutcomeTimeout. Inside a
 // batch, the children of one parent that finish together are summed into
 // one decrement of the parent's join, and the parent's row is locked once
 // per batch; when the parent is older than every other task of the batch,
