@@ -136,3 +136,56 @@ func TestRetryGivesNoTurnToTheForgottenNodesOfANestedDAG(t *testing.T) {
 		t.Errorf("Retry gave %d turns to tasks that do not exist, want none", n)
 	}
 }
+
+// TestDAGRunKeepsTheNodesItStartedWith: a run started when its DAG had
+// node a alone ends in a process whose DAG adds node c after a (a deploy
+// that grew the DAG). The run completes with a's output, its own sink,
+// rather than fail for want of c; a run started by the grown DAG has c.
+func TestDAGRunKeepsTheNodesItStartedWith(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	a, c := nodeWorkflows("grown")
+	v1 := workflow.DAG[dagIn]("grown_dag", workflow.Node("a", a))
+	nodeA := workflow.Node("a", a)
+	nodeC := workflow.Node("c", c, workflow.After("a"))
+	v2 := workflow.DAG[dagIn]("grown_dag", nodeA, nodeC)
+	ctx := ctxTimeout(t, 60*time.Second)
+
+	// Started by a process of the first version, which runs nothing.
+	old := newEngine(t, pool, testConfig(v1, a, c))
+	run, err := v1.Start(ctx, old, dagIn{N: 1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := startEngine(t, pool, testConfig(v2, a, c))
+	oldRun, err := v2.Get(ctx, eng, run.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := oldRun.Result(ctx)
+	if err != nil {
+		t.Fatalf("the run started before the DAG grew: %v", err)
+	}
+	if out, err := nodeA.From(res); err != nil || out != 1 {
+		t.Errorf("the run started before the DAG grew: a's output %d, %v; want 1 (result %v)", out, err, res)
+	}
+	if _, ok := res["c"]; ok {
+		t.Errorf("the run started before the DAG grew has an output of c: %v", res)
+	}
+	status, _ := nodeStatuses(t, pool, run.ID)
+	if diff := cmp.Diff(map[string]string{"a": "completed"}, status); diff != "" {
+		t.Errorf("the nodes of the run started before the DAG grew (-want +got):\n%s", diff)
+	}
+
+	grown, err := v2.Start(ctx, eng, dagIn{N: 2}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err = grown.Result(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := nodeC.From(res); err != nil || out != "b ran" {
+		t.Errorf("the run of the grown DAG: c's output %q, %v; want its sink c (result %v)", out, err, res)
+	}
+}

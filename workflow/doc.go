@@ -121,6 +121,15 @@
 // from the node's row by the next process that knows the DAG and settles
 // or decides one of its nodes, which skips them before releasing any.
 //
+// A run keeps the nodes it was started with. A node added to a DAG's
+// declaration is a node of the runs started since, not of the runs in
+// flight, whose results hold the outputs of their own sinks (the nodes of
+// the run that no other node of the run depends on). A node removed from
+// it is decided only by a process that still declares it: a run in
+// flight whose removed node still waits for a dependency then waits for
+// such a process. Keep a removed node declared until the runs started
+// before its removal have finished, or cancel them.
+//
 // # Turns and replay
 //
 // A task executes in turns. A turn is exactly one River job of kind

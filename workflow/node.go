@@ -643,7 +643,8 @@ func (s *dagSpec) node(name string) *dagNode {
 // result is the work of a DAG's root task, in its one turn once every node
 // is final: the run fails with the first node (in topological order) that
 // failed under FailDAG, and otherwise completes with its sinks' outputs.
-// A root whose nodes are not all final (a Retry that reset some) waits for
+// A run keeps the nodes it was started with: a node declared since (a
+// deploy that added it) is none of its nodes. A root whose nodes are not all final (a Retry that reset some) waits for
 // them. A root that has no nodes at all is a node of another DAG, or was
 // started by a process that does not know the DAG (StartByName): its turn
 // creates them, as the start of a run does (createNodesTx, in the turn's
@@ -657,7 +658,9 @@ func (s *dagSpec) result(t *Task) (json.RawMessage, error) {
 	for _, n := range s.nodes {
 		c := t.children[n.name]
 		if c == nil {
-			return nil, fmt.Errorf("workflow: DAG %q has no task for its node %q", s.name, n.name)
+			// A node declared after the run started is not one of its
+			// nodes: a run keeps the nodes it was started with.
+			continue
 		}
 		if !finished(c.status) {
 			t.waitChildren = true
@@ -671,12 +674,39 @@ func (s *dagSpec) result(t *Task) (json.RawMessage, error) {
 		return nil, failed
 	}
 	res := DAGResult{}
-	for _, name := range s.sinks {
+	for _, name := range s.runSinks(t.children) {
 		if c := t.children[name]; c.status == "completed" {
 			res[name] = c.output
 		}
 	}
 	return t.eng.encode(fmt.Sprintf("output of DAG %q", s.name), res)
+}
+
+// runSinks are the sinks of a run whose nodes are nodes: the DAG's sinks
+// when the run has every node it declares, and otherwise (a run started
+// before nodes were added to the DAG) the declared nodes of the run that
+// no other declared node of the run depends on.
+func (s *dagSpec) runSinks(nodes map[string]*childRecord) []string {
+	complete := true
+	for _, n := range s.nodes {
+		if nodes[n.name] == nil {
+			complete = false
+			break
+		}
+	}
+	if complete {
+		return s.sinks
+	}
+	var sinks []string
+	for _, n := range s.nodes {
+		if n.onFailure || nodes[n.name] == nil {
+			continue
+		}
+		if !slices.ContainsFunc(s.dependents[n.name], func(d string) bool { return nodes[d] != nil }) {
+			sinks = append(sinks, n.name)
+		}
+	}
+	return sinks
 }
 
 // Output reads the output of this node from inside one of its dependents'
