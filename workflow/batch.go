@@ -257,7 +257,7 @@ func (b *batcher) run(ctx context.Context, done chan struct{}) {
 // (flushAlone): the other turns of the batch, and the batches after it, do
 // not wait for that transaction.
 func (e *Engine) flush(batch []*outcome) {
-	for _, o := range e.flushSome(batch, false) {
+	for _, o := range e.flushSome(batch, e.batchLockTimeout()) {
 		e.batcher.cleanup.Go(func() { e.flushAlone(o) })
 	}
 }
@@ -278,7 +278,7 @@ func (e *Engine) flushAlone(o *outcome) {
 	deadline := time.Now().Add(e.cfg.OutcomeTimeout)
 	for pause := busyPauseMin; ; pause = min(2*pause, busyPauseMax) {
 		time.Sleep(pause)
-		if len(e.flushSome([]*outcome{o}, true)) == 0 {
+		if len(e.flushSome([]*outcome{o}, 0)) == 0 {
 			return
 		}
 		if time.Now().After(deadline) {
@@ -294,20 +294,18 @@ func (e *Engine) flushAlone(o *outcome) {
 // transaction held: it returns them, unrecorded, their turns still
 // waiting.
 //
-// Unless patient (flushAlone's tries), its transaction waits for no row
-// lock longer than batchLockTimeout: a batch held up by one outcome's row
-// (a task that another transaction holds) fails while its turns still
-// wait for their outcomes, and its outcomes are recorded again one at a
-// time; the one whose row is still held is returned with the busy ones,
+// Its transaction waits for no row lock longer than lockTimeout, when
+// positive (flushAlone's tries wait as long as OutcomeTimeout): a batch
+// held up by one outcome's row (a task that another transaction holds)
+// fails while its turns still wait for their outcomes, and its outcomes
+// are recorded again one at a time, each waiting aloneLockTimeout at most
+// for a row; one whose row is still held is returned with the busy ones,
 // to be tried beside the batches (flushAlone), so that it holds up no
 // other outcome, and fails, if its row stays held, its own turn only.
-func (e *Engine) flushSome(batch []*outcome, patient bool) (busy []*outcome) {
+func (e *Engine) flushSome(batch []*outcome, lockTimeout time.Duration) (busy []*outcome) {
 	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.OutcomeTimeout)
 	defer cancel()
-	lockTimeout := time.Duration(0)
-	if !patient {
-		lockTimeout = e.batchLockTimeout()
-	}
+	patient := lockTimeout <= 0
 	start := time.Now()
 	waits, orphans, fin, busy, err := e.flushTx(ctx, batch, lockTimeout)
 	// A batch of one outcome has no one-at-a-time to fall back on: when
@@ -351,7 +349,7 @@ func (e *Engine) flushSome(batch []*outcome, patient bool) (busy []*outcome) {
 		e.logger.WarnContext(ctx, "workflow: a batch of turn outcomes failed; recording them one at a time", "outcomes", len(batch), "error", err)
 		busy = nil
 		for _, o := range batch {
-			busy = append(busy, e.flushSome([]*outcome{o}, false)...)
+			busy = append(busy, e.flushSome([]*outcome{o}, min(lockTimeout, aloneLockTimeout))...)
 		}
 		return busy
 	}
@@ -395,6 +393,13 @@ func (e *Engine) flushSome(batch []*outcome, patient bool) (busy []*outcome) {
 func (e *Engine) batchLockTimeout() time.Duration {
 	return max(e.cfg.OutcomeTimeout/4, time.Millisecond)
 }
+
+// aloneLockTimeout bounds the wait for a row lock of each outcome that a
+// failed batch records alone: they are tried one after another, and a
+// row held by another transaction must not hold up those after it. An
+// outcome that it fails is tried again beside the batches (flushAlone),
+// where it waits as long as it needs.
+const aloneLockTimeout = 100 * time.Millisecond
 
 // outcomeTries bounds how often a batch of one outcome is tried when it
 // keeps losing conflicts (lostConflict).
