@@ -38,7 +38,17 @@ type gathered[Q, A any] struct {
 	a    A
 	err  error
 	done chan struct{}
+	// state is gatherQueued until a goroutine takes the request
+	// (gatherTaken) or its caller gives up on it first (gatherAbandoned).
+	state atomic.Int32
 }
+
+// The states of a gathered request.
+const (
+	gatherQueued int32 = iota
+	gatherTaken
+	gatherAbandoned
+)
 
 func newGather[Q, A any](max, workers int, timeout time.Duration, serve func(context.Context, []*gathered[Q, A]) error) *gather[Q, A] {
 	return &gather[Q, A]{serve: serve, timeout: timeout, workers: workers, in: make(chan *gathered[Q, A], max)}
@@ -69,6 +79,13 @@ func (g *gather[Q, A]) halt() {
 
 // call hands in q and returns its answer. ok is false when the gather is
 // not running, and the caller makes its round trip alone.
+//
+// When ctx ends first, a request that no goroutine has taken yet is
+// abandoned, and no round trip serves it later; one already taken is
+// waited for (its round trip is bounded by the gather's timeout), so that
+// nothing the call asked for happens after it returns: a turn that gave
+// up on a step's record must not find it written once its task has been
+// cancelled and retried.
 func (g *gather[Q, A]) call(ctx context.Context, q Q) (a A, ok bool, err error) {
 	if !g.running.Load() {
 		return a, false, nil
@@ -83,8 +100,23 @@ func (g *gather[Q, A]) call(ctx context.Context, q Q) (a A, ok bool, err error) 
 	case <-r.done:
 		return r.a, true, r.err
 	case <-ctx.Done():
+		if r.state.CompareAndSwap(gatherQueued, gatherAbandoned) {
+			return a, true, context.Cause(ctx)
+		}
+		<-r.done
+		if r.err == nil {
+			// Served: its answer holds, though the caller's context
+			// ended meanwhile.
+			return r.a, true, nil
+		}
 		return a, true, context.Cause(ctx)
 	}
+}
+
+// take reports whether a goroutine may serve r: whether its caller has
+// not abandoned it.
+func (r *gathered[Q, A]) take() bool {
+	return r.state.CompareAndSwap(gatherQueued, gatherTaken)
 }
 
 func (g *gather[Q, A]) run(ctx context.Context) {
@@ -93,7 +125,9 @@ func (g *gather[Q, A]) run(ctx context.Context) {
 		var batch []*gathered[Q, A]
 		select {
 		case r := <-g.in:
-			batch = append(batch, r)
+			if r.take() {
+				batch = append(batch, r)
+			}
 		case <-ctx.Done():
 			return
 		}
@@ -101,10 +135,15 @@ func (g *gather[Q, A]) run(ctx context.Context) {
 		for len(batch) < max {
 			select {
 			case r := <-g.in:
-				batch = append(batch, r)
+				if r.take() {
+					batch = append(batch, r)
+				}
 			default:
 				break more
 			}
+		}
+		if len(batch) == 0 {
+			continue
 		}
 		sctx, cancel := context.WithTimeout(ctx, g.timeout)
 		err := g.serve(sctx, batch)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -30,6 +31,12 @@ type stepWrite struct {
 	output   json.RawMessage
 	err      []byte
 	attempts int
+	// job, jobAttempt and jobAt name the attempt of the turn that writes
+	// the record: its River job, the job's attempt and attempted_at. The
+	// record is written only while that job still runs that attempt.
+	job        int64
+	jobAttempt int
+	jobAt      *time.Time
 }
 
 // newRecorder returns the gather that records the steps of running turns.
@@ -42,7 +49,12 @@ func newRecorder(e *Engine) *gather[stepWrite, *stepRecord] {
 // winner's record. The write is fenced on the task still running, under a
 // share lock of the task row taken in the same statement, so that no step
 // is recorded after Cancel commits, and a turn whose task was cancelled
-// stops at its next step rather than running on.
+// stops at its next step rather than running on. It is fenced too, as a
+// turn's outcome is, on the turn's own River job still running at the
+// turn's attempt, under a share lock of the job row taken first: an
+// attempt that lost its job (rescued while its process froze, or ended by
+// Cancel while its record waited in this process) records nothing, even
+// once Retry has made its task pending again.
 //
 // A step is durable when recordStep returns: its record has committed.
 // The records of steps that concurrent turns of this process finish at
@@ -55,6 +67,9 @@ func (t *Task) recordStep(name string, position int, status string, output json.
 // recordStepOn is recordStep on ctx rather than the turn's context.
 func (t *Task) recordStepOn(ctx context.Context, name string, position int, status string, output json.RawMessage, se *storedError, attempts int) (*stepRecord, error) {
 	w := stepWrite{task: t.id, name: name, position: position, status: status, output: output, attempts: attempts}
+	if t.job != nil {
+		w.job, w.jobAttempt, w.jobAt = t.job.ID, t.job.Attempt, t.job.AttemptedAt
+	}
 	if se != nil {
 		w.err, _ = json.Marshal(se)
 	}
@@ -70,26 +85,41 @@ func (t *Task) recordStepOn(ctx context.Context, name string, position int, stat
 }
 
 // recordStepsSQL writes step records given as arrays, each only while its
-// task is pending or running, under a share lock of the task's row. With
-// skipLocked, a task whose row another transaction has locked is left out
-// rather than waited for.
+// task is pending or running, under a share lock of the task's row, and
+// only while the River job of the turn that writes it runs the turn's
+// attempt, under a share lock of the job's row, taken before the task's
+// (the lock order: jobs, then tasks): a rescue or a finish of the job
+// waits for the record, or the record finds the job no longer running.
+// With skipLocked, a job or a task whose row another transaction has
+// locked is left out rather than waited for.
 func recordStepsSQL(skipLocked bool) string {
 	wait := ""
 	if skipLocked {
 		wait = " SKIP LOCKED"
 	}
 	return `
-		WITH t AS (
+		WITH u AS MATERIALIZED (
+		    SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::jsonb[], $6::int[], $7::int[],
+		                         $8::bigint[], $9::int[], $10::timestamptz[])
+		        AS u(task_id, name, status, output, error, attempts, position, job, job_attempt, job_at)
+		), j AS MATERIALIZED (
+		    SELECT j.id, j.attempt, j.attempted_at FROM river_job j
+		     WHERE j.id = ANY($8) AND j.state = 'running'
+		     ORDER BY j.id
+		       FOR SHARE OF j` + wait + `
+		), v AS MATERIALIZED (
+		    SELECT u.* FROM u
+		      JOIN j ON j.id = u.job AND j.attempt = u.job_attempt AND j.attempted_at IS NOT DISTINCT FROM u.job_at
+		), t AS (
 		    SELECT id FROM braid_tasks
-		     WHERE id = ANY($1) AND status IN ('pending', 'running')
+		     WHERE id = ANY(ARRAY(SELECT task_id FROM v)) AND status IN ('pending', 'running')
 		       FOR SHARE` + wait + `
 		)
 		INSERT INTO braid_steps (task_id, name, kind, status, output, error, attempts, started_at, finished_at, position)
-		SELECT u.task_id, u.name, 'step', u.status, u.output, u.error, u.attempts, braid_now(),
-		       CASE WHEN u.status = 'retrying' THEN NULL ELSE braid_now() END, u.position
-		  FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::jsonb[], $6::int[], $7::int[])
-		       AS u(task_id, name, status, output, error, attempts, position)
-		  JOIN t ON t.id = u.task_id
+		SELECT v.task_id, v.name, 'step', v.status, v.output, v.error, v.attempts, braid_now(),
+		       CASE WHEN v.status = 'retrying' THEN NULL ELSE braid_now() END, v.position
+		  FROM v
+		  JOIN t ON t.id = v.task_id
 		ON CONFLICT (task_id, name) DO UPDATE
 		   SET status = EXCLUDED.status, output = EXCLUDED.output, error = EXCLUDED.error,
 		       attempts = EXCLUDED.attempts, finished_at = EXCLUDED.finished_at
@@ -98,9 +128,10 @@ func recordStepsSQL(skipLocked bool) string {
 }
 
 // recordSteps writes the records of many turns' steps in one statement,
-// which commits them all. It never waits for a task's row lock: a write
-// whose task another transaction holds locked gets no answer, nor does one
-// that lost to an earlier record, one whose task no longer runs, or a
+// which commits them all. It never waits for a job's or a task's row
+// lock: a write whose job or task another transaction holds locked gets
+// no answer, nor does one that lost to an earlier record, one whose task
+// no longer runs or whose turn's attempt no longer runs its job, or a
 // second write of the same step. Those are written alone. So is every
 // write of a statement that fails, so that one bad record fails only its
 // own step.
@@ -114,6 +145,9 @@ func (e *Engine) recordSteps(ctx context.Context, batch []*gathered[stepWrite, *
 		errs     = make([][]byte, 0, n)
 		attempts = make([]int32, 0, n)
 		pos      = make([]int32, 0, n)
+		jobs     = make([]int64, 0, n)
+		jobAtts  = make([]int32, 0, n)
+		jobAts   = make([]*time.Time, 0, n)
 		pending  = make(map[stepKey]*gathered[stepWrite, *stepRecord], n)
 	)
 	for _, r := range batch {
@@ -129,8 +163,11 @@ func (e *Engine) recordSteps(ctx context.Context, batch []*gathered[stepWrite, *
 		errs = append(errs, r.q.err)
 		attempts = append(attempts, int32(r.q.attempts))
 		pos = append(pos, int32(r.q.position))
+		jobs = append(jobs, r.q.job)
+		jobAtts = append(jobAtts, int32(r.q.jobAttempt))
+		jobAts = append(jobAts, r.q.jobAt)
 	}
-	rows, err := e.pool.Query(ctx, recordStepsSQL(true), pgIDs(ids), names, statuses, outputs, errs, attempts, pos)
+	rows, err := e.pool.Query(ctx, recordStepsSQL(true), pgIDs(ids), names, statuses, outputs, errs, attempts, pos, jobs, jobAtts, jobAts)
 	if err == nil {
 		for rows.Next() {
 			var k stepKey
@@ -168,7 +205,9 @@ func (e *Engine) recordSteps(ctx context.Context, batch []*gathered[stepWrite, *
 // runs, errTaskNotRunning. A row that only waits for a step's next attempt
 // (retrying) is no winner: a final write loses to nothing but a final
 // record, so such a row left in place means that the task no longer runs,
-// and the attempt's outcome was not recorded.
+// and the attempt's outcome was not recorded. A write whose turn's attempt
+// no longer runs its job records nothing either: it returns
+// errTaskNotRunning unless a final record won.
 func (e *Engine) recordStepAlone(ctx context.Context, w stepWrite) (*stepRecord, error) {
 	rec := &stepRecord{kind: "step"}
 	var task uuid.UUID
@@ -176,7 +215,7 @@ func (e *Engine) recordStepAlone(ctx context.Context, w stepWrite) (*stepRecord,
 	var errRaw []byte
 	err := e.pool.QueryRow(ctx, recordStepsSQL(false),
 		pgIDs([]uuid.UUID{w.task}), []string{w.name}, []string{w.status}, [][]byte{nullBytes(w.output)}, [][]byte{w.err},
-		[]int32{int32(w.attempts)}, []int32{int32(w.position)}).
+		[]int32{int32(w.attempts)}, []int32{int32(w.position)}, []int64{w.job}, []int32{int32(w.jobAttempt)}, []*time.Time{w.jobAt}).
 		Scan(&task, &name, &rec.status, &rec.output, &errRaw, &rec.attempts)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// Another turn recorded this step first: its result wins. Or the

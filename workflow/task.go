@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+	"github.com/riverqueue/river/rivertype"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -33,8 +34,11 @@ type Task struct {
 	// input is the task's input, which an event wait's filter reads.
 	input   json.RawMessage
 	attempt int
-	span    trace.Span
-	logger  *slog.Logger
+	// job is the turn's River job as its attempt began (nil in a replay):
+	// the turn's step records are fenced on it (recordStep).
+	job    *rivertype.JobRow
+	span   trace.Span
+	logger *slog.Logger
 
 	steps    map[string]*stepRecord
 	children map[string]*childRecord

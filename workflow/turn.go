@@ -652,7 +652,7 @@ func (e *Engine) runTurn(ctx context.Context, job *river.Job[taskArgs], claimed 
 		return continuation{o.next, o.nextTask}, nil
 	}
 	t := &Task{
-		eng: e, id: taskID, attempt: job.Attempt, runID: lt.runID, parentID: lt.parentID,
+		eng: e, id: taskID, attempt: job.Attempt, job: job.JobRow, runID: lt.runID, parentID: lt.parentID,
 		key: lt.key, workflow: lt.workflow,
 		steps: lt.steps, children: lt.children,
 		names: map[string]int{}, spawned: map[string]bool{}, input: lt.input, history: lt.history,
