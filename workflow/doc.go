@@ -200,11 +200,10 @@
 //
 // A step is durable when [Step] returns: its record has committed, fenced
 // on its task still running by a share lock of the task's row, so that no
-// step is recorded after Cancel commits, and on the turn's own River job
-// still running the turn's attempt by a share lock of the job's row,
-// taken first, so that an attempt that lost its job (rescued while its
-// process froze) records no step, even in a task that Retry made pending
-// again. A turn whose context ends while its record waits in the process
+// step is recorded after Cancel commits, and checked against the turn's
+// own River job still running the turn's attempt, so that an attempt that
+// lost its job (rescued while its process froze) records no step, even in
+// a task that Retry made pending again. A turn whose context ends while its record waits in the process
 // withdraws it, or, once it is on its way, waits for its answer: no
 // record lands after its turn gave up on it. The records of the steps that
 // concurrent turns of one process finish at about the same time commit
@@ -487,7 +486,7 @@
 // row (a second at most, then again), and do nothing if it rolls back. So a Retry that has reset a task never
 // loses the turn it left the task to, and Retry, holding the tasks it
 // resets, refuses to reset one whose turn is running and waits for that
-// turn to end. A step's record holds only share locks of its turn's job row and then its task's row,
+// turn to end. A step's record holds only a share lock of its task's row,
 // in one statement; records written together skip the rows others hold. A
 // path that needs a lock earlier in the order than one it holds takes it
 // with SKIP LOCKED or NOWAIT, never waiting: Cancel takes the run's turn

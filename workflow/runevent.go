@@ -93,18 +93,23 @@ func SetEvent(t *Task, key string, value any) error {
 
 // recordEvent records the SetEvent call name and sets the run's event key
 // to value, in one transaction. The record is fenced, as recordStep's, on
-// the task still running, under a share lock of the task row: nothing is
-// set after Cancel commits. Only the transaction that inserts the record
+// the task still running, under a share lock of the task row, and on the
+// turn's own job still running its attempt: nothing is set after Cancel
+// commits, nor by an attempt that lost its job. Only the transaction that inserts the record
 // writes the value and notifies the run's waiters; a turn that finds the
 // call recorded by another goes on without writing.
 func (t *Task) recordEvent(name string, position int, key string, value json.RawMessage) error {
+	job, attempt, at := t.jobAttempt()
 	err := t.eng.withTx(t.ctx, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(t.ctx, `
 			INSERT INTO braid_steps (task_id, name, kind, status, output, attempts, started_at, finished_at, position)
 			SELECT $1, $2, '`+stepKindSetEvent+`', 'completed', $3, 1, braid_now(), braid_now(), $4
-			  FROM braid_tasks WHERE id = $1 AND status IN ('pending', 'running') FOR SHARE
+			  FROM braid_tasks WHERE id = $1 AND status IN ('pending', 'running')
+			   AND EXISTS (SELECT 1 FROM river_job j WHERE j.id = $5 AND j.state = 'running' AND j.attempt = $6
+			                                          AND j.attempted_at IS NOT DISTINCT FROM $7)
+			   FOR SHARE
 			ON CONFLICT (task_id, name) DO NOTHING`,
-			t.id, name, []byte(value), position)
+			t.id, name, []byte(value), position, job, attempt, at)
 		if err != nil {
 			return err
 		}

@@ -49,12 +49,16 @@ func newRecorder(e *Engine) *gather[stepWrite, *stepRecord] {
 // winner's record. The write is fenced on the task still running, under a
 // share lock of the task row taken in the same statement, so that no step
 // is recorded after Cancel commits, and a turn whose task was cancelled
-// stops at its next step rather than running on. It is fenced too, as a
-// turn's outcome is, on the turn's own River job still running at the
-// turn's attempt, under a share lock of the job row taken first: an
-// attempt that lost its job (rescued while its process froze, or ended by
-// Cancel while its record waited in this process) records nothing, even
-// once Retry has made its task pending again.
+// stops at its next step rather than running on. It is checked too, in the
+// same statement, against the turn's own River job still running the
+// turn's attempt: an attempt that lost its job (rescued while its process
+// froze) records nothing, even once Retry has made its task pending
+// again. That check takes no lock of the job's row, which River's
+// completer, a heartbeat or Cancel may hold: the task row's lock is the
+// fence. A task is made pending again only by Retry, once it failed or
+// was cancelled, each under a lock of the task's row: a record whose
+// statement saw the job still running takes the row's share lock before
+// Retry's, and is written before the task fails, or not at all.
 //
 // A step is durable when recordStep returns: its record has committed.
 // The records of steps that concurrent turns of this process finish at
@@ -67,9 +71,7 @@ func (t *Task) recordStep(name string, position int, status string, output json.
 // recordStepOn is recordStep on ctx rather than the turn's context.
 func (t *Task) recordStepOn(ctx context.Context, name string, position int, status string, output json.RawMessage, se *storedError, attempts int) (*stepRecord, error) {
 	w := stepWrite{task: t.id, name: name, position: position, status: status, output: output, attempts: attempts}
-	if t.job != nil {
-		w.job, w.jobAttempt, w.jobAt = t.job.ID, t.job.Attempt, t.job.AttemptedAt
-	}
+	w.job, w.jobAttempt, w.jobAt = t.jobAttempt()
 	if se != nil {
 		w.err, _ = json.Marshal(se)
 	}
@@ -84,14 +86,21 @@ func (t *Task) recordStepOn(ctx context.Context, name string, position int, stat
 	return rec, nil
 }
 
+// jobAttempt names the attempt of the turn, which its records are
+// checked against: its River job, the job's attempt and attempted_at.
+func (t *Task) jobAttempt() (job int64, attempt int, at *time.Time) {
+	if t.job == nil {
+		return 0, 0, nil
+	}
+	return t.job.ID, t.job.Attempt, t.job.AttemptedAt
+}
+
 // recordStepsSQL writes step records given as arrays, each only while its
 // task is pending or running, under a share lock of the task's row, and
 // only while the River job of the turn that writes it runs the turn's
-// attempt, under a share lock of the job's row, taken before the task's
-// (the lock order: jobs, then tasks): a rescue or a finish of the job
-// waits for the record, or the record finds the job no longer running.
-// With skipLocked, a job or a task whose row another transaction has
-// locked is left out rather than waited for.
+// attempt, as the statement's snapshot shows it (recordStep). With
+// skipLocked, a task whose row another transaction has locked is left out
+// rather than waited for.
 func recordStepsSQL(skipLocked bool) string {
 	wait := ""
 	if skipLocked {
@@ -105,8 +114,6 @@ func recordStepsSQL(skipLocked bool) string {
 		), j AS MATERIALIZED (
 		    SELECT j.id, j.attempt, j.attempted_at FROM river_job j
 		     WHERE j.id = ANY($8) AND j.state = 'running'
-		     ORDER BY j.id
-		       FOR SHARE OF j` + wait + `
 		), v AS MATERIALIZED (
 		    SELECT u.* FROM u
 		      JOIN j ON j.id = u.job AND j.attempt = u.job_attempt AND j.attempted_at IS NOT DISTINCT FROM u.job_at
@@ -128,9 +135,8 @@ func recordStepsSQL(skipLocked bool) string {
 }
 
 // recordSteps writes the records of many turns' steps in one statement,
-// which commits them all. It never waits for a job's or a task's row
-// lock: a write whose job or task another transaction holds locked gets
-// no answer, nor does one that lost to an earlier record, one whose task
+// which commits them all. It never waits for a task's row lock: a write
+// whose task another transaction holds locked gets no answer, nor does one that lost to an earlier record, one whose task
 // no longer runs or whose turn's attempt no longer runs its job, or a
 // second write of the same step. Those are written alone. So is every
 // write of a statement that fails, so that one bad record fails only its

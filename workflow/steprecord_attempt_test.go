@@ -182,3 +182,72 @@ func TestARescuedAttemptRecordsNoStepAfterRetry(t *testing.T) {
 		t.Fatalf("the retried run's output is %q; want %q, the retried turn's own step", out, "attempt 2")
 	}
 }
+
+// As TestARescuedAttemptRecordsNoStepAfterRetry, for SetEvent: the frozen
+// attempt, going on once the run has been retried, sets no event.
+func TestARescuedAttemptSetsNoEventAfterRetry(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	releaseFirst, releaseSecond := make(chan struct{}), make(chan struct{})
+	firstDone := make(chan error, 1)
+	var calls atomic.Int32
+	wf := workflow.Define("frozen_event", func(t *workflow.Task, _ struct{}) (string, error) {
+		n := calls.Add(1)
+		switch n {
+		case 1:
+			<-releaseFirst
+		case 2:
+			<-releaseSecond
+		}
+		err := workflow.SetEvent(t, "stage", fmt.Sprintf("attempt %d", n))
+		if n == 1 {
+			firstDone <- err
+		}
+		return "done", err
+	}, workflow.WithMaxAttempts(1))
+	cfg := testConfig(wf)
+	cfg.TurnHeartbeat = 2 * time.Minute
+	eng := startEngine(t, pool, cfg)
+	ctx := ctxTimeout(t, 60*time.Second)
+	run, err := wf.Start(ctx, eng, struct{}{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the first attempt to run", 20*time.Second, func() bool { return calls.Load() == 1 })
+	execSQL(t, pool, `
+		UPDATE river_job SET state = 'discarded', finalized_at = now()
+		 WHERE kind = $1 AND braid_turn_task(unique_key, args) = (SELECT id FROM braid_tasks WHERE run_id = $2)`,
+		workflow.TaskKind, run.ID)
+	waitFor(t, "the reconciler to fail the run", 20*time.Second, func() bool {
+		if err := workflow.Reconcile(ctx, eng); err != nil {
+			t.Fatal(err)
+		}
+		return count(t, pool, `SELECT count(*) FROM braid_runs WHERE id = $1 AND status = 'failed'`, run.ID) == 1
+	})
+	if err := eng.Retry(ctx, run.ID); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the retried turn to run", 20*time.Second, func() bool { return calls.Load() == 2 })
+
+	// The frozen attempt goes on.
+	close(releaseFirst)
+	select {
+	case err := <-firstDone:
+		if err == nil {
+			t.Error("the rescued attempt's SetEvent returned no error")
+		}
+	case <-ctx.Done():
+		t.Fatal("the rescued attempt did not return")
+	}
+	if n := count(t, pool, `SELECT count(*) FROM braid_run_events WHERE run_id = $1`, run.ID); n != 0 {
+		t.Errorf("the rescued attempt set its event in the run that Retry reset; want nothing set by an attempt that lost its job")
+	}
+	close(releaseSecond)
+	if out, err := run.Result(ctx); err != nil || out != "done" {
+		t.Fatalf("the retried run: %q, %v", out, err)
+	}
+	var stage string
+	if err := pool.QueryRow(ctx, `SELECT value #>> '{}' FROM braid_run_events WHERE run_id = $1 AND key = 'stage'`, run.ID).Scan(&stage); err != nil || stage != "attempt 2" {
+		t.Fatalf("the run's event stage is %q (%v); want the retried turn's %q", stage, err, "attempt 2")
+	}
+}
