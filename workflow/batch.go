@@ -434,7 +434,7 @@ type batchState struct {
 	parentsLocked bool
 	// finished counts the runs the batch finishes, recorded once it has
 	// committed.
-	finished finishedRuns
+	finished txCounts
 	// mayOrphan are the tasks this batch finishes that may leave
 	// unfinished children; orphans are those children (and their
 	// descendants), which it cancelled.
@@ -448,7 +448,7 @@ type batchState struct {
 // the parents older than all of them, which come later), then the runs.
 // It returns the waits on children that the batch ended, to record once
 // it has committed.
-func (e *Engine) flushTx(ctx context.Context, all []*outcome, lockTimeout time.Duration) (waits []waitSpan, orphans []uuid.UUID, fin finishedRuns, busy []*outcome, err error) {
+func (e *Engine) flushTx(ctx context.Context, all []*outcome, lockTimeout time.Duration) (waits []waitSpan, orphans []uuid.UUID, fin txCounts, busy []*outcome, err error) {
 	err = e.withPipeTxLock(ctx, lockTimeout, func(tx *pipeTx) error {
 		waits = nil
 		for _, o := range all {
@@ -874,7 +874,7 @@ func (e *Engine) insertNodes(ctx context.Context, tx pgx.Tx, st *batchState, dag
 	if len(dags) == 0 {
 		return nil
 	}
-	turns, err := e.createNodesTx(ctx, tx, dags)
+	turns, err := e.createNodesTx(ctx, tx, dags, &st.finished)
 	if err != nil {
 		return err
 	}

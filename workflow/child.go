@@ -423,7 +423,7 @@ func (e *Engine) queueDetached(ctx context.Context, b *pgx.Batch, st *batchState
 // would a child.
 func (e *Engine) startDetached(ctx context.Context, tx pgx.Tx, st *batchState, created []*runsCreation) error {
 	for _, c := range created {
-		turns, err := c.finish(ctx, tx)
+		turns, err := c.finish(ctx, tx, &st.finished)
 		if err != nil {
 			return fmt.Errorf("workflow: starting %d detached children: %w", len(c.starts), err)
 		}

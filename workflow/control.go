@@ -514,7 +514,14 @@ func (e *Engine) Retry(ctx context.Context, runID string) error {
 		if err := e.waitForTurnsToEnd(ctx, id, deadline, nil); err != nil {
 			return err
 		}
-		err := e.withTx(ctx, func(tx pgx.Tx) error { return e.retryTx(ctx, tx, id, runID) })
+		var fin txCounts
+		err := e.withTx(ctx, func(tx pgx.Tx) error {
+			fin = txCounts{}
+			return e.retryTx(ctx, tx, id, runID, &fin)
+		})
+		if err == nil {
+			fin.record(ctx, e.metrics)
+		}
 		if isLockNotAvailable(err) && time.Now().Before(deadline) {
 			// A finished task to forget was held by another
 			// transaction: start over a moment later.
@@ -537,7 +544,7 @@ func (e *Engine) Retry(ctx context.Context, runID string) error {
 // runs; Retry waits for the turn to end and tries again.
 var errTurnRunning = errors.New("workflow: a turn of a task to reset is running")
 
-func (e *Engine) retryTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID string) error {
+func (e *Engine) retryTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID string, fin *txCounts) error {
 	if err := runStatusIs(ctx, tx, id, runID, func(status string) error {
 		if status != "failed" && status != "cancelled" {
 			return fmt.Errorf("%w: run %s is %s", ErrRunNotRetryable, runID, status)
@@ -593,7 +600,7 @@ func (e *Engine) retryTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID str
 	if running {
 		return errTurnRunning
 	}
-	nodeTurns, frozen, err := e.retryNodesTx(ctx, tx, id)
+	nodeTurns, frozen, err := e.retryNodesTx(ctx, tx, id, fin)
 	if err != nil {
 		return err
 	}

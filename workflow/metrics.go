@@ -80,13 +80,15 @@ type engineMetrics struct {
 	batchDuration metric.Float64Histogram
 }
 
-// finishedRuns counts the runs that a transaction finishes, for the
-// metrics to count once it has committed: a batch that fails, and is
-// recorded again one outcome at a time, counts its runs only once.
-type finishedRuns struct{ completed, failed int64 }
+// txCounts counts what a transaction does that the metrics count (the
+// runs it starts and finishes, the DAG nodes it skips), for them to count
+// once it has committed: a batch that fails, and is recorded again one
+// outcome at a time, counts them only once, and one that never commits
+// counts none.
+type txCounts struct{ completed, failed, started, skipped int64 }
 
 // add counts a run that finishes with status.
-func (f *finishedRuns) add(status string) {
+func (f *txCounts) add(status string) {
 	if status == "completed" {
 		f.completed++
 	} else {
@@ -94,14 +96,20 @@ func (f *finishedRuns) add(status string) {
 	}
 }
 
-// record adds the runs to the metrics. Call it once their transaction
+// record adds the counts to the metrics. Call it once their transaction
 // has committed.
-func (f finishedRuns) record(ctx context.Context, m *engineMetrics) {
+func (f txCounts) record(ctx context.Context, m *engineMetrics) {
 	if f.completed > 0 {
 		m.runsCompleted.Add(ctx, f.completed)
 	}
 	if f.failed > 0 {
 		m.runsFailed.Add(ctx, f.failed)
+	}
+	if f.started > 0 {
+		m.runsStarted.Add(ctx, f.started)
+	}
+	if f.skipped > 0 {
+		m.nodesSkipped.Add(ctx, f.skipped)
 	}
 }
 

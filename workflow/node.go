@@ -56,7 +56,7 @@ type dagRoot struct {
 // transaction until it commits, and tx holds their roots (new in tx as
 // well, or, for a root whose turn creates its nodes, locked by that turn's
 // batch), so settling them takes no locks.
-func (e *Engine) createNodesTx(ctx context.Context, tx pgx.Tx, roots []dagRoot) ([]turn, error) {
+func (e *Engine) createNodesTx(ctx context.Context, tx pgx.Tx, roots []dagRoot, fin *txCounts) ([]turn, error) {
 	var (
 		ids, runIDs, parents            []uuid.UUID
 		keys, workflows, inputs, queues []string
@@ -152,13 +152,12 @@ func (e *Engine) createNodesTx(ctx context.Context, tx pgx.Tx, roots []dagRoot) 
 	}
 	for _, s := range settled {
 		if s.status == "skipped" {
-			e.metrics.nodesSkipped.Add(ctx, 1)
+			fin.skipped++
 		}
 	}
 	// The nodes decided at creation settle as any other: their dependents
 	// count them off, and their roots too.
-	var fin finishedRuns
-	wake, err := e.settleTx(ctx, tx, settled, true, nil, &fin)
+	wake, err := e.settleTx(ctx, tx, settled, true, nil, fin)
 	if err != nil {
 		return nil, fmt.Errorf("workflow: settling the nodes of %d DAG runs decided at their start: %w", len(roots), err)
 	}
@@ -224,7 +223,7 @@ type releaseCandidate struct {
 // settle with the others (their root counts them off), and the turns of
 // the nodes it released. tx holds the blocked nodes of the DAGs locked
 // (see lockNodesSQL), and the roots.
-func (e *Engine) settleNodes(ctx context.Context, tx pgx.Tx, settled []settlement) (more []settlement, wake []turn, err error) {
+func (e *Engine) settleNodes(ctx context.Context, tx pgx.Tx, settled []settlement, fin *txCounts) (more []settlement, wake []turn, err error) {
 	var frontier []settlement
 	for _, s := range settled {
 		if s.dag != "" {
@@ -237,7 +236,7 @@ func (e *Engine) settleNodes(ctx context.Context, tx pgx.Tx, settled []settlemen
 		// failures that decide recorded, which are in its frontier.
 		var skipped []settlement
 		if level == 0 || slices.ContainsFunc(frontier, func(s settlement) bool { return s.status == "failed" }) {
-			if skipped, err = e.failDAGs(ctx, tx, frontier); err != nil {
+			if skipped, err = e.failDAGs(ctx, tx, frontier, fin); err != nil {
 				return nil, nil, err
 			}
 		}
@@ -245,7 +244,7 @@ func (e *Engine) settleNodes(ctx context.Context, tx pgx.Tx, settled []settlemen
 		if err != nil {
 			return nil, nil, err
 		}
-		released, final, err := e.decide(ctx, tx, cands)
+		released, final, err := e.decide(ctx, tx, cands, fin)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -259,14 +258,14 @@ func (e *Engine) settleNodes(ctx context.Context, tx pgx.Tx, settled []settlemen
 
 // failDAGs applies FailDAG to the DAGs of the nodes of frontier (see
 // failDAGsOf), and returns the nodes it skipped as settled.
-func (e *Engine) failDAGs(ctx context.Context, tx pgx.Tx, frontier []settlement) ([]settlement, error) {
+func (e *Engine) failDAGs(ctx context.Context, tx pgx.Tx, frontier []settlement, fin *txCounts) ([]settlement, error) {
 	dags := map[uuid.UUID]string{}
 	for _, s := range frontier {
 		if s.dag != "" && s.parentID != nil {
 			dags[*s.parentID] = s.dag
 		}
 	}
-	return e.failDAGsOf(ctx, tx, dags)
+	return e.failDAGsOf(ctx, tx, dags, fin)
 }
 
 // failDAGsOf skips, in each DAG of dags (root task → DAG name) that this
@@ -279,7 +278,7 @@ func (e *Engine) failDAGs(ctx context.Context, tx pgx.Tx, frontier []settlement)
 // the first settle or decision of the DAG in a process that knows it
 // applies it before releasing anything. tx holds the DAGs' blocked nodes
 // locked.
-func (e *Engine) failDAGsOf(ctx context.Context, tx pgx.Tx, dags map[uuid.UUID]string) ([]settlement, error) {
+func (e *Engine) failDAGsOf(ctx context.Context, tx pgx.Tx, dags map[uuid.UUID]string, fin *txCounts) ([]settlement, error) {
 	if len(dags) == 0 {
 		return nil, nil
 	}
@@ -351,12 +350,17 @@ func (e *Engine) failDAGsOf(ctx context.Context, tx pgx.Tx, dags map[uuid.UUID]s
 	if err != nil {
 		return nil, fmt.Errorf("workflow: skipping the blocked nodes of %d failed DAGs: %w", len(roots), err)
 	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (settlement, error) {
+	skipped, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (settlement, error) {
 		s := settlement{status: "skipped"}
 		err := row.Scan(&s.taskID, &s.runID, &s.parentID, &s.key, &s.by)
 		s.dag = dags[*s.parentID]
 		return s, err
 	})
+	if err != nil {
+		return nil, err
+	}
+	fin.skipped += int64(len(skipped))
+	return skipped, nil
 }
 
 // countOffDependents subtracts each node of frontier from the count of
@@ -415,7 +419,7 @@ type dependency struct {
 // node without one is skipped when every dependency was skipped, and runs
 // otherwise. It returns the turns of the released nodes, and the skipped
 // and failed ones as settled.
-func (e *Engine) decide(ctx context.Context, tx pgx.Tx, cands []releaseCandidate) (released []turn, final []settlement, err error) {
+func (e *Engine) decide(ctx context.Context, tx pgx.Tx, cands []releaseCandidate, fin *txCounts) (released []turn, final []settlement, err error) {
 	if len(cands) == 0 {
 		return nil, nil, nil
 	}
@@ -555,7 +559,7 @@ func (e *Engine) decide(ctx context.Context, tx pgx.Tx, cands []releaseCandidate
 		}
 		for _, s := range final {
 			if s.status == "skipped" {
-				e.metrics.nodesSkipped.Add(ctx, 1)
+				fin.skipped++
 			}
 		}
 	}
@@ -763,7 +767,7 @@ func (r *NodeRef[Out]) Output(t *Task) (Out, error) {
 // must run meanwhile, out of the DAG's order, or for a node that does not
 // run. A node decided at once has the same dependencies as before, and a
 // released one resumes where it stopped. tx holds the run's tasks locked.
-func (e *Engine) retryNodesTx(ctx context.Context, tx pgx.Tx, runID uuid.UUID) ([]turn, []uuid.UUID, error) {
+func (e *Engine) retryNodesTx(ctx context.Context, tx pgx.Tx, runID uuid.UUID, fin *txCounts) ([]turn, []uuid.UUID, error) {
 	rows, err := tx.Query(ctx, openTasksSQL+`
 		SELECT t.id, t.parent_task_id, t.key, t.status, t.workflow, t.queue, t.priority, t.max_attempts, p.workflow
 		  FROM braid_tasks t JOIN braid_tasks p ON p.id = t.parent_task_id
@@ -885,13 +889,13 @@ func (e *Engine) retryNodesTx(ctx context.Context, tx pgx.Tx, runID uuid.UUID) (
 			cands = slices.DeleteFunc(cands, func(c releaseCandidate) bool { return !exists[c.tr.taskID] })
 		}
 	}
-	wake, final, err := e.decide(ctx, tx, cands)
+	wake, final, err := e.decide(ctx, tx, cands, fin)
 	if err != nil {
 		return nil, nil, err
 	}
 	// What the decisions skipped settles on among the nodes; the roots
 	// count their unfinished nodes afresh (retryTx).
-	_, released, err := e.settleNodes(ctx, tx, final)
+	_, released, err := e.settleNodes(ctx, tx, final, fin)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -1001,9 +1005,9 @@ func (e *Engine) decideUndecidedNodes(ctx context.Context) error {
 func (e *Engine) decideDAG(ctx context.Context, root uuid.UUID, dag string) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.OutcomeTimeout)
 	defer cancel()
-	var fin finishedRuns
+	var fin txCounts
 	err := e.withTx(ctx, func(tx pgx.Tx) error {
-		fin = finishedRuns{}
+		fin = txCounts{}
 		if _, err := tx.Exec(ctx, `
 			SELECT 1 FROM braid_tasks WHERE id = $1 OR (parent_task_id = $1 AND status = 'blocked')
 			 ORDER BY created_at DESC, id DESC FOR UPDATE`, root); err != nil {
@@ -1012,7 +1016,7 @@ func (e *Engine) decideDAG(ctx context.Context, root uuid.UUID, dag string) erro
 		// A node that failed under FailDAG in a process that did not
 		// know the DAG skips the DAG's blocked nodes now, before any is
 		// released.
-		skipped, err := e.failDAGsOf(ctx, tx, map[uuid.UUID]string{root: dag})
+		skipped, err := e.failDAGsOf(ctx, tx, map[uuid.UUID]string{root: dag}, &fin)
 		if err != nil {
 			return err
 		}
@@ -1033,7 +1037,7 @@ func (e *Engine) decideDAG(ctx context.Context, root uuid.UUID, dag string) erro
 		if err != nil {
 			return err
 		}
-		released, final, err := e.decide(ctx, tx, cands)
+		released, final, err := e.decide(ctx, tx, cands, &fin)
 		if err != nil {
 			return err
 		}

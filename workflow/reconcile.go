@@ -180,10 +180,10 @@ func (e *Engine) reconcileTask(ctx context.Context, taskID uuid.UUID) (bool, err
 		settled bool
 		msg     string
 		orphans []uuid.UUID
-		fin     finishedRuns
+		fin     txCounts
 	)
 	err := e.withTx(ctx, func(tx pgx.Tx) error {
-		fin = finishedRuns{}
+		fin = txCounts{}
 		var (
 			runID    uuid.UUID
 			parentID *uuid.UUID

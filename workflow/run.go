@@ -198,7 +198,15 @@ func (e *Engine) createRunsTx(ctx context.Context, tx pgx.Tx, d *definition, sta
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return nil, fmt.Errorf("workflow: starting %d runs: %w", len(starts), err)
 	}
-	return c.finish(ctx, tx)
+	// Runs started in a caller's transaction (StartTx) are counted as
+	// they start: the engine does not see that transaction commit.
+	var fin txCounts
+	turns, err := c.finish(ctx, tx, &fin)
+	if err != nil {
+		return nil, err
+	}
+	fin.record(ctx, e.metrics)
+	return turns, nil
 }
 
 // runsCreation is the creation of runs that queueRuns queued: once its
@@ -327,7 +335,7 @@ func (e *Engine) queueRuns(ctx context.Context, b *pgx.Batch, d *definition, sta
 // finish completes the creation of runs once its statement has run: it
 // finds the runs that existed, creates DAG runs' nodes, and returns the
 // first turns of the runs it created.
-func (c *runsCreation) finish(ctx context.Context, tx pgx.Tx) ([]turn, error) {
+func (c *runsCreation) finish(ctx context.Context, tx pgx.Tx, fin *txCounts) ([]turn, error) {
 	e, d, starts := c.e, c.d, c.starts
 	runIDs, taskIDs, inputs, keys, timeouts, turns := c.runIDs, c.taskIDs, c.inputs, c.keys, c.timeout, c.turns
 	isNew := make([]bool, len(starts))
@@ -363,7 +371,7 @@ func (c *runsCreation) finish(ctx context.Context, tx pgx.Tx) ([]turn, error) {
 		starts[i].id, starts[i].existing = existingID.String(), true
 	}
 	if len(dagRoots) > 0 {
-		nodeTurns, err := e.createNodesTx(ctx, tx, dagRoots)
+		nodeTurns, err := e.createNodesTx(ctx, tx, dagRoots, fin)
 		if err != nil {
 			return nil, err
 		}
@@ -376,7 +384,7 @@ func (c *runsCreation) finish(ctx context.Context, tx pgx.Tx) ([]turn, error) {
 			return nil, err
 		}
 	}
-	e.metrics.runsStarted.Add(ctx, int64(len(kept)))
+	fin.started += int64(len(c.created))
 	return kept, nil
 }
 

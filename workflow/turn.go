@@ -1060,7 +1060,7 @@ func (s settlement) origin() uuid.UUID {
 // with its last statements, rather than sent at once. The runs it finishes
 // are counted in fin, for the caller to record once its transaction has
 // committed.
-func (e *Engine) settleTx(ctx context.Context, tx pgx.Tx, settled []settlement, parentsLocked bool, late *pgx.Batch, fin *finishedRuns) ([]turn, error) {
+func (e *Engine) settleTx(ctx context.Context, tx pgx.Tx, settled []settlement, parentsLocked bool, late *pgx.Batch, fin *txCounts) ([]turn, error) {
 	var nodes []turn
 	if slices.ContainsFunc(settled, func(s settlement) bool { return s.dag != "" }) {
 		if !parentsLocked {
@@ -1069,7 +1069,7 @@ func (e *Engine) settleTx(ctx context.Context, tx pgx.Tx, settled []settlement, 
 			}
 			parentsLocked = true
 		}
-		more, wake, err := e.settleNodes(ctx, tx, settled)
+		more, wake, err := e.settleNodes(ctx, tx, settled, fin)
 		if err != nil {
 			return nil, err
 		}
