@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river/rivertype"
+	"go.opentelemetry.io/otel/codes"
 
 	"github.com/braidflow/braid/queue"
 )
@@ -284,6 +285,7 @@ func (e *Engine) flushAlone(o *outcome) {
 		if time.Now().After(deadline) {
 			o.err = fmt.Errorf("workflow: recording the outcome of task %s: a lock it needs (its wait's mailbox or topic, or a row) stayed held for %s", o.taskID, e.cfg.OutcomeTimeout)
 			o.next, o.nextTask, o.finished = nil, nil, false
+			o.endDetachedStarts()
 			close(o.done)
 			return
 		}
@@ -381,9 +383,34 @@ func (e *Engine) flushSome(batch []*outcome, lockTimeout time.Duration) (busy []
 		if err != nil {
 			o.next, o.nextTask, o.finished = nil, nil, false
 		}
+		o.endDetachedStarts()
 		close(o.done)
 	}
 	return busy
+}
+
+// endDetachedStarts ends the braid.run.start spans of the detached
+// children that the outcome's batches started (queueDetached), once its
+// last batch has committed or failed for good: the span is made once per
+// turn, whatever the number of batches that try to record the outcome, so
+// that a run has one braid.run.start span, the one it keeps as its
+// trace. When the outcome was not recorded, neither were the runs: the
+// span says so.
+func (o *outcome) endDetachedStarts() {
+	if o.t == nil {
+		return
+	}
+	for i := range o.t.detached {
+		s := &o.t.detached[i]
+		if s.start == nil {
+			continue
+		}
+		if o.err != nil {
+			s.start.SetStatus(codes.Error, "the run was not started: the outcome of the turn that started it was not recorded")
+		}
+		s.start.End()
+		s.start = nil
+	}
 }
 
 // batchLockTimeout is the lock_timeout of a batch's transaction: a

@@ -387,11 +387,17 @@ func (e *Engine) queueDetached(ctx context.Context, b *pgx.Batch, st *batchState
 		if o.t == nil || len(o.t.detached) == 0 || (o.kind != outcomeComplete && o.kind != outcomeSuspend) || !isRunnable(st.status[o.taskID]) {
 			continue
 		}
-		for _, s := range o.t.detached {
+		for i := range o.t.detached {
+			s := &o.t.detached[i]
 			if byDef[s.def] == nil {
 				defs = append(defs, s.def)
 			}
-			byDef[s.def] = append(byDef[s.def], start{input: s.input, opts: &StartOpts{ID: s.runID.String()}, by: o})
+			if s.start == nil {
+				// One span per run, whatever the number of batches that
+				// try to start it: ended once the outcome is recorded.
+				_, s.start = e.tracer.Start(ctx, "braid.run.start", runStartAttributes(s.runID, s.def.name))
+			}
+			byDef[s.def] = append(byDef[s.def], start{input: s.input, opts: &StartOpts{ID: s.runID.String()}, by: o, span: s.start})
 			tasks, runs, names = append(tasks, o.taskID), append(runs, s.runID), append(names, s.key)
 		}
 	}

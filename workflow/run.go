@@ -165,6 +165,9 @@ type start struct {
 	// by is, for a detached child, the outcome of the turn that started
 	// it.
 	by *outcome
+	// span is, when set, the run's braid.run.start span, which its maker
+	// ends; queueRuns makes and ends one for a start without it.
+	span trace.Span
 }
 
 func (e *Engine) startTx(ctx context.Context, tx pgx.Tx, d *definition, input json.RawMessage, opts *StartOpts) (string, bool, error) {
@@ -275,13 +278,14 @@ func (e *Engine) queueRuns(ctx context.Context, b *pgx.Batch, d *definition, sta
 		if err != nil {
 			return nil, err
 		}
-		sctx, span := e.tracer.Start(ctx, "braid.run.start", trace.WithAttributes(
-			attribute.String("run.id", runID.String()),
-			attribute.String("workflow", d.name),
-		))
 		carrier := propagation.MapCarrier{}
-		propagation.TraceContext{}.Inject(sctx, carrier)
-		span.End()
+		if span := starts[i].span; span != nil {
+			propagation.TraceContext{}.Inject(trace.ContextWithSpan(ctx, span), carrier)
+		} else {
+			sctx, span := e.tracer.Start(ctx, "braid.run.start", runStartAttributes(runID, d.name))
+			propagation.TraceContext{}.Inject(sctx, carrier)
+			span.End()
+		}
 		if o.IdempotencyKey != "" {
 			k := o.IdempotencyKey
 			keys[i] = &k
@@ -477,4 +481,12 @@ func (e *Engine) wait(ctx context.Context, runID string) (json.RawMessage, error
 		case <-time.After(e.cfg.ResultPollInterval):
 		}
 	}
+}
+
+// runStartAttributes are the attributes of a run's braid.run.start span.
+func runStartAttributes(runID uuid.UUID, workflow string) trace.SpanStartOption {
+	return trace.WithAttributes(
+		attribute.String("run.id", runID.String()),
+		attribute.String("workflow", workflow),
+	)
 }

@@ -298,6 +298,10 @@ type spawn struct {
 	// of the durable call that started the child.
 	position int
 	call     string
+	// start is the braid.run.start span of a detached child's run, made
+	// by the first batch that starts the run, and ended once the outcome
+	// that starts it is recorded (outcome.endDetachedStarts).
+	start trace.Span
 }
 
 // Context is the turn's context. It carries the turn's span and is
