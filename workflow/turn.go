@@ -761,6 +761,18 @@ func (e *Engine) runTurn(ctx context.Context, job *river.Job[taskArgs], claimed 
 	err = e.handIn(ctx, o)
 	switch {
 	case errors.Is(err, queue.ErrJobNotRunning):
+		span.SetAttributes(attribute.String("turn.outcome", "superseded"))
+	case err != nil:
+		// The outcome was not recorded: the attempt fails with this
+		// error (River retries the turn), whatever the code did.
+		span.SetAttributes(attribute.String("turn.outcome", "not recorded"))
+		span.RecordError(err)
+		if runErr == nil {
+			span.SetStatus(codes.Error, err.Error())
+		}
+	}
+	switch {
+	case errors.Is(err, queue.ErrJobNotRunning):
 		return continuation{}, err
 	case err != nil && o.kind == outcomeFail:
 		return continuation{}, fmt.Errorf("workflow: failing task after %d attempts: %w (attempt error: %s)", job.Attempt, err, runErr)
