@@ -71,3 +71,62 @@ func TestTurnSpanOfAnOutcomeNotRecordedIsAnError(t *testing.T) {
 		}
 	}
 }
+
+// A turn of a workflow that the process that took it does not know is an
+// attempt too: each is a span in its run's trace, and the one that fails
+// the task, once no process took the turn in time, carries the error that
+// the run then shows.
+func TestTurnOfAnUnknownWorkflowIsTraced(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	known := workflow.Define("traced_deployed_later", func(t *workflow.Task, in int) (int, error) { return in * 2, nil })
+	other := workflow.Define("traced_something_else", func(t *workflow.Task, in int) (int, error) { return in, nil })
+
+	// The only working process does not know the workflow.
+	cfg := testConfig(other)
+	cfg.TracerProvider = tp
+	cfg.UnknownWorkflowSnooze = 100 * time.Millisecond
+	cfg.UnknownWorkflowTimeout = time.Second
+	eng := startEngine(t, pool, cfg)
+	starterCfg := testConfig(known)
+	starterCfg.TracerProvider = tp
+	starter := newEngine(t, pool, starterCfg)
+	run, err := known.Start(ctxTimeout(t, 5*time.Second), starter, 21, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if msg := requireFailed(t, pool, eng, run.ID); !strings.Contains(msg, "is not registered") {
+		t.Fatalf("task error %q does not name the unknown workflow", msg)
+	}
+
+	var start sdktrace.ReadOnlySpan
+	var turns []sdktrace.ReadOnlySpan
+	waitFor(t, "the span of the turn that failed the task", 10*time.Second, func() bool {
+		start, turns = nil, nil
+		failed := false
+		for _, s := range rec.Ended() {
+			switch s.Name() {
+			case "braid.run.start":
+				start = s
+			case "braid.task traced_deployed_later":
+				turns = append(turns, s)
+				failed = failed || s.Status().Code == codes.Error
+			}
+		}
+		return start != nil && failed
+	})
+	for _, s := range turns {
+		if s.SpanContext().TraceID() != start.SpanContext().TraceID() || s.Parent().SpanID() != start.SpanContext().SpanID() {
+			t.Errorf("a turn span is not a child of the run's braid.run.start")
+		}
+		if attr(s, "run.id") != run.ID || attr(s, "workflow") != "traced_deployed_later" {
+			t.Errorf("turn span names run %q and workflow %q", attr(s, "run.id"), attr(s, "workflow"))
+		}
+		if s.Status().Code == codes.Error && !strings.Contains(s.Status().Description, "is not registered") {
+			t.Errorf("turn span's error %q does not name the unknown workflow", s.Status().Description)
+		}
+	}
+}
