@@ -1015,21 +1015,57 @@ func (e *Engine) unknownWorkflow(ctx context.Context, job *river.Job[taskArgs], 
 		e.logger.WarnContext(ctx, "workflow: a turn's workflow is not registered in this process; leaving it to a process that knows it",
 			"workflow", name, "task.id", taskID, "job.id", job.ID, "snooze", e.cfg.UnknownWorkflowSnooze)
 	}
-	var overdue bool
-	err := e.pool.QueryRow(ctx, `SELECT created_at <= now() - $2::bigint * interval '1 microsecond' FROM river_job WHERE id = $1`,
-		job.ID, e.cfg.UnknownWorkflowTimeout.Microseconds()).Scan(&overdue)
+	var (
+		overdue     bool
+		runID       *uuid.UUID
+		traceParent *string
+	)
+	err := e.pool.QueryRow(ctx, `
+		SELECT j.created_at <= now() - $2::bigint * interval '1 microsecond', t.run_id,
+		       (SELECT r.trace_parent FROM braid_runs r WHERE r.id = t.run_id)
+		  FROM river_job j LEFT JOIN braid_tasks t ON t.id = $3
+		 WHERE j.id = $1`,
+		job.ID, e.cfg.UnknownWorkflowTimeout.Microseconds(), taskID).Scan(&overdue, &runID, &traceParent)
+	// The attempt is a span of its run's trace, as any turn's.
+	parent := ctx
+	if traceParent != nil {
+		parent = propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier{"traceparent": *traceParent})
+	}
+	attrs := []attribute.KeyValue{
+		attribute.String("task.id", taskID.String()),
+		attribute.String("workflow", name),
+		attribute.Int("attempt", job.Attempt),
+		attribute.Int64("job.id", job.ID),
+		attribute.String("queue", job.Queue),
+	}
+	if runID != nil {
+		attrs = append(attrs, attribute.String("run.id", runID.String()))
+	}
+	_, span := e.tracer.Start(parent, "braid.task "+name, trace.WithAttributes(attrs...))
+	defer span.End()
 	if err != nil || !overdue {
+		span.SetAttributes(attribute.String("turn.outcome", "unknown workflow"))
 		return river.JobSnooze(e.cfg.UnknownWorkflowSnooze)
 	}
 	msg := fmt.Sprintf("workflow %q is not registered in any process that took this turn within %s; deploy it, then retry the run", name, e.cfg.UnknownWorkflowTimeout)
 	errJSON, _ := json.Marshal(storedError{Message: msg, Kind: "unknown_workflow", Attempt: job.Attempt})
 	e.batcher.active.Add(1)
 	if err := e.handIn(ctx, &outcome{kind: outcomeFail, job: job.JobRow, taskID: taskID, errJSON: errJSON}); err != nil {
+		if errors.Is(err, queue.ErrJobNotRunning) {
+			span.SetAttributes(attribute.String("turn.outcome", "superseded"))
+		} else {
+			span.SetAttributes(attribute.String("turn.outcome", "not recorded"))
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		}
 		return err
 	}
 	e.logger.ErrorContext(ctx, "workflow: no process took a turn of an unknown workflow in time; its task failed",
 		"workflow", name, "task.id", taskID, "job.id", job.ID)
-	return river.JobCancel(fmt.Errorf("%w: %s", ErrUnknownWorkflow, msg))
+	failure := fmt.Errorf("%w: %s", ErrUnknownWorkflow, msg)
+	span.RecordError(failure)
+	span.SetStatus(codes.Error, failure.Error())
+	return river.JobCancel(failure)
 }
 
 // settlement is a task that has just finished.
