@@ -440,8 +440,9 @@ func (e *Engine) fireDueDelays(ctx context.Context, only *stepKey, skip []stepKe
 	skipTasks, skipNames := stepKeyArrays(skip)
 	var n int
 	var waits []waitSpan
+	var lateness []float64
 	err := e.withTx(ctx, func(tx pgx.Tx) error {
-		waits = nil
+		waits, lateness = nil, nil
 		b := &pgx.Batch{}
 		b.Queue(fireDueDelaysSQL, e.cfg.DelayBatchSize, taskID, name, skipTasks, skipNames)
 		if rd != nil {
@@ -454,7 +455,6 @@ func (e *Engine) fireDueDelays(ctx context.Context, only *stepKey, skip []stepKe
 			return err
 		}
 		var turns []turn
-		var lateness []float64
 		for rows.Next() {
 			var tr turn
 			var prio int16
@@ -484,15 +484,14 @@ func (e *Engine) fireDueDelays(ctx context.Context, only *stepKey, skip []stepKe
 			return err
 		}
 		n = len(turns)
-		if err := e.wakeTurns(ctx, tx, turns); err != nil {
-			return err
-		}
+		return e.wakeTurns(ctx, tx, turns)
+	})
+	if err == nil {
+		// Once the wakes have committed: a transaction that fails, and
+		// whose delays are woken again one by one, counts none.
 		for _, l := range lateness {
 			e.metrics.delayLateness.Record(ctx, l)
 		}
-		return nil
-	})
-	if err == nil {
 		e.recordWaits(waits)
 	} else if rd != nil {
 		*rd = dueReading{}
