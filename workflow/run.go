@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
@@ -199,7 +200,9 @@ func (e *Engine) createRunsTx(ctx context.Context, tx pgx.Tx, d *definition, sta
 		return nil, err
 	}
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return nil, fmt.Errorf("workflow: starting %d runs: %w", len(starts), err)
+		err = fmt.Errorf("workflow: starting %d runs: %w", len(starts), err)
+		c.endSpans(err)
+		return nil, err
 	}
 	// Runs started in a caller's transaction (StartTx) are counted as
 	// they start: the engine does not see that transaction commit.
@@ -226,16 +229,42 @@ type runsCreation struct {
 	timeout []int64
 	turns   []turn
 	index   map[uuid.UUID]int
+	// spans are the braid.run.start spans that queueRuns made (nil for a
+	// start that brought its own), ended by finish once it knows which
+	// runs it created.
+	spans []trace.Span
+}
+
+// endSpans ends the braid.run.start spans that queueRuns made, with err,
+// when not nil, as their status.
+func (c *runsCreation) endSpans(err error) {
+	for i, span := range c.spans {
+		if span == nil {
+			continue
+		}
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
+		c.spans[i] = nil
+	}
 }
 
 // queueRuns queues on b the statement that creates the runs of starts of
 // d with their root tasks, so that a batch of outcomes sends it with its
 // other statements. It returns nil for no starts.
-func (e *Engine) queueRuns(ctx context.Context, b *pgx.Batch, d *definition, starts []start) (*runsCreation, error) {
+func (e *Engine) queueRuns(ctx context.Context, b *pgx.Batch, d *definition, starts []start) (_ *runsCreation, err error) {
 	n := len(starts)
 	if n == 0 {
 		return nil, nil
 	}
+	spans := make([]trace.Span, n)
+	defer func() {
+		if err != nil {
+			(&runsCreation{spans: spans}).endSpans(err)
+		}
+	}()
 	var (
 		runIDs, taskIDs = make([]uuid.UUID, n), make([]uuid.UUID, n)
 		inputs          = make([]string, n)
@@ -282,9 +311,11 @@ func (e *Engine) queueRuns(ctx context.Context, b *pgx.Batch, d *definition, sta
 		if span := starts[i].span; span != nil {
 			propagation.TraceContext{}.Inject(trace.ContextWithSpan(ctx, span), carrier)
 		} else {
+			// Ended by finish, which knows whether the run is created
+			// or found.
 			sctx, span := e.tracer.Start(ctx, "braid.run.start", runStartAttributes(runID, d.name))
 			propagation.TraceContext{}.Inject(sctx, carrier)
-			span.End()
+			spans[i] = span
 		}
 		if o.IdempotencyKey != "" {
 			k := o.IdempotencyKey
@@ -310,7 +341,7 @@ func (e *Engine) queueRuns(ctx context.Context, b *pgx.Batch, d *definition, sta
 		rootStatus, rootRemaining, runStatus = "waiting", len(d.dag.nodes), "waiting"
 	}
 	c := &runsCreation{e: e, d: d, starts: starts, runIDs: runIDs, taskIDs: taskIDs, inputs: inputs, keys: keys,
-		timeout: timeouts, turns: turns, index: index}
+		timeout: timeouts, turns: turns, index: index, spans: spans}
 	b.Queue(`
 		WITH u AS (
 		    SELECT u.*, CASE WHEN u.timeout_us > 0 THEN u.timeout_us * interval '1 microsecond' END AS timeout
@@ -339,7 +370,8 @@ func (e *Engine) queueRuns(ctx context.Context, b *pgx.Batch, d *definition, sta
 // finish completes the creation of runs once its statement has run: it
 // finds the runs that existed, creates DAG runs' nodes, and returns the
 // first turns of the runs it created.
-func (c *runsCreation) finish(ctx context.Context, tx pgx.Tx, fin *txCounts) ([]turn, error) {
+func (c *runsCreation) finish(ctx context.Context, tx pgx.Tx, fin *txCounts) (_ []turn, err error) {
+	defer func() { c.endSpans(err) }()
 	e, d, starts := c.e, c.d, c.starts
 	runIDs, taskIDs, inputs, keys, timeouts, turns := c.runIDs, c.taskIDs, c.inputs, c.keys, c.timeout, c.turns
 	isNew := make([]bool, len(starts))
@@ -373,6 +405,10 @@ func (c *runsCreation) finish(ctx context.Context, tx pgx.Tx, fin *txCounts) ([]
 			return nil, fmt.Errorf("%w: run %s is of workflow %q, not %q", ErrIdempotencyConflict, existingID, workflow, d.name)
 		}
 		starts[i].id, starts[i].existing = existingID.String(), true
+		if span := c.spans[i]; span != nil {
+			// The start found its run: its span names that run.
+			span.SetAttributes(attribute.String("run.id", existingID.String()), attribute.Bool("run.existing", true))
+		}
 	}
 	if len(dagRoots) > 0 {
 		nodeTurns, err := e.createNodesTx(ctx, tx, dagRoots, fin)
