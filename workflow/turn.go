@@ -250,11 +250,13 @@ func recordLinks(ctx context.Context, tx pgx.Tx, late *pgx.Batch, inserted []ins
 
 // recordClaimedLinks queues on late, after the statement that inserts the
 // claimed turns (claimContinuations), the links of those among them that
-// have one, each with the ID its job was given: the task's running turn
-// job that this transaction wrote (its xmin; the batch takes no
-// savepoint), which is the one it inserted: the batch's own turn jobs are
-// finished before. A turn the insert left out, its task having a live turn
-// already, gets no link, as with River's insert.
+// have one, each with the ID its job was given: the task's live turn job
+// that this transaction wrote (its xmin; the batch takes no savepoint),
+// which is the one it inserted: the batch's own turn jobs are finished
+// before. That job is running, or, its queue being paused, available for
+// River's fetch, whose turn links all the same. A turn the insert left
+// out, its task having a live turn already, gets no link, as with River's
+// insert.
 func recordClaimedLinks(late *pgx.Batch, turns []insertedTurn) error {
 	if len(turns) == 0 {
 		return nil
@@ -271,7 +273,7 @@ func recordClaimedLinks(late *pgx.Batch, turns []insertedTurn) error {
 	late.Queue(`
 		UPDATE braid_tasks t SET turn_link = u.link || jsonb_build_object('job', j.id)
 		  FROM unnest($1::uuid[], $2::jsonb[]) AS u(id, link)
-		  JOIN river_job j ON j.kind = '`+TaskKind+`' AND braid_turn_task(j.unique_key, j.args) = u.id AND j.state = 'running'
+		  JOIN river_job j ON j.kind = '`+TaskKind+`' AND braid_turn_task(j.unique_key, j.args) = u.id AND j.state IN ('running', 'available')
 		                  AND j.xmin = pg_current_xact_id()::xid
 		 WHERE t.id = u.id`, pgIDs(ids), links)
 	return nil
