@@ -397,7 +397,8 @@ func (e *Engine) queueDetached(ctx context.Context, b *pgx.Batch, st *batchState
 				// try to start it: ended once the outcome is recorded.
 				_, s.start = e.tracer.Start(ctx, "braid.run.start", runStartAttributes(s.runID, s.def.name))
 			}
-			byDef[s.def] = append(byDef[s.def], start{input: s.input, opts: &StartOpts{ID: s.runID.String()}, by: o, span: s.start})
+			byDef[s.def] = append(byDef[s.def], start{input: s.input, opts: &StartOpts{ID: s.runID.String()}, by: o, span: s.start,
+				link: newTurnLink(o.traceParent(), linkSpawning)})
 			tasks, runs, names = append(tasks, o.taskID), append(runs, s.runID), append(names, s.key)
 		}
 	}
@@ -435,7 +436,8 @@ func (e *Engine) startDetached(ctx context.Context, tx pgx.Tx, st *batchState, c
 		}
 		// finish returns the turns of the runs it created, in the order
 		// of their starts; a run that existed has none. (A DAG's are its
-		// nodes' first turns, left to River's fetch.)
+		// nodes' first turns, left to River's fetch, each linked to the
+		// turn that started the DAG.)
 		i := 0
 		for _, s := range c.starts {
 			if c.d.dag != nil || s.existing || i >= len(turns) {

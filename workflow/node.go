@@ -38,6 +38,9 @@ type dagRoot struct {
 	input  string
 	// by is the outcome whose batch spawns the DAG as a child, if any.
 	by *outcome
+	// link is the link of its first nodes' first turns, if any: to the
+	// turn that started a detached DAG, whose turns go to River's fetch.
+	link *turnLink
 }
 
 // createNodesTx creates the nodes of DAG roots created in tx, and returns
@@ -108,7 +111,7 @@ func (e *Engine) createNodesTx(ctx context.Context, tx pgx.Tx, roots []dagRoot, 
 				}
 				if status == "pending" {
 					turns = append(turns, turn{taskID: nodeIDs[i], workflow: nd.name, queue: nd.queue, priority: nd.priority,
-						maxAttempts: nd.maxAttempts, by: r.by})
+						maxAttempts: nd.maxAttempts, by: r.by, link: r.link})
 				} else {
 					settled = append(settled, settlement{taskID: nodeIDs[i], runID: r.runID, parentID: &r.rootID,
 						status: status, errJSON: errJSON, key: n.name, dag: spec.name})

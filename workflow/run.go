@@ -169,6 +169,9 @@ type start struct {
 	// span is, when set, the run's braid.run.start span, which its maker
 	// ends; queueRuns makes and ends one for a start without it.
 	span trace.Span
+	// link is, for a detached child, the link of its first turns: to the
+	// turn that started it.
+	link *turnLink
 }
 
 func (e *Engine) startTx(ctx context.Context, tx pgx.Tx, d *definition, input json.RawMessage, opts *StartOpts) (string, bool, error) {
@@ -385,7 +388,7 @@ func (c *runsCreation) finish(ctx context.Context, tx pgx.Tx, fin *txCounts) (_ 
 		if isNew[i] {
 			deadlines = deadlines || timeouts[i] > 0
 			if d.dag != nil {
-				dagRoots = append(dagRoots, dagRoot{spec: d.dag, runID: runIDs[i], rootID: taskIDs[i], input: inputs[i]})
+				dagRoots = append(dagRoots, dagRoot{spec: d.dag, runID: runIDs[i], rootID: taskIDs[i], input: inputs[i], link: starts[i].link})
 			} else {
 				kept = append(kept, turns[i])
 			}
