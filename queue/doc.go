@@ -91,7 +91,10 @@
 // whatever process works the job. The span carries job.id, job.kind, queue,
 // attempt, priority and outcome. A failed attempt records the error and
 // sets the error status; a panic does too, and is then re-raised so River
-// records it, with its stack, as the attempt's error. A retry is a new
+// records it, with its stack, as the attempt's error. A panic that the
+// worker (or a middleware inside braid's, as the scheduler's recurring
+// middleware) recovered itself and returns as a *[PanicError] is a panic
+// to the span and the metrics all the same. A retry is a new
 // attempt span under the same parent, so all attempts share the trace. A
 // snooze is not a failure.
 //

@@ -227,6 +227,7 @@ func (q *Queue) attempt(ctx context.Context, job *rivertype.JobRow, doInner func
 		var recErr error
 		var snooze *rivertype.JobSnoozeError
 		var cancelled *rivertype.JobCancelError
+		var recovered *PanicError
 		switch {
 		case panicking && pv == nil:
 			// runtime.Goexit: nothing to record but the span's end.
@@ -241,6 +242,9 @@ func (q *Queue) attempt(ctx context.Context, job *rivertype.JobRow, doInner func
 			outcome = "snoozed"
 		case errors.As(err, &cancelled):
 			outcome, errType, recErr = "cancelled", "cancel", err
+		case errors.As(err, &recovered):
+			// A panic recovered inside: its stack is in the error.
+			outcome, errType, recErr = "panicked", "panic", err
 		default:
 			outcome, errType, recErr = "failed", "error", err
 		}
@@ -417,4 +421,18 @@ func retry(ctx context.Context, fn func() error) error {
 		}
 		pause = min(2*pause, 500*time.Millisecond)
 	}
+}
+
+// PanicError is a panic that a worker, or a middleware inside braid's,
+// recovered and returns as its attempt's error, with the stack where it
+// was raised. The middleware counts and traces such an attempt as a
+// panic (outcome "panicked", error.type "panic"), as one whose panic
+// reaches it.
+type PanicError struct {
+	Value any
+	Stack string
+}
+
+func (e *PanicError) Error() string {
+	return fmt.Sprintf("panic: %v\n%s", e.Value, e.Stack)
 }

@@ -391,7 +391,7 @@ func recurringAttributes(id int64, job *rivertype.JobRow) []attribute.KeyValue {
 func callSafely(ctx context.Context, fn func(ctx context.Context) error) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("panic: %v\n%s", r, debug.Stack())
+			err = &queue.PanicError{Value: r, Stack: string(debug.Stack())}
 		}
 	}()
 	return fn(ctx)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/braidflow/braid/queue"
 )
 
 // ErrSuspended is returned by durable calls (Task.Delay, Future.Get, Map, a
@@ -189,15 +191,9 @@ func (e *RunError) Is(target error) bool { return target == ErrCancelled && e.St
 func (e *RunError) Unwrap() error { return e.Err }
 
 // PanicError is the error of an attempt whose workflow or step code
-// panicked. It carries the stack.
-type PanicError struct {
-	Value any
-	Stack string
-}
-
-func (e *PanicError) Error() string {
-	return fmt.Sprintf("panic: %v\n%s", e.Value, e.Stack)
-}
+// panicked. It carries the stack. It is the queue's, so that the queue
+// counts and traces such an attempt as a panic.
+type PanicError = queue.PanicError
 
 // LimitError is returned when a call exceeds a configured limit.
 type LimitError struct {
