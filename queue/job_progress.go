@@ -105,6 +105,29 @@ type jobContext struct {
 	// cancelRequested is set once the watch ended a claimed attempt whose
 	// job River's JobCancel asked to stop.
 	cancelRequested atomic.Bool
+	// ended is when (since start, plus one nanosecond; zero while unset)
+	// the worker said its attempt's own work ended (EndAttempt).
+	ended atomic.Int64
+}
+
+// EndAttempt tells the queue that the work of the attempt that ctx (the
+// context River passed to Work) carries has ended, although its worker
+// has not returned yet: a worker that goes on to run, in the slot it
+// holds, jobs it claimed itself (WorkClaimed), each an attempt of its own,
+// calls it first, so that its own attempt's duration and span end with
+// its own work. The first call counts; outside an attempt it does nothing.
+func EndAttempt(ctx context.Context) {
+	if jc, ok := ctx.Value(jobContextKey{}).(*jobContext); ok {
+		jc.ended.CompareAndSwap(0, int64(time.Since(jc.start))+1)
+	}
+}
+
+// end is when the attempt ended: when EndAttempt was called, or now.
+func (jc *jobContext) end() time.Time {
+	if e := jc.ended.Load(); e > 0 {
+		return jc.start.Add(time.Duration(e - 1))
+	}
+	return time.Now()
 }
 
 // confirm records that a read or write sent at sent (since start) found

@@ -254,7 +254,8 @@ func (q *Queue) attempt(ctx context.Context, job *rivertype.JobRow, doInner func
 				attribute.String("job.kind", job.Kind), attribute.String("queue", job.Queue),
 				attribute.String("error.type", errType)))
 		}
-		q.metrics.duration.Record(mctx, time.Since(start).Seconds(), metric.WithAttributes(
+		end := jc.end()
+		q.metrics.duration.Record(mctx, end.Sub(start).Seconds(), metric.WithAttributes(
 			attribute.String("job.kind", job.Kind), attribute.String("queue", job.Queue),
 			attribute.String("outcome", outcome)))
 		if span != nil {
@@ -263,7 +264,7 @@ func (q *Queue) attempt(ctx context.Context, job *rivertype.JobRow, doInner func
 				span.RecordError(recErr, trace.WithStackTrace(errType == "panic"))
 				span.SetStatus(codes.Error, recErr.Error())
 			}
-			span.End()
+			span.End(trace.WithTimestamp(end))
 		}
 		if panicking && pv != nil {
 			// River records the panic, with its stack, as the attempt's error.

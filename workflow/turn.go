@@ -531,6 +531,11 @@ func (w *taskWorker) Timeout(*river.Job[taskArgs]) time.Duration { return -1 }
 // process (see claimContinuations), until an outcome claims none.
 func (w *taskWorker) Work(ctx context.Context, job *river.Job[taskArgs]) error {
 	next, err := w.eng.runTurn(ctx, job, false, nil)
+	if next.row != nil {
+		// The fetched turn's attempt ends here: each claimed turn is an
+		// attempt of its own, timed alone.
+		queue.EndAttempt(ctx)
+	}
 	w.eng.continueTurns(ctx, next)
 	return err
 }
