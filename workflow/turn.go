@@ -647,13 +647,27 @@ func (e *Engine) runTurn(ctx context.Context, job *river.Job[taskArgs], claimed 
 		if ierr := e.interrupted(ctx, job, taskID); ierr != nil {
 			return continuation{}, ierr
 		}
-		return continuation{}, fmt.Errorf("workflow: loading task %s: %w", taskID, err)
+		err = fmt.Errorf("workflow: loading task %s: %w", taskID, err)
+		// The attempt fails: a span of its own says so.
+		_, span := e.turnSpan(ctx, job, taskID, nil)
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+		span.End()
+		return continuation{}, err
 	}
 	if lt == nil || !isRunnable(lt.status) {
 		e.logger.DebugContext(ctx, "workflow: turn for a task that is not runnable, or gone; nothing to do", "task.id", taskID, "job.id", job.ID)
+		// An attempt that runs nothing is an attempt all the same.
+		_, span := e.turnSpan(ctx, job, taskID, lt)
+		defer span.End()
+		span.SetAttributes(attribute.String("turn.outcome", "idle"))
 		handedIn = true
 		o := &outcome{kind: outcomeIdle, job: job.JobRow, taskID: taskID, claimed: claimed}
 		if err := e.handIn(ctx, o); err != nil {
+			if !errors.Is(err, queue.ErrJobNotRunning) {
+				span.RecordError(err)
+				span.SetStatus(codes.Error, err.Error())
+			}
 			return continuation{}, err
 		}
 		return continuation{o.next, o.nextTask}, nil
@@ -665,36 +679,10 @@ func (e *Engine) runTurn(ctx context.Context, job *river.Job[taskArgs], claimed 
 		names: map[string]int{}, spawned: map[string]bool{}, input: lt.input, history: lt.history,
 	}
 
-	// One trace per run: the turn's span is a child of braid.run.start,
-	// linked to the turn that suspended, and to the turn that spawned the
-	// task or the child that released it, as its task records for its job.
-	parent := ctx
-	if lt.traceParent != nil {
-		parent = propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier{"traceparent": *lt.traceParent})
-	}
-	var links []trace.Link
-	if lt.suspended != nil {
-		if l, ok := spanLink(*lt.suspended, linkSuspended); ok {
-			links = append(links, l)
-		}
-	}
-	if l, ok := linkOf(lt, job.JobRow); ok {
-		links = append(links, l)
-	}
-	attrs := []attribute.KeyValue{
-		attribute.String("run.id", t.runID.String()),
-		attribute.String("task.id", taskID.String()),
-		attribute.String("task.key", t.key),
-		attribute.String("workflow", t.workflow),
-		attribute.Int("attempt", job.Attempt),
-		attribute.Int64("job.id", job.ID),
-		attribute.String("queue", job.Queue),
-	}
 	if lt.dag != nil {
 		t.dag = *lt.dag
-		attrs = append(attrs, attribute.String("dag", *lt.dag), attribute.String("dag.node", t.key))
 	}
-	spanCtx, span := e.tracer.Start(parent, "braid.task "+t.workflow, trace.WithLinks(links...), trace.WithAttributes(attrs...))
+	spanCtx, span := e.turnSpan(ctx, job, taskID, lt)
 	defer span.End()
 	t.ctx, t.span = spanCtx, span
 	t.logger = e.logger.With("run.id", t.runID.String(), "task.id", taskID.String(), "workflow", t.workflow)
@@ -797,6 +785,45 @@ func (e *Engine) runTurn(ctx context.Context, job *river.Job[taskArgs], claimed 
 		ret = river.JobCancel(runErr)
 	}
 	return continuation{o.next, o.nextTask}, ret
+}
+
+// turnSpan starts the span of a turn of task taskID, loaded as lt (nil
+// when it could not be read). One trace per run: the span is a child of
+// braid.run.start, linked to the turn that suspended, and to the turn that
+// spawned the task or the child that released it, as its task records for
+// its job.
+func (e *Engine) turnSpan(ctx context.Context, job *river.Job[taskArgs], taskID uuid.UUID, lt *loadedTask) (context.Context, trace.Span) {
+	parent := ctx
+	var links []trace.Link
+	name := job.Args.Workflow
+	if lt != nil {
+		name = lt.workflow
+	}
+	attrs := []attribute.KeyValue{
+		attribute.String("task.id", taskID.String()),
+		attribute.String("workflow", name),
+		attribute.Int("attempt", job.Attempt),
+		attribute.Int64("job.id", job.ID),
+		attribute.String("queue", job.Queue),
+	}
+	if lt != nil {
+		if lt.traceParent != nil {
+			parent = propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier{"traceparent": *lt.traceParent})
+		}
+		if lt.suspended != nil {
+			if l, ok := spanLink(*lt.suspended, linkSuspended); ok {
+				links = append(links, l)
+			}
+		}
+		if l, ok := linkOf(lt, job.JobRow); ok {
+			links = append(links, l)
+		}
+		attrs = append(attrs, attribute.String("run.id", lt.runID.String()), attribute.String("task.key", lt.key))
+		if lt.dag != nil {
+			attrs = append(attrs, attribute.String("dag", *lt.dag), attribute.String("dag.node", lt.key))
+		}
+	}
+	return e.tracer.Start(parent, "braid.task "+name, trace.WithLinks(links...), trace.WithAttributes(attrs...))
 }
 
 // interrupted is what a turn whose context ended before it ran its code
