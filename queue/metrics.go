@@ -15,12 +15,14 @@ import (
 const (
 	// MetricAttempts counts job attempts started, by job.kind and queue.
 	MetricAttempts = "braid.queue.job.attempts"
-	// MetricFailures counts attempts that failed (an error or a panic), by
-	// job.kind, queue and error.type ("error" or "panic").
+	// MetricFailures counts attempts that failed (an error, a panic, or a
+	// cancel the worker returned with river.JobCancel), by job.kind, queue
+	// and error.type ("error", "panic" or "cancel").
 	MetricFailures = "braid.queue.job.failures"
 	// MetricDuration is a histogram of attempt durations in seconds, by
 	// job.kind, queue and outcome ("completed", "failed", "panicked",
-	// "snoozed" or "cancelled").
+	// "snoozed", "cancelled", "superseded" for an attempt that lost its
+	// job, or "exited" for one whose worker called runtime.Goexit).
 	MetricDuration = "braid.queue.job.duration"
 	// MetricDepth is an observable gauge of the jobs in each unfinished state
 	// (available, pending, retryable, running, scheduled), by queue and
