@@ -1050,32 +1050,23 @@ func (e *Engine) unknownWorkflow(ctx context.Context, job *river.Job[taskArgs], 
 			"workflow", name, "task.id", taskID, "job.id", job.ID, "snooze", e.cfg.UnknownWorkflowSnooze)
 	}
 	var (
-		overdue     bool
-		runID       *uuid.UUID
-		traceParent *string
+		overdue bool
+		runID   *uuid.UUID
+		key     *string
+		tp      *string
+		lt      *loadedTask
 	)
 	err := e.pool.QueryRow(ctx, `
-		SELECT j.created_at <= now() - $2::bigint * interval '1 microsecond', t.run_id,
+		SELECT j.created_at <= now() - $2::bigint * interval '1 microsecond', t.run_id, t.key,
 		       (SELECT r.trace_parent FROM braid_runs r WHERE r.id = t.run_id)
 		  FROM river_job j LEFT JOIN braid_tasks t ON t.id = $3
 		 WHERE j.id = $1`,
-		job.ID, e.cfg.UnknownWorkflowTimeout.Microseconds(), taskID).Scan(&overdue, &runID, &traceParent)
+		job.ID, e.cfg.UnknownWorkflowTimeout.Microseconds(), taskID).Scan(&overdue, &runID, &key, &tp)
+	if runID != nil && key != nil {
+		lt = &loadedTask{runID: *runID, key: *key, workflow: name, traceParent: tp}
+	}
 	// The attempt is a span of its run's trace, as any turn's.
-	parent := ctx
-	if traceParent != nil {
-		parent = propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier{"traceparent": *traceParent})
-	}
-	attrs := []attribute.KeyValue{
-		attribute.String("task.id", taskID.String()),
-		attribute.String("workflow", name),
-		attribute.Int("attempt", job.Attempt),
-		attribute.Int64("job.id", job.ID),
-		attribute.String("queue", job.Queue),
-	}
-	if runID != nil {
-		attrs = append(attrs, attribute.String("run.id", runID.String()))
-	}
-	_, span := e.tracer.Start(parent, "braid.task "+name, trace.WithAttributes(attrs...))
+	_, span := e.turnSpan(ctx, job, taskID, lt)
 	defer span.End()
 	if err != nil || !overdue {
 		span.SetAttributes(attribute.String("turn.outcome", "unknown workflow"))
