@@ -197,6 +197,14 @@ func TestDashboardInABrowser(t *testing.T) {
 		}
 		return v
 	}
+	// live reads the text of the element that css selects on a page that
+	// redraws itself while it is read: in one evaluation, so that a redraw
+	// between finding the element and reading it cannot fail the read; ""
+	// while it is not there.
+	live := func(what, css string) string {
+		t.Helper()
+		return read(what, chromedp.Evaluate[string](fmt.Sprintf(`(document.querySelector(%q) || {textContent: ""}).textContent`, css)))
+	}
 	mark := chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
 		_, err := chromedp.Evaluate[bool](`window.braidNoReload = "kept"; true`)(ctx, tg)
 		return err
@@ -221,7 +229,7 @@ func TestDashboardInABrowser(t *testing.T) {
 	// The running job's progress bar advances with no reload.
 	step("open the job", chromedp.Navigate(fmt.Sprintf("%s/#/jobs/%d", f.http.URL, job.Job.ID)), chromedp.WaitVisible(chromedp.ID("job-progress")), mark)
 	percent := func() int {
-		text := read("read the progress", chromedp.Text(chromedp.ID("job-progress-text")))
+		text := live("read the progress", "#job-progress-text")
 		n, _ := strconv.Atoi(strings.TrimSuffix(strings.Fields(text + " 0")[0], "%"))
 		return n
 	}
@@ -253,7 +261,7 @@ func TestDashboardInABrowser(t *testing.T) {
 		mark,
 	)
 	stepErr := read("read the step error", chromedp.Text(chromedp.CSS(".step-error")))
-	status := read("read the status", chromedp.Text(chromedp.ID("run-status")))
+	status := live("read the status", "#run-status")
 	failedStep := read("read the failed step", chromedp.Evaluate[string](`document.querySelector(".step-failed").dataset.step`))
 	if !strings.Contains(stepErr, `template "summary" is missing`) || strings.TrimSpace(status) != "failed" || failedStep != "render" {
 		t.Fatalf("run page: status %q, failed step %q, step error %q; want failed in render", status, failedStep, stepErr)
@@ -264,7 +272,7 @@ func TestDashboardInABrowser(t *testing.T) {
 	deadline = time.Now().Add(60 * time.Second)
 	for strings.TrimSpace(status) != "completed" && time.Now().Before(deadline) {
 		time.Sleep(200 * time.Millisecond)
-		status = read("read the status", chromedp.Text(chromedp.ID("run-status")))
+		status = live("read the status", "#run-status")
 	}
 	if strings.TrimSpace(status) != "completed" {
 		t.Fatalf("after Retry the run page shows %q, want completed", status)
