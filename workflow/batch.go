@@ -120,6 +120,10 @@ type batcher struct {
 	// cleanup tracks the cancels of cancelled children's turns that run
 	// after their batch (cancelTurnsOf).
 	cleanup sync.WaitGroup
+	// alone holds a slot for each try of flushAlone, one at a time: the
+	// outcomes tried beside the batches, however many, hold one of the
+	// pool's connections at most, beside the batches' flushes.
+	alone chan struct{}
 
 	mu   sync.Mutex
 	stop context.CancelFunc
@@ -128,7 +132,7 @@ type batcher struct {
 
 func newBatcher(e *Engine) *batcher {
 	flushes := max(1, min(e.cfg.OutcomeFlushes, int(e.pool.Config().MaxConns)/2))
-	return &batcher{e: e, in: make(chan *outcome, e.cfg.OutcomeBatchSize), flushes: flushes}
+	return &batcher{e: e, in: make(chan *outcome, e.cfg.OutcomeBatchSize), flushes: flushes, alone: make(chan struct{}, 1)}
 }
 
 func (b *batcher) start() {
@@ -270,16 +274,22 @@ const (
 )
 
 // flushAlone records an outcome that its batch left out, its wait's lock
-// being held: it tries again after a pause, which doubles up to
-// busyPauseMax, for OutcomeTimeout at most, and then fails the outcome.
-// Between two tries it holds no connection, and it holds none of the
-// batches' flushes: however many outcomes wait on one held lock, the
-// engine's connections go on serving the others.
+// or a row it needs being held: it tries again after a pause, which
+// doubles up to busyPauseMax, for OutcomeTimeout at most, and then fails
+// the outcome. Between two tries it holds no connection, and it holds
+// none of the batches' flushes; each try waits aloneLockTimeout at most
+// for a row, and the tries of every outcome left out go one at a time:
+// however many outcomes wait on one held lock, they hold one connection
+// at most, a moment at a time, and the engine's connections go on
+// serving the others.
 func (e *Engine) flushAlone(o *outcome) {
 	deadline := time.Now().Add(e.cfg.OutcomeTimeout)
 	for pause := busyPauseMin; ; pause = min(2*pause, busyPauseMax) {
 		time.Sleep(pause)
-		if len(e.flushSome([]*outcome{o}, 0)) == 0 {
+		e.batcher.alone <- struct{}{}
+		busy := e.flushSome([]*outcome{o}, aloneLockTimeout)
+		<-e.batcher.alone
+		if len(busy) == 0 {
 			return
 		}
 		if time.Now().After(deadline) {
@@ -297,7 +307,7 @@ func (e *Engine) flushAlone(o *outcome) {
 // waiting.
 //
 // Its transaction waits for no row lock longer than lockTimeout, when
-// positive (flushAlone's tries wait as long as OutcomeTimeout): a batch
+// positive (0 waits as long as OutcomeTimeout): a batch
 // held up by one outcome's row (a task that another transaction holds)
 // fails while its turns still wait for their outcomes, and its outcomes
 // are recorded again one at a time, each waiting aloneLockTimeout at most
@@ -313,7 +323,7 @@ func (e *Engine) flushSome(batch []*outcome, lockTimeout time.Duration) (busy []
 	// A batch of one outcome has no one-at-a-time to fall back on: when
 	// it lost a conflict with another transaction, it is tried again,
 	// rather than spend its turn's attempt; one whose row lock stayed
-	// held is left to flushAlone, unless this is flushAlone's try.
+	// held is left to flushAlone, which tries it again later.
 	for try := 1; err != nil && len(batch) == 1 && try < outcomeTries && lostConflict(err) && (patient || !isLockNotAvailable(err)); try++ {
 		e.logger.DebugContext(ctx, "workflow: a turn's outcome lost a conflict; trying it again", "try", try, "error", err)
 		select {
@@ -425,7 +435,7 @@ func (e *Engine) batchLockTimeout() time.Duration {
 // failed batch records alone: they are tried one after another, and a
 // row held by another transaction must not hold up those after it. An
 // outcome that it fails is tried again beside the batches (flushAlone),
-// where it waits as long as it needs.
+// whose every try waits as long at most, until OutcomeTimeout has passed.
 const aloneLockTimeout = 100 * time.Millisecond
 
 // outcomeTries bounds how often a batch of one outcome is tried when it

@@ -321,7 +321,9 @@
 // CancelTx left open, say) fails the batch while its turns still wait for
 // their outcomes, and the outcome whose row stays held is then tried
 // beside the batches, with backoff, failing only its own turn if the row
-// stays held for OutcomeTimeout. Inside a
+// stays held for OutcomeTimeout. Those tries go one at a time, each
+// waiting 100 ms at most for a row, so that however many outcomes wait on
+// one held row they hold one connection at most. Inside a
 // batch, the children of one parent that finish together are summed into
 // one decrement of the parent's join, and the parent's row is locked once
 // per batch; when the parent is older than every other task of the batch,
