@@ -306,8 +306,7 @@ func (e *Engine) flushAlone(o *outcome) {
 // transaction held: it returns them, unrecorded, their turns still
 // waiting.
 //
-// Its transaction waits for no row lock longer than lockTimeout, when
-// positive (0 waits as long as OutcomeTimeout): a batch
+// Its transaction waits for no row lock longer than lockTimeout: a batch
 // held up by one outcome's row (a task that another transaction holds)
 // fails while its turns still wait for their outcomes, and its outcomes
 // are recorded again one at a time, each waiting aloneLockTimeout at most
@@ -317,14 +316,13 @@ func (e *Engine) flushAlone(o *outcome) {
 func (e *Engine) flushSome(batch []*outcome, lockTimeout time.Duration) (busy []*outcome) {
 	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.OutcomeTimeout)
 	defer cancel()
-	patient := lockTimeout <= 0
 	start := time.Now()
 	waits, orphans, fin, busy, err := e.flushTx(ctx, batch, lockTimeout)
 	// A batch of one outcome has no one-at-a-time to fall back on: when
 	// it lost a conflict with another transaction, it is tried again,
 	// rather than spend its turn's attempt; one whose row lock stayed
 	// held is left to flushAlone, which tries it again later.
-	for try := 1; err != nil && len(batch) == 1 && try < outcomeTries && lostConflict(err) && (patient || !isLockNotAvailable(err)); try++ {
+	for try := 1; err != nil && len(batch) == 1 && try < outcomeTries && lostConflict(err) && !isLockNotAvailable(err); try++ {
 		e.logger.DebugContext(ctx, "workflow: a turn's outcome lost a conflict; trying it again", "try", try, "error", err)
 		select {
 		case <-ctx.Done():
@@ -365,7 +363,7 @@ func (e *Engine) flushSome(batch []*outcome, lockTimeout time.Duration) (busy []
 		}
 		return busy
 	}
-	if err != nil && !patient && isLockNotAvailable(err) {
+	if err != nil && isLockNotAvailable(err) {
 		// Its row lock stayed held: tried again beside the batches.
 		e.logger.DebugContext(ctx, "workflow: a turn's outcome waits for a row lock; trying it again beside the batches", "error", err)
 		for _, o := range batch {

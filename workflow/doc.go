@@ -314,14 +314,15 @@
 // batch has committed. When a batch fails, its outcomes are committed again
 // one at a time, so that one bad outcome fails only its own turn; one that
 // fails alone because it lost a conflict with another transaction (a
-// deadlock, a serialization failure, a lock taken NOWAIT) is tried again,
-// up to five times, rather than spend its turn's attempt. A batch waits
-// for a row lock a quarter of Config.OutcomeTimeout at most (its
-// lock_timeout): a task row that another transaction holds (a caller's
-// CancelTx left open, say) fails the batch while its turns still wait for
-// their outcomes, and the outcome whose row stays held is then tried
-// beside the batches, with backoff, failing only its own turn if the row
-// stays held for OutcomeTimeout. Those tries go one at a time, each
+// deadlock, a serialization failure) is tried again, up to five times,
+// rather than spend its turn's attempt. A batch waits for a row lock a
+// quarter of Config.OutcomeTimeout at most (its lock_timeout), and each
+// outcome it then records alone 100 ms at most: a task row that another
+// transaction holds (a caller's CancelTx left open, say) fails the batch
+// while its turns still wait for their outcomes, and the outcome whose
+// row stays held, or that needs a row another transaction holds with
+// NOWAIT, is then tried beside the batches, with backoff, failing only its
+// own turn if the row stays held for OutcomeTimeout. Those tries go one at a time, each
 // waiting 100 ms at most for a row, so that however many outcomes wait on
 // one held row they hold one connection at most. Inside a
 // batch, the children of one parent that finish together are summed into
