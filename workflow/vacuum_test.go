@@ -343,3 +343,54 @@ func TestVacuumChurnedTablesOutlastsTheSessionsStatementTimeout(t *testing.T) {
 		}
 	}
 }
+
+// TestVacuumChurnedTablesGivesWayWhileThePoolIsBusy: the vacuum gives way
+// to a lock request even when every other connection of the pool is in
+// use, as it is when the turns' statements queue behind a migration's
+// ALTER TABLE, each holding its connection: the look for a waiting session
+// must not wait for a connection of the pool, or the ALTER TABLE, and
+// every statement behind it, waits for the whole vacuum.
+func TestVacuumChurnedTablesGivesWayWhileThePoolIsBusy(t *testing.T) {
+	t.Parallel()
+	pool, eng := slowVacuumEngine(t, "100ms") // a second every ten pages
+	type result struct {
+		got []string
+		err error
+	}
+	passCtx, stop := context.WithCancel(context.Background())
+	defer stop()
+	pass := make(chan result, 1)
+	go func() {
+		got, err := workflow.VacuumChurnedTables(passCtx, eng)
+		pass <- result{got, err}
+	}()
+	waitFor(t, "the vacuum to start", 10*time.Second, func() bool {
+		return count(t, pool, `
+			SELECT count(*) FROM pg_stat_activity
+			 WHERE datname = current_database() AND query LIKE 'VACUUM%braid_runs' AND state = 'active'`) == 1
+	})
+	// Every other connection of the pool is busy.
+	var busy []*pgxpool.Conn
+	for pool.Stat().AcquiredConns() < pool.Stat().MaxConns() {
+		c, err := pool.Acquire(ctxTimeout(t, 5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		busy = append(busy, c)
+	}
+	migrator := testutil.Pool(t, pool.Config().ConnString())
+	ctx := ctxTimeout(t, 5*time.Second) // the vacuum alone would take ten
+	_, err := migrator.Exec(ctx, `ALTER TABLE braid_runs ADD COLUMN note text`)
+	for _, c := range busy {
+		c.Release()
+	}
+	if err != nil {
+		stop() // rather than wait for the whole vacuum
+		<-pass
+		t.Fatalf("the ALTER TABLE waited on the engine's vacuum while the pool was busy: %v", err)
+	}
+	r := <-pass
+	if r.err != nil || len(r.got) != 0 {
+		t.Fatalf("the pass that gave way: vacuumed %v, error %v; want nothing and no error", r.got, r.err)
+	}
+}
