@@ -611,7 +611,9 @@
 // waits on, the engine's vacuum gives way to one within a fifth of a
 // second (a migration's ALTER TABLE, which would otherwise wait for the
 // whole vacuum, with every statement on the table queued behind it), and
-// the table waits for the next pass. It runs without the session's
+// the table waits for the next pass. It looks for such a session on a
+// connection of its own, taken out of the pool (Hijack), so that it gives
+// way even when every connection of the pool waits behind that session. It runs without the session's
 // statement_timeout, as autovacuum does, on a connection of the pool that
 // it holds while it runs.
 //

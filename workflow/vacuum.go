@@ -175,7 +175,24 @@ const lockWaitersSQL = `
 // (vacuumGiveWayPoll), and reports ran false then: the table is tried
 // again at the next pass. A connection whose vacuum did not end as it
 // should is closed rather than put back with its setting.
+//
+// The look for a waiting session runs on a connection of its own, taken
+// from the pool before the vacuum begins and removed from it (Hijack), so
+// that it does not count against the pool's connections and never waits
+// for one: once a session waits for the table, the statements on the
+// table queue behind it, each holding a connection of the pool, and a
+// look that needed one of them would come only after the vacuum.
 func (e *Engine) vacuumTable(ctx context.Context, table string) (ran bool, err error) {
+	wc, err := e.pool.Acquire(ctx)
+	if err != nil {
+		return false, err
+	}
+	watch := wc.Hijack()
+	defer func() {
+		cctx, ccancel := context.WithTimeout(context.Background(), time.Second)
+		defer ccancel()
+		_ = watch.Close(cctx)
+	}()
 	conn, err := e.pool.Acquire(ctx)
 	if err != nil {
 		return false, err
@@ -206,7 +223,7 @@ func (e *Engine) vacuumTable(ctx context.Context, table string) (ran bool, err e
 			case <-tick.C:
 			}
 			var waiting bool
-			if err := e.pool.QueryRow(vctx, lockWaitersSQL, pid).Scan(&waiting); err == nil && waiting {
+			if err := watch.QueryRow(vctx, lockWaitersSQL, pid).Scan(&waiting); err == nil && waiting {
 				gaveWay.Store(true)
 				cancel()
 				return
