@@ -9,5 +9,10 @@ ALTER TABLE braid_runs ADD COLUMN deleting boolean NOT NULL DEFAULT false;
 
 -- +goose Down
 -- +goose StatementBegin
+-- A run still marked has lost some of its tasks already; without its mark
+-- an earlier engine's Retry would resume it as if whole. Its delete, which
+-- retention began, ends here (its tasks, steps, signals and published
+-- state go with it; its finished turn jobs are left to River's cleaner).
+DELETE FROM braid_runs WHERE deleting;
 ALTER TABLE braid_runs DROP COLUMN deleting;
 -- +goose StatementEnd
