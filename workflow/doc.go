@@ -172,7 +172,8 @@
 // [WaitEvent], [SetEvent], [Go], [Map]) takes the next position in its
 // task, from 0, on every turn, and the position is recorded with the
 // call: on the step's row, or on the rows of the children a Go or a Map
-// started. When a turn's code makes another call at a position than the
+// started (a detached child's start is recorded without a position,
+// outside the history that replay checks: see [Detached]). When a turn's code makes another call at a position than the
 // one recorded there (a step renamed, two calls swapped, a delay removed:
 // new code deployed while runs are in flight), the call returns a
 // *[NondeterminismError] naming the task, the position, what was recorded
@@ -549,7 +550,8 @@
 // deleted (braid_runs.deleting), which only a run still finished and old
 // takes, and then loses 10,000 tasks per transaction, leaves first, until
 // the last transaction deletes it with what is left. [Engine.Retry]
-// refuses a marked run with ErrRunNotRetryable: it would find some of its
+// refuses a marked run with ErrRunBeingDeleted (which matches
+// ErrRunNotRetryable): it would find some of its
 // tasks gone. A process that dies meanwhile leaves the run marked, and the
 // next pass goes on with it.
 //

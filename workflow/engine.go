@@ -169,8 +169,9 @@ type Config struct {
 
 	// TurnHeartbeat is how often a running turn records that it is alive.
 	// The queue's heartbeat rescuer returns a turn whose heartbeats stopped
-	// (its process died) to retryable after Queue.HeartbeatMisses missed
-	// heartbeats, so a crashed turn resumes in seconds rather than after
+	// (its process died) to the queue, available again after
+	// Queue.RescueRetryDelay, once Queue.HeartbeatMisses heartbeats were
+	// missed, so a crashed turn resumes in seconds rather than after
 	// River's RescueStuckJobsAfter. Default TurnHeartbeatDefault.
 	TurnHeartbeat time.Duration
 
