@@ -120,7 +120,7 @@ func (e *Engine) StartByNameTx(ctx context.Context, tx pgx.Tx, name string, inpu
 	}
 	id, existing, err := e.startTx(ctx, tx, d, input, &StartOpts{
 		ID: o.ID, IdempotencyKey: o.IdempotencyKey, Queue: o.Queue, Priority: o.Priority, Timeout: o.Timeout,
-	})
+	}, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -65,17 +65,30 @@ type Run[Out any] struct {
 // Start starts a run of w with input in. The run exists once Start
 // returns.
 func (w *Workflow[In, Out]) Start(ctx context.Context, eng *Engine, in In, opts *StartOpts) (*Run[Out], error) {
-	var run *Run[Out]
+	var (
+		run *Run[Out]
+		fin txCounts
+	)
 	err := eng.withTx(ctx, func(tx pgx.Tx) error {
 		var err error
-		run, err = w.StartTx(ctx, tx, eng, in, opts)
+		fin = txCounts{}
+		run, err = w.startIn(ctx, tx, eng, in, opts, &fin)
 		return err
 	})
+	if err == nil {
+		fin.record(ctx, eng.metrics)
+	}
 	return run, err
 }
 
 // StartTx starts a run of w inside tx: the run exists only if tx commits.
 func (w *Workflow[In, Out]) StartTx(ctx context.Context, tx pgx.Tx, eng *Engine, in In, opts *StartOpts) (*Run[Out], error) {
+	return w.startIn(ctx, tx, eng, in, opts, nil)
+}
+
+// startIn is StartTx, counting the run it starts in fin, for its caller
+// to record once tx has committed; with fin nil, it is counted at once.
+func (w *Workflow[In, Out]) startIn(ctx context.Context, tx pgx.Tx, eng *Engine, in In, opts *StartOpts, fin *txCounts) (*Run[Out], error) {
 	if _, err := eng.lookup(w.d.name); err != nil {
 		return nil, err
 	}
@@ -83,7 +96,7 @@ func (w *Workflow[In, Out]) StartTx(ctx context.Context, tx pgx.Tx, eng *Engine,
 	if err != nil {
 		return nil, err
 	}
-	id, existing, err := eng.startTx(ctx, tx, w.d, input, opts)
+	id, existing, err := eng.startTx(ctx, tx, w.d, input, opts, fin)
 	if err != nil {
 		return nil, err
 	}
@@ -107,7 +120,7 @@ func (e *Engine) StartWorkflowTx(ctx context.Context, tx pgx.Tx, workflow string
 	if err := queue.CheckJSONB(input); err != nil {
 		return "", &EncodeError{What: fmt.Sprintf("input of workflow %q", workflow), Err: err}
 	}
-	id, _, err := e.startTx(ctx, tx, d, input, &StartOpts{IdempotencyKey: idempotencyKey})
+	id, _, err := e.startTx(ctx, tx, d, input, &StartOpts{IdempotencyKey: idempotencyKey}, nil)
 	return id, err
 }
 
@@ -124,18 +137,31 @@ type StartManyParams[In any] struct {
 // inserts jobs. Runs that exist already (same ID or idempotency key) are
 // returned with Existing set.
 func (w *Workflow[In, Out]) StartMany(ctx context.Context, eng *Engine, params []StartManyParams[In]) ([]*Run[Out], error) {
-	var runs []*Run[Out]
+	var (
+		runs []*Run[Out]
+		fin  txCounts
+	)
 	err := eng.withTx(ctx, func(tx pgx.Tx) error {
 		var err error
-		runs, err = w.StartManyTx(ctx, tx, eng, params)
+		fin = txCounts{}
+		runs, err = w.startManyIn(ctx, tx, eng, params, &fin)
 		return err
 	})
+	if err == nil {
+		fin.record(ctx, eng.metrics)
+	}
 	return runs, err
 }
 
 // StartManyTx starts one run of w per params inside tx: the runs exist
 // only if tx commits.
 func (w *Workflow[In, Out]) StartManyTx(ctx context.Context, tx pgx.Tx, eng *Engine, params []StartManyParams[In]) ([]*Run[Out], error) {
+	return w.startManyIn(ctx, tx, eng, params, nil)
+}
+
+// startManyIn is StartManyTx, counting the runs it starts in fin as
+// startIn does.
+func (w *Workflow[In, Out]) startManyIn(ctx context.Context, tx pgx.Tx, eng *Engine, params []StartManyParams[In], fin *txCounts) ([]*Run[Out], error) {
 	if _, err := eng.lookup(w.d.name); err != nil {
 		return nil, err
 	}
@@ -147,7 +173,7 @@ func (w *Workflow[In, Out]) StartManyTx(ctx context.Context, tx pgx.Tx, eng *Eng
 		}
 		starts[i] = start{input: input, opts: p.Opts}
 	}
-	if err := eng.startManyTx(ctx, tx, w.d, starts); err != nil {
+	if err := eng.startManyTx(ctx, tx, w.d, starts, fin); err != nil {
 		return nil, err
 	}
 	runs := make([]*Run[Out], len(starts))
@@ -174,9 +200,9 @@ type start struct {
 	link *turnLink
 }
 
-func (e *Engine) startTx(ctx context.Context, tx pgx.Tx, d *definition, input json.RawMessage, opts *StartOpts) (string, bool, error) {
+func (e *Engine) startTx(ctx context.Context, tx pgx.Tx, d *definition, input json.RawMessage, opts *StartOpts, fin *txCounts) (string, bool, error) {
 	st := []start{{input: input, opts: opts}}
-	if err := e.startManyTx(ctx, tx, d, st); err != nil {
+	if err := e.startManyTx(ctx, tx, d, st, fin); err != nil {
 		return "", false, err
 	}
 	return st[0].id, st[0].existing, nil
@@ -184,9 +210,12 @@ func (e *Engine) startTx(ctx context.Context, tx pgx.Tx, d *definition, input js
 
 // startManyTx starts runs of d, each with its root task, in two statements
 // and one insert of their first turns. A run whose ID or idempotency key
-// exists is not started: its ID is returned, with existing set.
-func (e *Engine) startManyTx(ctx context.Context, tx pgx.Tx, d *definition, starts []start) error {
-	turns, err := e.createRunsTx(ctx, tx, d, starts)
+// exists is not started: its ID is returned, with existing set. The runs
+// it starts are counted in fin, for the caller to record once tx has
+// committed, or at once with fin nil: a caller's transaction (StartTx),
+// whose commit the engine does not see.
+func (e *Engine) startManyTx(ctx context.Context, tx pgx.Tx, d *definition, starts []start, fin *txCounts) error {
+	turns, err := e.createRunsTx(ctx, tx, d, starts, fin)
 	if err != nil {
 		return err
 	}
@@ -196,7 +225,7 @@ func (e *Engine) startManyTx(ctx context.Context, tx pgx.Tx, d *definition, star
 // createRunsTx creates the runs of startManyTx, and returns their first
 // turns for the caller to insert: startManyTx, or a batch that starts
 // detached children and claims their turns like its other new ones.
-func (e *Engine) createRunsTx(ctx context.Context, tx pgx.Tx, d *definition, starts []start) ([]turn, error) {
+func (e *Engine) createRunsTx(ctx context.Context, tx pgx.Tx, d *definition, starts []start, fin *txCounts) ([]turn, error) {
 	b := &pgx.Batch{}
 	c, err := e.queueRuns(ctx, b, d, starts)
 	if err != nil || c == nil {
@@ -207,14 +236,17 @@ func (e *Engine) createRunsTx(ctx context.Context, tx pgx.Tx, d *definition, sta
 		c.endSpans(err)
 		return nil, err
 	}
-	// Runs started in a caller's transaction (StartTx) are counted as
-	// they start: the engine does not see that transaction commit.
-	var fin txCounts
-	turns, err := c.finish(ctx, tx, &fin)
+	counts := fin
+	if counts == nil {
+		counts = &txCounts{}
+	}
+	turns, err := c.finish(ctx, tx, counts)
 	if err != nil {
 		return nil, err
 	}
-	fin.record(ctx, e.metrics)
+	if fin == nil {
+		counts.record(ctx, e.metrics)
+	}
 	return turns, nil
 }
 
