@@ -615,9 +615,9 @@
 // whole vacuum, with every statement on the table queued behind it), and
 // the table waits for the next pass. It looks for such a session on a
 // connection of its own, taken out of the pool (Hijack), so that it gives
-// way even when every connection of the pool waits behind that session. It runs without the session's
-// statement_timeout, as autovacuum does, on a connection of the pool that
-// it holds while it runs.
+// way even when every connection of the pool waits behind that session.
+// It runs without the session's statement_timeout, as autovacuum does, on
+// a connection of the pool that it holds while it runs.
 //
 // # Plans of the turns' statements
 //
