@@ -484,7 +484,7 @@ type batchState struct {
 // It returns the waits on children that the batch ended, to record once
 // it has committed.
 func (e *Engine) flushTx(ctx context.Context, all []*outcome, lockTimeout time.Duration) (waits []waitSpan, orphans []uuid.UUID, fin txCounts, busy []*outcome, err error) {
-	err = e.withPipeTxLock(ctx, lockTimeout, func(tx *pipeTx) error {
+	err = e.withPipeTx(ctx, lockTimeout, func(tx *pipeTx) error {
 		waits = nil
 		for _, o := range all {
 			o.owned, o.next, o.nextTask, o.finished = false, nil, nil, false

@@ -27,7 +27,7 @@ type PipeTx = pipeTx
 
 // WithPipeTx runs fn in a PipeTx on a connection of pool.
 func WithPipeTx(ctx context.Context, pool *pgxpool.Pool, fn func(tx *PipeTx) error) error {
-	return (&Engine{pool: pool}).withPipeTx(ctx, fn)
+	return (&Engine{pool: pool}).withPipeTx(ctx, 0, fn)
 }
 
 // CommitWith sends b and COMMIT in one round trip.

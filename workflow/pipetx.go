@@ -38,17 +38,13 @@ var _ pgx.Tx = (*pipeTx)(nil)
 // errNoNestedTx is the error of pipeTx.Begin.
 var errNoNestedTx = errors.New("workflow: the outcome batch's transaction has no nested transactions")
 
-// withPipeTx runs fn in a pipeTx on a connection of the pool, and commits
-// the transaction when fn returns nil without having committed it; when fn
-// fails, it rolls the transaction back. A connection whose rollback fails
-// is left in its transaction, and the pool closes it when it is released.
-func (e *Engine) withPipeTx(ctx context.Context, fn func(tx *pipeTx) error) error {
-	return e.withPipeTxLock(ctx, 0, fn)
-}
-
-// withPipeTxLock is withPipeTx with lockTimeout as the transaction's
-// lock_timeout, when positive.
-func (e *Engine) withPipeTxLock(ctx context.Context, lockTimeout time.Duration, fn func(tx *pipeTx) error) error {
+// withPipeTx runs fn in a pipeTx on a connection of the pool, with
+// lockTimeout, when positive, as the transaction's lock_timeout, and
+// commits the transaction when fn returns nil without having committed
+// it; when fn fails, it rolls the transaction back. A connection whose
+// rollback fails is left in its transaction, and the pool closes it when
+// it is released.
+func (e *Engine) withPipeTx(ctx context.Context, lockTimeout time.Duration, fn func(tx *pipeTx) error) error {
 	c, err := e.pool.Acquire(ctx)
 	if err != nil {
 		return err

@@ -105,8 +105,7 @@ func (t *Task) recordEvent(name string, position int, key string, value json.Raw
 			INSERT INTO braid_steps (task_id, name, kind, status, output, attempts, started_at, finished_at, position)
 			SELECT $1, $2, '`+stepKindSetEvent+`', 'completed', $3, 1, braid_now(), braid_now(), $4
 			  FROM braid_tasks WHERE id = $1 AND status IN ('pending', 'running')
-			   AND EXISTS (SELECT 1 FROM river_job j WHERE j.id = $5 AND j.state = 'running' AND j.attempt = $6
-			                                          AND j.attempted_at IS NOT DISTINCT FROM $7)
+			   AND `+attemptRunsSQL("$5::bigint", "$6::int", "$7::timestamptz")+`
 			   FOR SHARE
 			ON CONFLICT (task_id, name) DO NOTHING`,
 			t.id, name, []byte(value), position, job, attempt, at)

@@ -95,6 +95,15 @@ func (t *Task) jobAttempt() (job int64, attempt int, at *time.Time) {
 	return t.job.ID, t.job.Attempt, t.job.AttemptedAt
 }
 
+// attemptRunsSQL is the condition that the turn's attempt that job,
+// attempt and at name (jobAttempt) still runs its River job, as the
+// statement's snapshot shows it: the check of the records a turn writes
+// while it runs (recordStep, SetEvent). It takes no lock of the job's row.
+func attemptRunsSQL(job, attempt, at string) string {
+	return `EXISTS (SELECT 1 FROM river_job j WHERE j.id = ` + job + ` AND j.state = 'running'
+	                  AND j.attempt = ` + attempt + ` AND j.attempted_at IS NOT DISTINCT FROM ` + at + `)`
+}
+
 // recordStepsSQL writes step records given as arrays, each only while its
 // task is pending or running, under a share lock of the task's row, and
 // only while the River job of the turn that writes it runs the turn's
@@ -111,12 +120,8 @@ func recordStepsSQL(skipLocked bool) string {
 		    SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::jsonb[], $6::int[], $7::int[],
 		                         $8::bigint[], $9::int[], $10::timestamptz[])
 		        AS u(task_id, name, status, output, error, attempts, position, job, job_attempt, job_at)
-		), j AS MATERIALIZED (
-		    SELECT j.id, j.attempt, j.attempted_at FROM river_job j
-		     WHERE j.id = ANY($8) AND j.state = 'running'
 		), v AS MATERIALIZED (
-		    SELECT u.* FROM u
-		      JOIN j ON j.id = u.job AND j.attempt = u.job_attempt AND j.attempted_at IS NOT DISTINCT FROM u.job_at
+		    SELECT u.* FROM u WHERE ` + attemptRunsSQL("u.job", "u.job_attempt", "u.job_at") + `
 		), t AS (
 		    SELECT id FROM braid_tasks
 		     WHERE id = ANY(ARRAY(SELECT task_id FROM v)) AND status IN ('pending', 'running')
