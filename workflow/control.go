@@ -318,6 +318,18 @@ func parseRunID(runID string) (uuid.UUID, error) {
 	return id, nil
 }
 
+// cancelLockTasksSQL locks the unfinished tasks of run $1 but those of $2,
+// the ones locked already, children before parents. The list is left out
+// by a NOT IN on a subquery, which PostgreSQL reads into a hash table once
+// (a hashed SubPlan), and not by id <> ALL($2): on a generic plan, which a
+// statement gets after five runs, that compares each task with every
+// entry of the list, and a run of 10,000 tasks would cost 100 million
+// comparisons, its rows locked meanwhile.
+const cancelLockTasksSQL = `
+	SELECT id FROM braid_tasks WHERE run_id = $1 AND status NOT IN ` + finalStatuses + `
+	   AND id NOT IN (SELECT unnest($2::uuid[]))
+	 ORDER BY created_at DESC, id DESC FOR UPDATE`
+
 // cancelTx cancels the run id inside tx, with cause as the stored error of
 // the run and of each task it cancels: CancelTx's "cancelled", or the
 // delay processor's timeout when the run's deadline passed. A timeout is
@@ -343,9 +355,7 @@ func (e *Engine) cancelTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID st
 	// which this transaction holds, so Cancel starts over instead.
 	locked := []uuid.UUID{}
 	for pass := 0; ; pass++ {
-		lock := `
-			SELECT id FROM braid_tasks WHERE run_id = $1 AND status NOT IN ` + finalStatuses + ` AND id <> ALL($2)
-			 ORDER BY created_at DESC, id DESC FOR UPDATE`
+		lock := cancelLockTasksSQL
 		if pass > 0 {
 			lock += ` NOWAIT`
 		}
@@ -444,15 +454,18 @@ func (e *Engine) cancelTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, runID st
 	return nil
 }
 
+// skippedTurnsSQL lists the live turn jobs (of kind $1) of run $2 but
+// those of $3, leaving the list out by a hashed SubPlan, as
+// cancelLockTasksSQL does.
+var skippedTurnsSQL = `
+	SELECT j.id FROM river_job j JOIN braid_tasks t ON braid_turn_task(j.unique_key, j.args) = t.id
+	 WHERE j.kind = $1 AND t.run_id = $2 AND j.state IN ` + liveJobStates + `
+	   AND j.id NOT IN (SELECT unnest($3::bigint[]))`
+
 // holdSkippedTurns keeps among the held cancels the live turn jobs of run
 // id that are not among locked, the ones cancelTx locked.
 func (e *Engine) holdSkippedTurns(ctx context.Context, tx pgx.Tx, id uuid.UUID, locked []int64) error {
-	if locked == nil {
-		locked = []int64{} // <> ALL(NULL) would match nothing
-	}
-	rows, err := tx.Query(ctx, `
-		SELECT j.id FROM river_job j JOIN braid_tasks t ON braid_turn_task(j.unique_key, j.args) = t.id
-		 WHERE j.kind = $1 AND t.run_id = $2 AND j.state IN `+liveJobStates+` AND j.id <> ALL($3)`, TaskKind, id, locked)
+	rows, err := tx.Query(ctx, skippedTurnsSQL, TaskKind, id, locked)
 	if err != nil {
 		return err
 	}

@@ -81,3 +81,15 @@ var DueStatements = map[string]struct {
 	"list due delays":   {dueDelaysSQL, []any{100, []uuid.UUID{}, []string{}}},
 	"list overdue runs": {overdueRunsSQL, []any{100, []uuid.UUID{}}},
 }
+
+// LeftOutStatements are the statements that leave out of what they read
+// a list that may hold thousands of rows (the tasks or jobs a transaction
+// has locked already), with their parameters' types.
+var LeftOutStatements = map[string]struct {
+	SQL   string
+	Types []string
+}{
+	"cancel's lock of a run's tasks":    {cancelLockTasksSQL, []string{"uuid", "uuid[]"}},
+	"cancel's look for skipped turns":   {skippedTurnsSQL, []string{"text", "uuid", "bigint[]"}},
+	"retention's delete of a run batch": {deleteOldRunsSQL, []string{"uuid[]", "timestamptz", "uuid[]"}},
+}

@@ -412,3 +412,44 @@ func checkGenericPlans(t *testing.T, ctx context.Context, pool *pgxpool.Pool, st
 		}
 	}
 }
+
+// TestLeftOutListsAreHashedOnGenericPlans checks that each statement that
+// leaves out a list of rows it was given reads the list into a hash table
+// once, on the generic plan a statement gets after its fifth run. Written
+// as id <> ALL($n), the generic plan compares every row with every entry
+// of the list: a Cancel of a run of 10,000 tasks, or a retention batch of
+// as many, would make 100 million comparisons while it holds their locks.
+func TestLeftOutListsAreHashedOnGenericPlans(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testutil.DB(t)
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `SET LOCAL plan_cache_mode = force_generic_plan`); err != nil {
+		t.Fatal(err)
+	}
+	i := 0
+	for what, st := range workflow.LeftOutStatements {
+		i++
+		name := fmt.Sprintf("left_out_%d", i)
+		if _, err := tx.Exec(ctx, `PREPARE `+name+`(`+strings.Join(st.Types, ", ")+`) AS `+st.SQL, pgx.QueryExecModeSimpleProtocol); err != nil {
+			t.Fatalf("preparing %s: %v", what, err)
+		}
+		args := strings.TrimSuffix(strings.Repeat("NULL, ", len(st.Types)), ", ")
+		rows, err := tx.Query(ctx, `EXPLAIN EXECUTE `+name+`(`+args+`)`, pgx.QueryExecModeSimpleProtocol)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatalf("explaining %s: %v", what, err)
+		}
+		text := strings.Join(plan, "\n")
+		if !strings.Contains(text, "hashed SubPlan") || strings.Contains(text, "<> ALL ($") {
+			t.Errorf("the generic plan of %s does not read its list into a hash table:\n%s", what, text)
+		}
+	}
+}
