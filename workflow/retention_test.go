@@ -238,3 +238,44 @@ func TestNegativeRetentionKeepsRunsForever(t *testing.T) {
 		}
 	}
 }
+
+// TestStartWhoseKeyedRunRetentionDeletesMeanwhileStartsANewRun starts a
+// run with the idempotency key of a finished run that retention deletes
+// between the start's insert, which meets the old run's key, and its read
+// of that run. The start finds nothing to return, and starts a new run, as
+// it would have had it come a moment later. A statement trigger plays
+// retention: it deletes the old run right after the insert.
+func TestStartWhoseKeyedRunRetentionDeletesMeanwhileStartsANewRun(t *testing.T) {
+	t.Parallel()
+	ctx := ctxTimeout(t, time.Minute)
+	pool := testutil.DB(t)
+	double := workflow.Define("keyed_double", func(t *workflow.Task, n int) (int, error) { return 2 * n, nil })
+	eng := startEngine(t, pool, testConfig(double))
+
+	old, err := double.Start(ctx, eng, 1, &workflow.StartOpts{IdempotencyKey: "report:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := old.Result(ctx); err != nil || got != 2 {
+		t.Fatalf("the first run returned %d, %v; want 2", got, err)
+	}
+	execSQL(t, pool, `
+		CREATE FUNCTION delete_finished_report() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+		    DELETE FROM braid_runs WHERE idempotency_key = 'report:1' AND status = 'completed';
+		    RETURN NULL;
+		END $$`)
+	execSQL(t, pool, `CREATE TRIGGER delete_finished_report AFTER INSERT ON braid_runs
+		FOR EACH STATEMENT EXECUTE FUNCTION delete_finished_report()`)
+
+	again, err := double.Start(ctx, eng, 5, &workflow.StartOpts{IdempotencyKey: "report:1"})
+	if err != nil {
+		t.Fatalf("a start whose keyed run was deleted meanwhile failed: %v", err)
+	}
+	if again.Existing || again.ID == old.ID {
+		t.Fatalf("the start returned run %s (existing %v); want a new run, not %s", again.ID, again.Existing, old.ID)
+	}
+	if got, err := again.Result(ctx); err != nil || got != 10 {
+		t.Fatalf("the new run returned %d, %v; want 10", got, err)
+	}
+}
