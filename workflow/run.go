@@ -433,6 +433,16 @@ func (c *runsCreation) finish(ctx context.Context, tx pgx.Tx, fin *txCounts) (_ 
 			SELECT id, workflow FROM braid_runs
 			WHERE id = $1 OR ($2::text IS NOT NULL AND idempotency_key = $2)
 			ORDER BY (idempotency_key = $2) DESC NULLS LAST LIMIT 1`, runIDs[i], keys[i]).Scan(&existingID, &workflow)
+		if errors.Is(err, pgx.ErrNoRows) {
+			// The run that held the ID or the key was deleted (by
+			// retention) after the insert met it: start the run now.
+			more, err := c.startAgain(ctx, tx, i, fin)
+			if err != nil {
+				return nil, err
+			}
+			kept = append(kept, more...)
+			continue
+		}
 		if err != nil {
 			return nil, fmt.Errorf("workflow: finding the existing run: %w", err)
 		}
@@ -461,6 +471,30 @@ func (c *runsCreation) finish(ctx context.Context, tx pgx.Tx, fin *txCounts) (_ 
 	}
 	fin.started += int64(len(c.created))
 	return kept, nil
+}
+
+// startAgain starts anew the run of starts[i], whose insert met a run
+// that was gone by the time finish read it, and returns its first turns.
+// The start keeps the braid.run.start span made for it, which then names
+// the run it started.
+func (c *runsCreation) startAgain(ctx context.Context, tx pgx.Tx, i int, fin *txCounts) ([]turn, error) {
+	again := []start{c.starts[i]}
+	span := c.spans[i]
+	if span != nil {
+		again[0].span = span
+	}
+	turns, err := c.e.createRunsTx(ctx, tx, c.d, again, fin)
+	if err != nil {
+		return nil, err
+	}
+	c.starts[i].id, c.starts[i].existing = again[0].id, again[0].existing
+	if span != nil {
+		span.SetAttributes(attribute.String("run.id", again[0].id))
+		if again[0].existing {
+			span.SetAttributes(attribute.Bool("run.existing", true))
+		}
+	}
+	return turns, nil
 }
 
 func newID(s string) (uuid.UUID, error) {
