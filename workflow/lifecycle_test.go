@@ -338,3 +338,54 @@ func TestPoolSize(t *testing.T) {
 		}
 	}
 }
+
+// TestATurnThatTimesOutWhileStopWaitsSpendsItsAttempt: Stop puts back,
+// without spending their attempt, only the turns it cancelled. A turn
+// whose own timeout ends it while Stop waits for it failed on its own:
+// its attempt is spent, here its last, and its run fails.
+func TestATurnThatTimesOutWhileStopWaitsSpendsItsAttempt(t *testing.T) {
+	t.Parallel()
+	ctx := ctxTimeout(t, time.Minute)
+	pool := testutil.DB(t)
+	began := make(chan struct{}, 1)
+	slow := workflow.Define("times_out_in_stop", func(t *workflow.Task, _ struct{}) (struct{}, error) {
+		return workflow.Step(t, "wait", func(ctx context.Context) (struct{}, error) {
+			select {
+			case began <- struct{}{}:
+			default:
+			}
+			<-ctx.Done()
+			return struct{}{}, ctx.Err()
+		})
+	}, workflow.WithTimeout(time.Second), workflow.WithMaxAttempts(1))
+	eng, err := workflow.NewEngine(pool, testConfig(slow))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	run, err := slow.Start(ctx, eng, struct{}{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-began:
+	case <-ctx.Done():
+		t.Fatal("the step never began")
+	}
+	// Stop waits far longer than the turn's timeout: the timeout ends the
+	// turn, not Stop.
+	stopCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := eng.Stop(stopCtx); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	var status string
+	if err := pool.QueryRow(ctx, `SELECT status FROM braid_runs WHERE id = $1`, run.ID).Scan(&status); err != nil {
+		t.Fatal(err)
+	}
+	if status != "failed" {
+		t.Fatalf("after its last attempt timed out while Stop waited, the run is %s; want failed", status)
+	}
+}
