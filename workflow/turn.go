@@ -712,7 +712,7 @@ func (e *Engine) runTurn(ctx context.Context, job *river.Job[taskArgs], claimed 
 		span.SetAttributes(attribute.String("turn.outcome", "superseded"))
 		return continuation{}, e.superseded(ctx, job, t.id)
 	}
-	if runErr != nil && ctx.Err() != nil && e.stopping.Load() {
+	if runErr != nil && e.stoppedBy(ctx) {
 		// Stop cancelled the turn: it is not the task's failure. Put the
 		// turn back without spending the attempt.
 		span.SetAttributes(attribute.String("turn.outcome", "stopped"))
@@ -838,10 +838,18 @@ func (e *Engine) interrupted(ctx context.Context, job *river.Job[taskArgs], task
 		return nil
 	case errors.Is(context.Cause(ctx), queue.ErrJobNotRunning):
 		return e.superseded(ctx, job, taskID)
-	case e.stopping.Load():
+	case e.stoppedBy(ctx):
 		return river.JobSnooze(stoppedTurnSnooze)
 	}
 	return nil
+}
+
+// stoppedBy reports whether Stop cancelled the turn whose context is ctx:
+// the engine is stopping and ctx was cancelled. A turn whose own timeout
+// ended it while Stop waited for it timed out, and spends its attempt as
+// at any other time.
+func (e *Engine) stoppedBy(ctx context.Context) bool {
+	return e.stopping.Load() && errors.Is(ctx.Err(), context.Canceled)
 }
 
 // handIn commits o with the outcomes of the turns that end at the same
