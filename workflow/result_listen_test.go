@@ -1,6 +1,7 @@
 package workflow_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -52,5 +53,81 @@ func TestResultMissesNoFinishWhileItStartsToListen(t *testing.T) {
 		if err := <-got; err != nil {
 			t.Fatalf("wait %d: Result = %v; want the run's output, notified", i, err)
 		}
+	}
+}
+
+// TestResultRidesOutALostConnection: a connection that the server ends
+// while Result reads the run (a restart, a failover, an operator's
+// pg_terminate_backend) is not the run's failure. Result reads again, on
+// another connection, and returns the run's output once it finishes. The
+// read is held on a lock of braid_runs so that the test ends its backend
+// mid-statement.
+func TestResultRidesOutALostConnection(t *testing.T) {
+	t.Parallel()
+	ctx := ctxTimeout(t, time.Minute)
+	pool := testutil.DB(t)
+	release := make(chan struct{})
+	wf := workflow.Define("result_reconnects", func(t *workflow.Task, _ struct{}) (int, error) {
+		return workflow.Step(t, "wait", func(ctx context.Context) (int, error) {
+			select {
+			case <-release:
+				return 7, nil
+			case <-ctx.Done():
+				return 0, ctx.Err()
+			}
+		})
+	})
+	cfg := testConfig(wf)
+	cfg.ResultPollInterval = 50 * time.Millisecond
+	eng := startEngine(t, pool, cfg)
+	run, err := wf.Start(ctx, eng, struct{}{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	lock, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = lock.Rollback(ctx) }()
+	if _, err := lock.Exec(ctx, `LOCK TABLE braid_runs IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		n   int
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		n, err := run.Result(ctx)
+		got <- result{n, err}
+	}()
+	var pid int32
+	waitFor(t, "Result's read to wait for the lock", 20*time.Second, func() bool {
+		err := pool.QueryRow(ctx, `
+			SELECT pid FROM pg_stat_activity
+			 WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%FROM braid_runs WHERE id = $1%'`).Scan(&pid)
+		return err == nil
+	})
+	var ended bool
+	if err := pool.QueryRow(ctx, `SELECT pg_terminate_backend($1)`, pid).Scan(&ended); err != nil || !ended {
+		t.Fatalf("ending Result's backend: %v, %v", ended, err)
+	}
+	if err := lock.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-got:
+		t.Fatalf("Result returned %d, %v while the run was still running; want it to wait", r.n, r.err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	close(release)
+	select {
+	case r := <-got:
+		if r.err != nil || r.n != 7 {
+			t.Fatalf("Result returned %d, %v; want 7", r.n, r.err)
+		}
+	case <-ctx.Done():
+		t.Fatal("Result did not return once the run completed")
 	}
 }
