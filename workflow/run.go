@@ -520,7 +520,9 @@ func mustID() uuid.UUID {
 // error: a *RunError (errors.Is(err, ErrCancelled) for a cancelled run).
 // When the run's deadline passed, the *RunError wraps a *TimeoutError, so
 // errors.As finds either. It waits on a notification, and polls as a
-// fallback.
+// fallback. A read that loses its connection (a restart or failover of
+// the server) is read again at the next poll, until ctx ends: only the
+// run's own end, ctx, or an error of the read itself ends the wait.
 func (r *Run[Out]) Result(ctx context.Context) (Out, error) {
 	var zero Out
 	raw, err := r.eng.wait(ctx, r.ID)
@@ -561,8 +563,14 @@ func (e *Engine) wait(ctx context.Context, runID string) (json.RawMessage, error
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil, fmt.Errorf("%w: %s", ErrRunNotFound, runID)
 		}
-		if err != nil {
+		if err != nil && !(connectionLost(err) && ctx.Err() == nil) {
 			return nil, fmt.Errorf("workflow: reading run %s: %w", runID, err)
+		}
+		if err != nil {
+			// The run is durable, and its result will be there: read again
+			// at the next poll, on another connection.
+			e.logger.DebugContext(ctx, "workflow: reading a run's result lost its connection; reading again", "run.id", runID, "error", err)
+			status = ""
 		}
 		switch status {
 		case "completed":
