@@ -38,6 +38,29 @@ func TestServeRefusesWithoutAuthentication(t *testing.T) {
 	}
 }
 
+// An alert threshold that cannot apply (a failed rate given in percent,
+// NaN, a limit of zero or less) is a usage error naming the flag and its
+// range, before the database is touched.
+func TestServeRefusesAlertThresholdsItCannotApply(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		flag, value, want string
+	}{
+		{"--alert-failed-rate", "5", "--alert-failed-rate 5 is out of range; it must be a fraction above 0 and at most 1 (0.1 alerts over 10 %)"},
+		{"--alert-failed-rate", "NaN", "--alert-failed-rate NaN is out of range; it must be a fraction above 0 and at most 1"},
+		{"--alert-failed-rate", "0", "--alert-failed-rate 0 is out of range; it must be a fraction above 0 and at most 1"},
+		{"--alert-queue-depth", "0", "--alert-queue-depth 0 is out of range; it must be at least 1"},
+		{"--alert-long-running", "-1m", "--alert-long-running -1m0s is out of range; it must be positive"},
+	} {
+		t.Run(tc.flag+"="+tc.value, func(t *testing.T) {
+			code, out, errOut := braid(t, "serve", "--token", "t0k3n", tc.flag, tc.value, "--database-url", "postgres://braid@127.0.0.1:1/none")
+			if code != 2 || !strings.Contains(errOut, tc.want) || out != "" {
+				t.Errorf("code %d, stdout %q, stderr %q; want code 2 and %q", code, out, errOut, tc.want)
+			}
+		})
+	}
+}
+
 func TestServeRefusesAnUnmigratedDatabase(t *testing.T) {
 	t.Parallel()
 	url := testutil.URL(t)
