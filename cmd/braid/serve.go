@@ -29,7 +29,7 @@ func serve(ctx context.Context, c *cli, args []string) error {
 	insecure := fs.Bool("insecure-no-auth", false, "serve without a token, as admin to anyone; refused unless --addr is a loopback address")
 	jaeger := fs.String("jaeger-url", os.Getenv("BRAID_JAEGER_URL"), "base URL of a Jaeger UI, to link each run to its trace (default $BRAID_JAEGER_URL)")
 	depth := fs.Int("alert-queue-depth", admin.AlertQueueDepthDefault, "alert when more jobs than this wait in one queue")
-	failed := fs.Float64("alert-failed-rate", admin.AlertFailedRateDefault, "alert when more than this fraction of the jobs finished in the last hour failed")
+	failed := fs.Float64("alert-failed-rate", admin.AlertFailedRateDefault, "alert when more than this fraction (above 0, at most 1) of the jobs finished in the last hour failed")
 	long := fs.Duration("alert-long-running", admin.AlertLongRunningDefault, "alert when a job has been running for longer")
 	rest, err := parse(fs, args)
 	if err != nil {
@@ -37,6 +37,16 @@ func serve(ctx context.Context, c *cli, args []string) error {
 	}
 	if err := wantArgs(rest); err != nil {
 		return err
+	}
+	// admin.Config takes a zero threshold as its default: here a flag's
+	// default is already its value, so zero is refused with the rest.
+	switch {
+	case *depth < 1:
+		return usagef("--alert-queue-depth %d is out of range; it must be at least 1", *depth)
+	case !(*failed > 0 && *failed <= 1):
+		return usagef("--alert-failed-rate %v is out of range; it must be a fraction above 0 and at most 1 (0.1 alerts over 10 %%)", *failed)
+	case *long <= 0:
+		return usagef("--alert-long-running %s is out of range; it must be positive", *long)
 	}
 	cfg := &admin.Config{
 		Addr:           *addr,

@@ -78,7 +78,8 @@ type Config struct {
 
 	// Alerts are the thresholds of the overview's alerts.
 	//
-	// Zero fields take the defaults of AlertThresholds.
+	// Zero fields take the defaults of AlertThresholds; New refuses the
+	// values AlertThresholds.Validate refuses.
 	Alerts AlertThresholds
 
 	// MaxBodyBytes is the largest request body read.
@@ -117,7 +118,8 @@ type AlertThresholds struct {
 	QueueDepth int
 
 	// FailedRate alerts when more than this fraction of the jobs finished
-	// in the last hour failed (were discarded).
+	// in the last hour failed (were discarded): from 0 to 1, so 0.10 is
+	// 10 %.
 	//
 	// Defaults to AlertFailedRateDefault (0.10).
 	FailedRate float64
@@ -126,6 +128,23 @@ type AlertThresholds struct {
 	//
 	// Defaults to AlertLongRunningDefault (1h).
 	LongRunning time.Duration
+}
+
+// Validate reports the first threshold the overview cannot apply, naming
+// it and its range: a negative one, or a failed rate that is not a
+// fraction from 0 to 1 (a rate given in percent would never alert, and NaN
+// cannot be encoded as JSON). Zero fields are valid; they take the
+// defaults.
+func (a AlertThresholds) Validate() error {
+	switch {
+	case a.QueueDepth < 0:
+		return fmt.Errorf("admin: Config.Alerts.QueueDepth is %d; it must be positive (or zero for the default %d)", a.QueueDepth, AlertQueueDepthDefault)
+	case !(a.FailedRate >= 0 && a.FailedRate <= 1):
+		return fmt.Errorf("admin: Config.Alerts.FailedRate is %v; it must be a fraction from 0 to 1, as 0.1 alerts over 10 %% (or zero for the default %v)", a.FailedRate, AlertFailedRateDefault)
+	case a.LongRunning < 0:
+		return fmt.Errorf("admin: Config.Alerts.LongRunning is %s; it must be positive (or zero for the default %s)", a.LongRunning, AlertLongRunningDefault)
+	}
+	return nil
 }
 
 // Server serves braid's admin API and dashboard. Create it with New; it is
@@ -170,13 +189,16 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Server, error) {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	if c.Alerts.QueueDepth <= 0 {
+	if err := c.Alerts.Validate(); err != nil {
+		return nil, err
+	}
+	if c.Alerts.QueueDepth == 0 {
 		c.Alerts.QueueDepth = AlertQueueDepthDefault
 	}
-	if c.Alerts.FailedRate <= 0 {
+	if c.Alerts.FailedRate == 0 {
 		c.Alerts.FailedRate = AlertFailedRateDefault
 	}
-	if c.Alerts.LongRunning <= 0 {
+	if c.Alerts.LongRunning == 0 {
 		c.Alerts.LongRunning = AlertLongRunningDefault
 	}
 	c.JaegerURL = strings.TrimRight(c.JaegerURL, "/")
