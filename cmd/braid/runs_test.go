@@ -126,6 +126,47 @@ func TestRunsCancelRetry(t *testing.T) {
 	}
 }
 
+// TestRunsCancelWhoseTurnStillRuns cancels a run whose turn job is still
+// running in River because the process that took it died: Cancel gives up
+// waiting for the turn after workflow.TurnEndWaitDefault, with the run
+// cancelled all the same, so the command says the run is cancelled, warns
+// that its turn still runs, and succeeds, rather than failing a cancel that
+// took effect.
+func TestRunsCancelWhoseTurnStillRuns(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := testutil.URL(t)
+	pool := testutil.Pool(t, url)
+	greet := workflow.Define("greet", func(t *workflow.Task, name string) (string, error) { return "hello " + name, nil })
+	eng, err := workflow.NewEngine(pool, &workflow.Config{Workflows: []workflow.Definition{greet}, DisableDelayProcessor: true, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = eng.Stop(ctx) })
+	run, err := greet.Start(ctx, eng, "ada", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A worker took the turn and died: River still has it running.
+	if _, err := pool.Exec(ctx, `UPDATE river_job SET state = 'running', attempt = 1, attempted_at = now(), attempted_by = '{gone}'
+		WHERE kind = $1`, workflow.TaskKind); err != nil {
+		t.Fatal(err)
+	}
+
+	code, out, errOut := braid(t, "runs", "cancel", run.ID, "--database-url", url)
+	info, err := eng.Run(ctx, run.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Status != "cancelled" {
+		t.Fatalf("after braid runs cancel the run is %s; want cancelled", info.Status)
+	}
+	wantOut := "cancelled run " + run.ID + " (greet); it is now cancelled"
+	if code != 0 || strings.TrimSpace(out) != wantOut || !strings.Contains(errOut, "1 turn still running") {
+		t.Errorf("braid runs cancel: code %d, stdout %q, stderr %q; want code 0, %q, and a warning that 1 turn is still running", code, out, errOut, wantOut)
+	}
+}
+
 // TestRunsRetrySeededFailedRun retries the failed digest of the seed: the
 // failed step is forgotten, the recorded ones are kept, and the root gets a
 // new turn.
