@@ -417,7 +417,19 @@ func runEngine(pool *pgxpool.Pool) (*workflow.Engine, error) {
 }
 
 func runsCancel(ctx context.Context, c *cli, args []string) error {
-	return runsAct(ctx, c, "cancel", args, (*workflow.Engine).Cancel, "cancelled")
+	return runsAct(ctx, c, "cancel", args, func(eng *workflow.Engine, ctx context.Context, id string) error {
+		err := eng.Cancel(ctx, id)
+		var tre *workflow.TurnsRunningError
+		if errors.As(err, &tre) {
+			// The run is cancelled all the same: only turns whose code
+			// ignores its context, or whose process died before River
+			// rescues them, still run, and record nothing when they end.
+			fmt.Fprintf(c.stderr, "braid runs: warning: run %s is cancelled, but %s still running after %s: its code does not return when its context is cancelled, or its process died\n",
+				id, counted(tre.Running, "turn"), tre.Waited)
+			return nil
+		}
+		return err
+	}, "cancelled")
 }
 
 func runsRetry(ctx context.Context, c *cli, args []string) error {
