@@ -76,6 +76,12 @@ const (
 	// NameMaxLength is the longest schedule name, in characters.
 	NameMaxLength = 200
 
+	// NameMaxBytes is the longest name, in bytes of UTF-8, of a schedule
+	// that starts a workflow. The idempotency key of each slot holds the
+	// name (IdempotencyKey), and a workflow run's key is at most 500 bytes
+	// (the engine's limit), so a longer name could never start a run.
+	NameMaxBytes = 400
+
 	// TargetMaxLength is the longest target, in characters: a workflow
 	// name. A River job kind is at most KindMaxLength, River's limit.
 	TargetMaxLength = 200
@@ -228,7 +234,8 @@ type Schedule struct {
 
 // ScheduleParams describes a schedule to Create.
 type ScheduleParams struct {
-	// Name identifies the schedule; 1 to NameMaxLength characters, unique.
+	// Name identifies the schedule; 1 to NameMaxLength characters, and at
+	// most NameMaxBytes bytes for a workflow target, unique.
 	Name string
 
 	// Description is free text for operators, at most
@@ -455,6 +462,9 @@ func (sch *Schedule) validate() (*Expression, error) {
 		if err := checkText(f.what, f.s, f.max, ""); err != nil {
 			return fail(err)
 		}
+	}
+	if n := len(sch.Name); sch.TargetType == TargetWorkflow && n > NameMaxBytes {
+		return fail(fmt.Errorf("name is %d bytes of UTF-8; the limit for a workflow target is %d bytes, so that the idempotency keys of its slots fit a run's", n, NameMaxBytes))
 	}
 	if n := utf8.RuneCountInString(sch.Target); sch.TargetType == TargetJob && n > KindMaxLength {
 		return fail(fmt.Errorf("target is a job kind of %d characters; River's limit for a job kind is %d", n, KindMaxLength))
