@@ -1242,3 +1242,39 @@ func TestRecurringNextRunInUsesTheDatabaseClock(t *testing.T) {
 		t.Errorf("NextRunIn outside a run: %v, want ErrNotRecurring", err)
 	}
 }
+
+// TestRecurringTimesOutsidePostgreSQLAreRefused: a next run time that
+// PostgreSQL's timestamptz cannot hold is refused where it is given, with
+// an error that names it and the range, rather than accepted and then
+// lost: NextRunAt's choice failed the write of the run's outcome (the row
+// stayed claimed, and ran again once reclaimed, for ever), and Ensure's
+// first run time came back as another time.
+func TestRecurringTimesOutsidePostgreSQLAreRefused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h := newRecurringHarness(t, nil)
+	farBeyond := time.Date(600000, 1, 1, 0, 0, 0, 0, time.UTC)
+	if next, err := h.s.Ensure(ctx, "ping", "far", nil, farBeyond); err == nil || !strings.Contains(err.Error(), "outside the times PostgreSQL stores") {
+		t.Errorf("Ensure first due in the year 600000: next run %s, error %v; want an error naming the range", next, err)
+	}
+	if _, err := h.s.GetRecurring(ctx, "ping", "far"); !errors.Is(err, ErrRecurringNotFound) {
+		t.Errorf("the refused Ensure stored its row: %v", err)
+	}
+
+	if _, err := h.s.Ensure(ctx, "ping", "k", nil, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	var chosenErr atomic.Pointer[error]
+	h.handle(func(ctx context.Context, job *river.Job[pingArgs]) error {
+		err := NextRunAt(ctx, time.Date(300000, 1, 1, 0, 0, 0, 0, time.UTC))
+		chosenErr.Store(&err)
+		return nil
+	})
+	r := h.run("k")
+	if err := *chosenErr.Load(); err == nil || !strings.Contains(err.Error(), "outside the times PostgreSQL stores") {
+		t.Errorf("NextRunAt in the year 300000: %v; want an error naming the range", err)
+	}
+	if r.LastRunAt == nil || r.NextRunAt.Sub(*r.LastRunAt) != RecurringIntervalDefault {
+		t.Errorf("after a refused NextRunAt: last run %v, next %s; want the run recorded, next after the default interval", r.LastRunAt, r.NextRunAt)
+	}
+}
