@@ -203,7 +203,8 @@ func (s *Scheduler) Ensure(ctx context.Context, kind, key string, args any, firs
 }
 
 // EnsureTx is idempotent: it creates the recurring job (kind, key), first
-// due at firstRunAt (zero means now), or, when the job exists, enables it
+// due at firstRunAt (zero means now; otherwise from RunAtMin to
+// RunAtMax), or, when the job exists, enables it
 // again and stores args, keeping its next_run_at. It returns next_run_at.
 //
 // A dead letter stays parked; Revive brings it back. EnsureTx then still
@@ -254,6 +255,9 @@ func (s *Scheduler) EnsureTx(ctx context.Context, tx pgx.Tx, kind, key string, a
 	}
 	var first *time.Time
 	if !firstRunAt.IsZero() {
+		if err := checkRunAt(fmt.Sprintf("recurring job %s/%s: the first run", kind, key), firstRunAt); err != nil {
+			return time.Time{}, err
+		}
 		first = &firstRunAt
 	}
 	var (
@@ -461,6 +465,25 @@ ORDER BY kind, key LIMIT $4 OFFSET $5`, p.Kind, p.Enabled, p.Dead, p.Limit, p.Of
 		return nil, fmt.Errorf("scheduler: listing recurring jobs: %w", err)
 	}
 	return list, nil
+}
+
+// RunAtMin and RunAtMax bound the times a recurring job is given to run at
+// (NextRunAt, EnsureTx's firstRunAt): the range of PostgreSQL's
+// timestamptz (4713 BC to 294276 AD), a little inside it. A time outside
+// it cannot be stored, or would be stored as another time.
+var (
+	RunAtMin = time.Date(-4712, time.January, 1, 0, 0, 0, 0, time.UTC)
+	RunAtMax = time.Date(294276, time.December, 30, 0, 0, 0, 0, time.UTC)
+)
+
+// checkRunAt refuses a time outside RunAtMin to RunAtMax, naming what it
+// is the time of.
+func checkRunAt(what string, t time.Time) error {
+	if t.Before(RunAtMin) || t.After(RunAtMax) {
+		return fmt.Errorf("scheduler: %s at %s is outside the times PostgreSQL stores (%s to %s)",
+			what, t.UTC().Format(time.RFC3339), RunAtMin.Format(time.RFC3339), RunAtMax.Format(time.RFC3339))
+	}
+	return nil
 }
 
 // Metadata keys of the River jobs of recurring jobs.

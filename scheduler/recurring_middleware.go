@@ -180,8 +180,9 @@ type runState struct {
 // NextRunAt sets when the recurring job whose handler is running runs next
 // after this run succeeds: at t, an absolute time, stored as given. Call it
 // from the handler with the context River passed to Work. It returns
-// ErrNotRecurring outside the run of a recurring job. A failed run ignores
-// it and backs off. The last call of NextRunAt or NextRunIn wins.
+// ErrNotRecurring outside the run of a recurring job, and an error for a t
+// outside RunAtMin to RunAtMax, which then has no effect. A failed run
+// ignores it and backs off. The last call of NextRunAt or NextRunIn wins.
 //
 // The database's clock (braid_now()) decides when the job is due, so t
 // should come from it: a time read in the handler's transaction, say. A
@@ -195,6 +196,9 @@ func NextRunAt(ctx context.Context, t time.Time) error {
 	}
 	if t.IsZero() {
 		return errors.New("scheduler: NextRunAt needs a non-zero time")
+	}
+	if err := checkRunAt("NextRunAt", t); err != nil {
+		return err
 	}
 	st.mu.Lock()
 	st.next, st.relative = t, false
