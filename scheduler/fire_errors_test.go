@@ -509,3 +509,49 @@ func TestUntilNextWithTheNextRunCenturiesAway(t *testing.T) {
 		t.Fatalf("untilNext with the only next run in 2400: %s; want PollInterval, %s", d, time.Second)
 	}
 }
+
+// TestRefusedScheduleMatchesErrInvalidSchedule: every refusal by Create
+// and Update of the schedule they were given matches ErrInvalidSchedule,
+// args over the cap and an unknown target among them, so that a caller
+// can answer each as the requester's mistake; a refusal of a recurring
+// job's args does not, as it refuses no schedule.
+func TestRefusedScheduleMatchesErrInvalidSchedule(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.DB(t)
+	s := newScheduler(t, pool, &Config{MaxArgsBytes: 100, Workflows: &registry{names: []string{"send_digest"}}})
+	big := map[string]string{"pad": strings.Repeat("x", 100)}
+	ghost := "ghost"
+
+	if _, err := s.Create(ctx, &ScheduleParams{Name: "digest", Expression: "@daily", TargetType: TargetWorkflow, Target: "send_digest"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		what string
+		err  func() error
+	}{
+		{"Create with args over the cap", func() error {
+			_, err := s.Create(ctx, &ScheduleParams{Name: "big", Expression: "@daily", TargetType: TargetWorkflow, Target: "send_digest", Args: big})
+			return err
+		}},
+		{"Update with args over the cap", func() error {
+			_, err := s.Update(ctx, "digest", &ScheduleUpdate{Args: big})
+			return err
+		}},
+		{"Create of an unknown target", func() error {
+			_, err := s.Create(ctx, &ScheduleParams{Name: "lost", Expression: "@daily", TargetType: TargetWorkflow, Target: ghost})
+			return err
+		}},
+		{"Update to an unknown target", func() error {
+			_, err := s.Update(ctx, "digest", &ScheduleUpdate{Target: &ghost})
+			return err
+		}},
+	} {
+		if err := tc.err(); err == nil || !errors.Is(err, ErrInvalidSchedule) {
+			t.Errorf("%s: %v; want an error matching ErrInvalidSchedule", tc.what, err)
+		}
+	}
+	if _, err := s.Ensure(ctx, "fetch_feed", "feed:1", big, time.Time{}); !errors.Is(err, ErrArgsTooLarge) || errors.Is(err, ErrInvalidSchedule) {
+		t.Errorf("Ensure with args over the cap: %v; want ErrArgsTooLarge, not ErrInvalidSchedule", err)
+	}
+}

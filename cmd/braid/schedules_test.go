@@ -118,6 +118,7 @@ func TestSchedulesErrors(t *testing.T) {
 		{[]string{"create", "--name", "x", "--expression", "@hourly", "--job", "tick", "--max-attempts", "99999"}, 2, `schedule "x": max attempts 99999 is outside 0-32767`},
 		{[]string{"create", "--name", "x", "--expression", "@hourly", "--job", "tick", "--queue", "Bad Queue"}, 2, `queue "Bad Queue" is invalid`},
 		{[]string{"update", "taken", "--max-attempts", "99999"}, 2, `schedule "taken": max attempts 99999 is outside 0-32767`},
+		{[]string{"update", "taken", "--args", `{"pad": "` + strings.Repeat("x", scheduler.MaxArgsBytesDefault) + `"}`}, 2, `schedule "taken": args are 65546 bytes of JSON; the limit is 65536 bytes`},
 		{[]string{"create", "--name", "x", "--expression", "@hourly", "--job", "tick", "--frequency", "2"}, 2, "flag provided but not defined: -frequency"},
 		{[]string{"update", "taken", "--expression", "0 0 30 2 *"}, 2, `invalid expression "0 0 30 2 *"`},
 		{[]string{"update", "taken", "--time-zone", "Nowhere/City"}, 2, "Nowhere/City"},
