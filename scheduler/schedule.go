@@ -109,11 +109,13 @@ var (
 	ErrInvalidSchedule = errors.New("scheduler: invalid schedule")
 
 	// ErrUnknownTarget matches the *UnknownTargetError of Create and Update
-	// when the scheduler knows the target does not exist.
+	// when the scheduler knows the target does not exist. Such an error
+	// matches ErrInvalidSchedule too.
 	ErrUnknownTarget = errors.New("scheduler: unknown target")
 
 	// ErrArgsTooLarge matches the *ArgsTooLargeError of Create, Update and
-	// Ensure when args exceed Config.MaxArgsBytes.
+	// Ensure when args exceed Config.MaxArgsBytes. That of Create and
+	// Update matches ErrInvalidSchedule too.
 	ErrArgsTooLarge = errors.New("scheduler: args too large")
 )
 
@@ -121,7 +123,7 @@ var (
 // for a target the scheduler knows does not exist: a workflow that
 // Config.Workflows does not know (see WorkflowRegistry), or a job kind that
 // no worker of Config.Queue works (see queue.Queue.KnowsKind). It matches
-// ErrUnknownTarget.
+// ErrUnknownTarget and ErrInvalidSchedule.
 type UnknownTargetError struct {
 	Schedule   string
 	TargetType TargetType
@@ -135,12 +137,16 @@ func (e *UnknownTargetError) Error() string {
 	return fmt.Sprintf("scheduler: schedule %q: job kind %q has no worker in the scheduler's queue", e.Schedule, e.Target)
 }
 
-// Is reports whether target is ErrUnknownTarget.
-func (e *UnknownTargetError) Is(target error) bool { return target == ErrUnknownTarget }
+// Is reports whether target is ErrUnknownTarget or ErrInvalidSchedule: an
+// unknown target refuses the schedule.
+func (e *UnknownTargetError) Is(target error) bool {
+	return target == ErrUnknownTarget || target == ErrInvalidSchedule
+}
 
 // ArgsTooLargeError is returned when the JSON args of a schedule or of a
 // recurring job exceed Config.MaxArgsBytes. It names the schedule, or the
-// recurring job's kind and key. It matches ErrArgsTooLarge.
+// recurring job's kind and key. It matches ErrArgsTooLarge, and, when it
+// names a schedule, ErrInvalidSchedule.
 type ArgsTooLargeError struct {
 	// Schedule names the schedule; empty for a recurring job.
 	Schedule string
@@ -161,8 +167,11 @@ func (e *ArgsTooLargeError) Error() string {
 	return fmt.Sprintf("scheduler: %s: args are %d bytes of JSON; the limit is %d bytes (Config.MaxArgsBytes)", what, e.Size, e.Limit)
 }
 
-// Is reports whether target is ErrArgsTooLarge.
-func (e *ArgsTooLargeError) Is(target error) bool { return target == ErrArgsTooLarge }
+// Is reports whether target is ErrArgsTooLarge, or ErrInvalidSchedule for
+// the args of a schedule.
+func (e *ArgsTooLargeError) Is(target error) bool {
+	return target == ErrArgsTooLarge || target == ErrInvalidSchedule && e.Schedule != ""
+}
 
 // wrappedError is an error of this package that wraps err, most often one
 // of the sentinels above, under a text of its own, so that a message names

@@ -59,9 +59,8 @@ func scheduleError(name string, err error) error {
 	case errors.Is(err, scheduler.ErrScheduleExists):
 		return fmt.Errorf("schedule %q already exists; change it with `braid schedules update`", name)
 	case errors.Is(err, scheduler.ErrInvalidExpression), errors.Is(err, scheduler.ErrInvalidSchedule):
+		// Args over the cap and an unknown target among them.
 		return &usageError{strings.TrimPrefix(err.Error(), "scheduler: ")}
-	case errors.Is(err, scheduler.ErrUnknownTarget), errors.Is(err, scheduler.ErrArgsTooLarge):
-		return errors.New(strings.TrimPrefix(err.Error(), "scheduler: "))
 	}
 	return err
 }
