@@ -681,3 +681,29 @@ func TestCreateWithoutTargetTypeIsAnError(t *testing.T) {
 		t.Fatalf("the invalid schedule was stored: %v", err)
 	}
 }
+
+// TestUpdateWithNilArgsOfATypeKeepsTheArgs: ScheduleUpdate.Args left nil
+// keeps a schedule's args, and so does a nil of a type (a json.RawMessage,
+// a map or a pointer that the caller's own optional field held): only
+// args given change them.
+func TestUpdateWithNilArgsOfATypeKeepsTheArgs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.DB(t)
+	s := newScheduler(t, pool, nil)
+	if _, err := s.Create(ctx, &ScheduleParams{TargetType: TargetJob, Name: "nightly", Expression: "@daily", Target: "report",
+		Args: map[string]int{"days": 1}}); err != nil {
+		t.Fatal(err)
+	}
+	var noPointer *struct{ Days int }
+	for _, args := range []any{nil, json.RawMessage(nil), map[string]int(nil), noPointer} {
+		desc := fmt.Sprintf("args %T(nil)", args)
+		sch, err := s.Update(ctx, "nightly", &ScheduleUpdate{Description: &desc, Args: args})
+		if err != nil {
+			t.Fatalf("Update with %s: %v", desc, err)
+		}
+		if string(sch.Args) != `{"days": 1}` {
+			t.Errorf("Update with %s left args %s; want them kept, {\"days\": 1}", desc, sch.Args)
+		}
+	}
+}
