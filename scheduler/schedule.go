@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -313,6 +314,22 @@ type ScheduleParams struct {
 	CreatedBy string
 }
 
+// argsGiven reports whether ScheduleUpdate.Args gives new args: it is
+// not nil, nor a nil pointer, map, slice (a json.RawMessage) or
+// interface. A caller's optional field left empty holds such a typed nil,
+// which an interface compares unequal to nil: taken as args, it would
+// reset them to {}, or fail as null.
+func argsGiven(v any) bool {
+	if v == nil {
+		return false
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Interface:
+		return !rv.IsNil()
+	}
+	return true
+}
+
 // ScheduleUpdate changes the fields of a schedule that are non-nil. A
 // change of Expression or TimeZone moves next_run_at to the new
 // expression's first slot after now. A changed target is checked as in
@@ -324,7 +341,7 @@ type ScheduleUpdate struct {
 	TimeZone      *string
 	TargetType    *TargetType
 	Target        *string
-	Args          any // nil leaves the args unchanged
+	Args          any // nil leaves the args unchanged, as does a nil of a type (see argsGiven)
 	Queue         *string
 	Priority      *int
 	MaxAttempts   *int
@@ -780,7 +797,8 @@ func (s *Scheduler) UpdateTx(ctx context.Context, tx pgx.Tx, name string, update
 	if update.TargetType != nil {
 		sch.TargetType = *update.TargetType
 	}
-	if update.Args != nil {
+	newArgs := argsGiven(update.Args)
+	if newArgs {
 		if sch.Args, err = encodeArgs(update.Args); err != nil {
 			return nil, invalid(name, err)
 		}
@@ -800,7 +818,7 @@ func (s *Scheduler) UpdateTx(ctx context.Context, tx pgx.Tx, name string, update
 	if update.CatchUpPolicy != nil {
 		sch.CatchUpPolicy = *update.CatchUpPolicy
 	}
-	if update.Args != nil {
+	if newArgs {
 		if err := s.checkArgs(sch); err != nil {
 			return nil, err
 		}
