@@ -876,3 +876,34 @@ func TestLastFailure(t *testing.T) {
 		t.Errorf("an acquisition cut off from the database: last failure %s, want after %s", f, before)
 	}
 }
+
+// TestRenewTxInAnOlderTransactionRefusesAnExpiredLease: RenewTx judges
+// expiry by the database's clock when it runs, not by the time its
+// transaction began. A transaction begun while the lease was current,
+// which renews it after it has expired, gets ErrLeaseNotHeld rather than
+// a term whose expiry has already passed.
+func TestRenewTxInAnOlderTransactionRefusesAnExpiredLease(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testutil.DB(t)
+	a := newManager(t, pool, "a", 10*time.Second, time.Second)
+	lease, err := a.TryAcquire(ctx, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `SELECT 1`); err != nil {
+		t.Fatal(err)
+	}
+	// The lease expires a second before now, and after tx began.
+	time.Sleep(1500 * time.Millisecond)
+	expire(t, pool, "job")
+	renewed, err := a.RenewTx(ctx, tx, lease)
+	if !errors.Is(err, leases.ErrLeaseNotHeld) {
+		t.Fatalf("RenewTx of a lease that expired after its transaction began: %+v, %v; want ErrLeaseNotHeld", renewed, err)
+	}
+}
