@@ -57,8 +57,10 @@
 // All lease times come from the database clock (braid_now() and
 // braid_clock()): acquisitions and renewals set expires_at = TTL after the
 // database's time in SQL, and expiry is judged against the database's time.
-// An acquisition that waits on the lease row's lock reads that time once it
-// holds the lock, so a term never starts already expired. The local clock is
+// An acquisition or a renewal that waits on the lease row's lock reads that
+// time once it holds the lock, and a renewal reads it when it runs, not when
+// its transaction began, so a term never starts, or is renewed, already
+// expired. The local clock is
 // only used to measure durations: Run treats a lease as lost once TTL has
 // passed since its acquisition or last successful renewal was sent, which is
 // never later than the database expires it. Run gives up an acquisition that

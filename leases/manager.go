@@ -413,12 +413,15 @@ func sleep(ctx context.Context, d time.Duration) error {
 }
 
 // renewSQL extends the lease only for the exact term given, and only while
-// it is unexpired.
+// it is unexpired. Both are judged by braid_clock(), the time when the
+// statement holds the row, as acquireSQL's are: braid_now() is when the
+// transaction began, and a RenewTx in a transaction older than the
+// lease's expiry, or a renewal that waited on the row's lock (a CheckTx),
+// would renew an expired lease with an expiry already past.
 const renewSQL = `
 UPDATE braid_leases
-SET renewed_at = braid_now(),
-    expires_at = braid_now() + $4::bigint * interval '1 microsecond'
-WHERE name = $1 AND holder = $2 AND generation = $3 AND expires_at > braid_now()
+SET (renewed_at, expires_at) = (SELECT c.now, c.now + $4::bigint * interval '1 microsecond' FROM braid_clock() AS c(now))
+WHERE name = $1 AND holder = $2 AND generation = $3 AND expires_at > braid_clock()
 RETURNING ` + leaseColumns
 
 // Renew extends lease by TTL from now and returns its new state; the
