@@ -83,7 +83,8 @@
 //
 // Between fires the leader sleeps until the earliest next_run_at, at most
 // Config.PollInterval, and wakes early on a notification on NotifyChannel,
-// which every write of this package sends.
+// which every write of this package sends but the delete of a recurring
+// job, which makes nothing due sooner.
 //
 // # Failed fires
 //
