@@ -430,3 +430,26 @@ func TestSetEventRefusesWhatItCannotKeep(t *testing.T) {
 		t.Errorf("RunInfo of a run without events encodes events: %s", raw)
 	}
 }
+
+// NewEngine refuses a negative poll interval of the waits for results and
+// events, naming it, as it refuses the delay processor's: a negative one
+// would make every Run.Result and GetEvent read the database again at
+// once, without a pause, for as long as it waits.
+func TestPollIntervalsMustNotBeNegative(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	for _, tc := range []struct {
+		set  func(*workflow.Config)
+		want string
+	}{
+		{func(c *workflow.Config) { c.ResultPollInterval = -time.Second }, "ResultPollInterval -1s is negative"},
+		{func(c *workflow.Config) { c.DelayPollInterval = -time.Second }, "DelayPollInterval -1s is negative"},
+		{func(c *workflow.Config) { c.DelayBatchSize = -1 }, "DelayBatchSize -1 is negative"},
+	} {
+		cfg := testConfig()
+		tc.set(cfg)
+		if _, err := workflow.NewEngine(pool, cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("NewEngine: %v; want an error naming %q", err, tc.want)
+		}
+	}
+}
