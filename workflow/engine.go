@@ -163,8 +163,8 @@ type Config struct {
 	// delay processor. Default false: every engine competes, one leads.
 	DisableDelayProcessor bool
 
-	// ResultPollInterval is the fallback poll of Run.Result. Default
-	// ResultPollIntervalDefault.
+	// ResultPollInterval is the fallback poll of Run.Result, Engine.Wait
+	// and GetEvent. Default ResultPollIntervalDefault.
 	ResultPollInterval time.Duration
 
 	// TurnHeartbeat is how often a running turn records that it is alive.
@@ -378,6 +378,8 @@ func NewEngine(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 		return nil, fmt.Errorf("workflow: DelayBatchSize %d is negative", c.DelayBatchSize)
 	case c.DelayPollInterval < 0:
 		return nil, fmt.Errorf("workflow: DelayPollInterval %s is negative", c.DelayPollInterval)
+	case c.ResultPollInterval < 0:
+		return nil, fmt.Errorf("workflow: ResultPollInterval %s is negative", c.ResultPollInterval)
 	case c.TurnHeartbeat < 0:
 		return nil, fmt.Errorf("workflow: TurnHeartbeat %s is negative", c.TurnHeartbeat)
 	case c.MaxMapInputBytes < 0:
