@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -306,5 +307,65 @@ func TestEventFilterReadsTheTaskInput(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{"1", "3"}, waiting); diff != "" {
 		t.Errorf("waits left (-want +got):\n%s", diff)
+	}
+}
+
+// TestEventPublishedDuringAFailedAttemptOfTheTurnIsSeen: an event published
+// while the first attempt of a turn runs, an attempt that then fails, is
+// seen by the wait that a later attempt of the same turn suspends on: it
+// was published after the turn began. An event that a wait took is not
+// taken again by the task's next wait on the topic, whether the batch that
+// recorded the wait or a publish woke it.
+func TestEventPublishedDuringAFailedAttemptOfTheTurnIsSeen(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	var eng *workflow.Engine
+	var replied atomic.Bool
+	wf := workflow.Define("event_failed_attempt", func(t *workflow.Task, _ struct{}) ([]int, error) {
+		if _, err := workflow.Step(t, "ask", func(context.Context) (int, error) { return 1, nil }); err != nil {
+			return nil, err
+		}
+		if replied.CompareAndSwap(false, true) {
+			// The reply comes while the first attempt of the first turn
+			// runs, and then the attempt fails.
+			if _, err := eng.Publish(t.Context(), "replies", eventPayload{N: 7}); err != nil {
+				return nil, err
+			}
+			return nil, errors.New("the attempt fails after the reply came")
+		}
+		var got []int
+		for _, w := range []struct {
+			filter  string
+			timeout time.Duration
+		}{{"", 5 * time.Second}, {"payload.n == 8", 0}, {"", time.Second}} {
+			p, ok, err := workflow.WaitEvent[eventPayload](t, "replies", w.filter, w.timeout)
+			if err != nil {
+				return nil, err
+			}
+			if !ok {
+				p.N = -1
+			}
+			got = append(got, p.N)
+		}
+		return got, nil
+	}, workflow.WithMaxAttempts(3))
+	eng = startEngine(t, pool, testConfig(wf))
+	ctx := ctxTimeout(t, 60*time.Second)
+	run, err := wf.Start(ctx, eng, struct{}{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the second wait", 30*time.Second, func() bool {
+		return count(t, pool, `SELECT count(*) FROM braid_steps WHERE name = 'event:replies#2' AND status = 'waiting'`) == 1
+	})
+	if woken, err := eng.Publish(ctx, "replies", eventPayload{N: 8}); err != nil || woken != 1 {
+		t.Fatalf("Publish: woke %d, %v; want the second wait", woken, err)
+	}
+	got, err := run.Result(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]int{7, 8, -1}, got); diff != "" {
+		t.Errorf("the waits took (-want +got; -1 is a timeout):\n%s", diff)
 	}
 }
