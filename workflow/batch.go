@@ -1026,7 +1026,16 @@ func (e *Engine) suspendTasks(ctx context.Context, tx pgx.Tx, suspends []*outcom
 			}
 			wTasks, wRuns = append(wTasks, o.taskID), append(wRuns, t.runID)
 			wNames, wKinds, wOn, wFi = append(wNames, w.name), append(wKinds, w.kind), append(wOn, w.on), append(wFi, w.filter)
-			wAfter, wUntil, wSince = append(wAfter, timeoutMicros(w.after)), append(wUntil, until), append(wSince, o.job.AttemptedAt)
+			// A wait's started_at is when its attempt began; an event
+			// wait's in a turn that ran before (see ranBefore), when the
+			// turn was given, so that it loses none of the events
+			// published during the earlier attempts.
+			since := o.job.AttemptedAt
+			if w.kind == "event" && ranBefore(o.job) {
+				given := o.job.CreatedAt
+				since = &given
+			}
+			wAfter, wUntil, wSince = append(wAfter, timeoutMicros(w.after)), append(wUntil, until), append(wSince, since)
 			wPos = append(wPos, int32(w.position))
 		}
 		var span *string
@@ -1046,9 +1055,13 @@ func (e *Engine) suspendTasks(ctx context.Context, tx pgx.Tx, suspends []*outcom
 	if len(wTasks) > 0 {
 		// A delay is due after its duration or at its time; a wait on a
 		// message, after its timeout when it has one. An event wait's
-		// started_at is when the turn that suspended on it began: it sees
-		// the events published since. The earliest timer recorded is read
-		// back for the delay processor's NOTIFY.
+		// started_at is when the turn that suspends on it began (see
+		// above), or, when later, when the task's last wait on the topic
+		// took its event (the turn may have been given in that
+		// transaction, which began before the event was published): the
+		// wait sees the events published since, and never one that the
+		// task took before. The earliest timer recorded is read back for
+		// the delay processor's NOTIFY.
 		var due *time.Time
 		if err := tx.QueryRow(ctx, `
 			WITH w AS (
@@ -1056,7 +1069,13 @@ func (e *Engine) suspendTasks(ctx context.Context, tx pgx.Tx, suspends []*outcom
 			    SELECT u.task_id, u.name, u.kind, 'waiting',
 			           CASE WHEN u.until IS NOT NULL THEN u.until
 			                WHEN u.kind = 'delay' OR u.after > 0 THEN braid_now() + u.after * interval '1 microsecond' END,
-			           1, nullif(u.wait_on, ''), CASE WHEN u.kind = 'signal' THEN u.run_id END, nullif(u.filter, ''), u.since + (braid_now() - now()), u.position
+			           1, nullif(u.wait_on, ''), CASE WHEN u.kind = 'signal' THEN u.run_id END, nullif(u.filter, ''),
+			           CASE WHEN u.kind = 'event'
+			                THEN greatest(u.since + (braid_now() - now()),
+			                              (SELECT max(p.finished_at) FROM braid_steps p
+			                                WHERE p.task_id = u.task_id AND p.kind = 'event' AND p.wait_on = u.wait_on AND p.status = 'completed'))
+			                ELSE u.since + (braid_now() - now()) END,
+			           u.position
 			      FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bigint[], $5::timestamptz[], $6::text[], $7::uuid[], $8::text[], $9::timestamptz[], $10::int[])
 			           AS u(task_id, name, kind, after, until, wait_on, run_id, filter, since, position)
 			    ON CONFLICT (task_id, name) DO NOTHING

@@ -786,12 +786,17 @@
 // Events are kept for Config.Retention. A wait sees every matching event
 // published after the turn that suspends on it began (River's record of
 // the attempt, by the database's clock), those published while that turn
-// still ran included, and no event published before it: the publish reads
-// its time under the topic's lock, and the wait is recorded under the same
-// lock. Every matching wait takes the same event; a publish reads the
-// waits of its own topic only, through a partial index. A filter that
-// fails to evaluate on a payload (a member of a missing field, say) does
-// not match it, and the failure is logged with the task.
+// still ran included, and no event published before it, nor one that an
+// earlier wait of the task on the topic took: the publish reads its time
+// under the topic's lock, and the wait is recorded under the same lock. A
+// turn that runs again (its attempt failed, its process died, or it was
+// put back to run later: a step's retry, a stop) began, for its waits,
+// when it was given (its River job inserted), so that none of the events
+// published during its earlier attempts is lost. Every matching wait takes
+// the same event; a publish reads the waits of its own topic only, through
+// a partial index. A filter that fails to evaluate on a payload (a member
+// of a missing field, say) does not match it, and the failure is logged
+// with the task.
 //
 // # Published state
 //

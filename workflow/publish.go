@@ -207,17 +207,15 @@ func (e *Engine) publishTx(ctx context.Context, tx pgx.Tx, topic string, payload
 }
 
 // matchPublished finds, for a wait on an event that a batch records, the
-// first event on its topic published since the turn that suspended began
-// that matches its filter. The batch holds the topic's lock.
+// first event on its topic published since the wait's started_at (see
+// suspendTasks: since its turn began, and after any event the task's
+// earlier waits on the topic took) that matches its filter. The batch has
+// recorded the wait, and holds the topic's lock.
 func (e *Engine) matchPublished(ctx context.Context, tx pgx.Tx, mw messageWait) (delivery, bool, error) {
-	since := mw.o.job.AttemptedAt
-	if since == nil {
-		return delivery{}, false, nil
-	}
 	rows, err := tx.Query(ctx, `
 		SELECT payload, coalesce(trace_parent, '') FROM braid_events
-		 WHERE topic = $1 AND published_at >= $2::timestamptz + (braid_now() - now())
-		 ORDER BY published_at, id`, mw.w.on, *since)
+		 WHERE topic = $1 AND published_at >= (SELECT started_at FROM braid_steps WHERE task_id = $2 AND name = $3)
+		 ORDER BY published_at, id`, mw.w.on, mw.o.taskID, mw.w.name)
 	if err != nil {
 		return delivery{}, false, fmt.Errorf("workflow: reading the events on topic %q: %w", mw.w.on, err)
 	}
@@ -251,9 +249,13 @@ func (e *Engine) matchPublished(ctx context.Context, tx pgx.Tx, mw messageWait) 
 //
 // The wait sees every matching event published after the turn that
 // suspends on it began, including those published while that turn still
-// ran; events published before it are not seen. Each wait takes one
-// event; several waits on one topic each take the same event when it
-// matches them all. The wait is a durable call recorded under the name
+// ran; events published before it are not seen, nor one that an earlier
+// wait of the task on the topic took. A turn that runs again (an attempt
+// failed, its process died, it was put back to run later) loses none of
+// the events published meanwhile: its wait sees every one published since
+// the turn was given (its River job inserted). Each wait takes one event;
+// several waits on one topic each take the same event when it matches
+// them all. The wait is a durable call recorded under the name
 // "event:"+topic (with "#n" when repeated).
 func WaitEvent[T any](t *Task, topic, filter string, timeout time.Duration) (payload T, ok bool, err error) {
 	if err := checkMessageName("topic", topic); err != nil {

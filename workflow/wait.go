@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/braidflow/braid/queue"
 )
@@ -350,6 +351,22 @@ func (e *Engine) takeMessagesTx(ctx context.Context, tx pgx.Tx, waits []messageW
 	}
 	st.wake = append(st.wake, turns...)
 	return spans, nil
+}
+
+// ranBefore reports whether the turn that job runs has run before, in an
+// attempt that failed or whose process died (its attempt is past the
+// first), or that was put back to run later (River counts the snoozes in
+// its metadata, and gives the attempt back). Such a turn's attempt did not
+// begin the turn.
+func ranBefore(job *rivertype.JobRow) bool {
+	if job.Attempt > 1 {
+		return true
+	}
+	var md struct {
+		Snoozes int64 `json:"snoozes"`
+	}
+	_ = json.Unmarshal(job.Metadata, &md)
+	return md.Snoozes > 0
 }
 
 // messageWaits lists the waits on messages among suspends.
