@@ -2,6 +2,7 @@ package workflow_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -191,5 +192,85 @@ func TestOutcomesLeftOutAreNotCountedAsBatches(t *testing.T) {
 	m := collectEngineMetrics(t, reader)
 	if c := m.sizes[workflow.MetricBatchSize+"{committed}"]; c.Count != 2 || c.Sum != 2 {
 		t.Errorf("%s{committed}: %d batches holding %d outcomes for a run of two turns; want 2 of 1", workflow.MetricBatchSize, c.Count, c.Sum)
+	}
+}
+
+// SignalTx and PublishTx refuse a caller's transaction whose snapshot is
+// older than its statements (REPEATABLE READ, SERIALIZABLE): a wait that
+// committed after the snapshot was taken, while the send waited for the
+// mailbox's or topic's lock, is not seen by it, and the message would stay
+// in the mailbox, or among the topic's past events, while the wait waits
+// on. The error names the isolation; nothing is sent, and a send in a
+// READ COMMITTED transaction then wakes each wait.
+func TestSignalTxAndPublishTxRefuseASnapshotOlderThanTheWaits(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	eng := newEngine(t, pool, testConfig(signalCollector, eventWaiter))
+	ctx := ctxTimeout(t, 60*time.Second)
+	sig, err := signalCollector.Start(ctx, eng, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := eventWaiter.Start(ctx, eng, eventWaitIn{Topic: "iso.topic"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The callers' snapshots are taken before the waits are recorded.
+	repeatable, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = repeatable.Rollback(context.Background()) }()
+	serializable, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.Serializable})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = serializable.Rollback(context.Background()) }()
+	for _, tx := range []pgx.Tx{repeatable, serializable} {
+		if _, err := tx.Exec(ctx, `SELECT 1`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := eng.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "both waits", 30*time.Second, func() bool {
+		return count(t, pool, `SELECT count(*) FROM braid_steps WHERE kind IN ('signal', 'event') AND status = 'waiting'`) == 2
+	})
+
+	if err := eng.SignalTx(ctx, repeatable, sig.ID, "item", 5, nil); err == nil {
+		if err := repeatable.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if count(t, pool, `SELECT count(*) FROM braid_signals WHERE delivered_at IS NULL`) == 1 &&
+			count(t, pool, `SELECT count(*) FROM braid_steps WHERE kind = 'signal' AND status = 'waiting'`) == 1 {
+			t.Errorf("SignalTx in a REPEATABLE READ transaction left its signal in the mailbox while the run's wait on it waits")
+		}
+	} else if !strings.Contains(err.Error(), "repeatable read") || !strings.Contains(err.Error(), "READ COMMITTED") {
+		t.Errorf("SignalTx in a REPEATABLE READ transaction: %v; want an error naming its isolation and the one it needs", err)
+	}
+	if _, err := eng.PublishTx(ctx, serializable, "iso.topic", eventPayload{N: 6}); err == nil {
+		if err := serializable.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if count(t, pool, `SELECT count(*) FROM braid_events WHERE topic = 'iso.topic'`) == 1 &&
+			count(t, pool, `SELECT count(*) FROM braid_steps WHERE kind = 'event' AND status = 'waiting'`) == 1 {
+			t.Errorf("PublishTx in a SERIALIZABLE transaction published an event that the wait on its topic, recorded before the publish, never sees")
+		}
+	} else if !strings.Contains(err.Error(), "serializable") || !strings.Contains(err.Error(), "READ COMMITTED") {
+		t.Errorf("PublishTx in a SERIALIZABLE transaction: %v; want an error naming its isolation and the one it needs", err)
+	}
+
+	if err := eng.Signal(ctx, sig.ID, "item", 7, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.Publish(ctx, "iso.topic", eventPayload{N: 8}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := sig.Result(ctx); err != nil || len(got) != 1 {
+		t.Errorf("the run waiting on a signal: %v, %v; want it completed", got, err)
+	}
+	if got, err := ev.Result(ctx); err != nil || got <= 0 {
+		t.Errorf("the run waiting on an event: %d, %v; want it completed", got, err)
 	}
 }
