@@ -773,7 +773,11 @@
 // the wait commits first, and the message finds it. Nothing is lost
 // between the two, and no process has to stay alive for it: the message
 // and the wake commit together, and the woken turn is a River job like
-// any other.
+// any other. This needs each statement of the send to see what committed
+// before it, as READ COMMITTED does: [Engine.SignalTx] and
+// [Engine.PublishTx] refuse a caller's transaction whose snapshot is
+// older (REPEATABLE READ, SERIALIZABLE), which would not see a wait
+// recorded while the send waited for the lock.
 //
 // Signals are kept in each run's mailbox, in the order sent (senders to
 // one run take its lock one at a time), and each is taken by one wait,

@@ -123,8 +123,13 @@ func (e *Engine) Publish(ctx context.Context, topic string, payload any) (int, e
 }
 
 // PublishTx is Publish inside tx: the event is published, and its waits
-// woken, only if tx commits.
+// woken, only if tx commits. tx must be READ COMMITTED, PostgreSQL's
+// default: one whose snapshot is older than its statements (REPEATABLE
+// READ, SERIALIZABLE) would not see a wait recorded since, and is refused.
 func (e *Engine) PublishTx(ctx context.Context, tx pgx.Tx, topic string, payload any) (int, error) {
+	if err := checkReadCommitted(ctx, tx, "PublishTx"); err != nil {
+		return 0, err
+	}
 	woken, _, err := e.publishTx(ctx, tx, topic, payload)
 	return woken, err
 }

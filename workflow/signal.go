@@ -48,11 +48,17 @@ func (e *Engine) Signal(ctx context.Context, runID, name string, payload any, op
 
 // SignalTx is Signal inside tx: the signal is sent, and its wait woken,
 // only if tx commits. The wait it ends gets no span of its own, since
-// only the caller knows when tx commits.
+// only the caller knows when tx commits. tx must be READ COMMITTED,
+// PostgreSQL's default: one whose snapshot is older than its statements
+// (REPEATABLE READ, SERIALIZABLE) would not see a wait recorded since, and
+// is refused.
 func (e *Engine) SignalTx(ctx context.Context, tx pgx.Tx, runID, name string, payload any, opts *SignalOpts) error {
 	id, err := uuid.Parse(runID)
 	if err != nil {
 		return fmt.Errorf("%w: %q is not a UUID", ErrRunNotFound, runID)
+	}
+	if err := checkReadCommitted(ctx, tx, "SignalTx"); err != nil {
+		return err
 	}
 	_, err = e.signalTx(ctx, tx, id, runID, name, payload, opts)
 	return err
@@ -73,8 +79,12 @@ func (e *Engine) SignalByKey(ctx context.Context, key, name string, payload any,
 	return err
 }
 
-// SignalByKeyTx is SignalByKey inside tx.
+// SignalByKeyTx is SignalByKey inside tx, which must be READ COMMITTED, as
+// SignalTx's.
 func (e *Engine) SignalByKeyTx(ctx context.Context, tx pgx.Tx, key, name string, payload any, opts *SignalOpts) error {
+	if err := checkReadCommitted(ctx, tx, "SignalByKeyTx"); err != nil {
+		return err
+	}
 	_, err := e.signalByKeyTx(ctx, tx, key, name, payload, opts)
 	return err
 }

@@ -113,6 +113,26 @@ const messageTryLockSQL = `
 	SELECT n FROM (SELECT DISTINCT n, hashtextextended(n, 0) AS k FROM unnest($1::text[]) AS n ORDER BY 2) AS l
 	 WHERE NOT pg_try_advisory_xact_lock(k)`
 
+// checkReadCommitted refuses, for SignalTx and PublishTx (what), a
+// caller's transaction whose isolation is not READ COMMITTED. Under
+// REPEATABLE READ or SERIALIZABLE, its statements read the snapshot taken
+// by its first one, and not the waits that committed since: a wait that
+// its task recorded while the send waited for the mailbox's or topic's
+// lock would find no message, and the send would find no wait, leaving
+// the message where no one looks for it. (PostgreSQL's READ UNCOMMITTED is
+// READ COMMITTED.)
+func checkReadCommitted(ctx context.Context, tx pgx.Tx, what string) error {
+	var level string
+	if err := tx.QueryRow(ctx, `SELECT current_setting('transaction_isolation')`).Scan(&level); err != nil {
+		return fmt.Errorf("workflow: %s: reading the isolation of the transaction: %w", what, err)
+	}
+	switch level {
+	case "read committed", "read uncommitted":
+		return nil
+	}
+	return fmt.Errorf("workflow: %s needs a READ COMMITTED transaction, and tx is %s: its snapshot does not show the waits recorded since it was taken, so nothing is sent", what, level)
+}
+
 // messageLock names the lock that o's wait on a message needs, if any.
 func messageLock(o *outcome) (string, bool) {
 	if o.kind != outcomeSuspend || o.t == nil || o.t.wait == nil {
