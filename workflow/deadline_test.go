@@ -513,3 +513,60 @@ func TestDeadlineOfAWideRunIsCancelledWhateverItTakes(t *testing.T) {
 		t.Errorf("%d tasks of the run its deadline cancelled are not cancelled", n)
 	}
 }
+
+// TestOverdueRunsHeldByLocksDoNotHideTheRunsAfterThem: a full batch of
+// runs whose deadline has passed (DelayBatchSize of them, the earliest
+// deadlines) have their tasks held by another transaction, so that each
+// cancel waits out its lock timeout; a run whose deadline passed later is
+// free. The held runs must not fill every look for overdue runs: the free
+// run is cancelled while they are still held, and they are once the
+// transaction ends.
+func TestOverdueRunsHeldByLocksDoNotHideTheRunsAfterThem(t *testing.T) {
+	t.Parallel()
+	pool := testutil.DB(t)
+	sleeper := workflow.Define("deadline_hidden_sleeper", func(t *workflow.Task, _ struct{}) (struct{}, error) {
+		return struct{}{}, t.Delay("long", time.Hour)
+	})
+	ctx := ctxTimeout(t, 60*time.Second)
+	starterCfg := testConfig(sleeper)
+	starterCfg.DisableDelayProcessor = true
+	starter := startEngine(t, pool, starterCfg)
+	const held = 2
+	var ids []string
+	for i := range held + 1 { // the last one is the free one, with the latest deadline
+		run, err := sleeper.Start(ctx, starter, struct{}{}, &workflow.StartOpts{Timeout: time.Duration(100*(i+1)) * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, run.ID)
+	}
+	free := ids[held]
+	waitFor(t, "the runs to wait past their deadlines", 20*time.Second, func() bool {
+		return count(t, pool, `SELECT count(*) FROM braid_tasks WHERE status = 'waiting'`) == held+1 &&
+			count(t, pool, `SELECT count(*) FROM braid_runs WHERE deadline_at > now()`) == 0
+	})
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM braid_tasks WHERE run_id::text = ANY($1) FOR UPDATE`, ids[:held]); err != nil {
+		t.Fatal(err)
+	}
+
+	cfg := testConfig(sleeper)
+	cfg.DelayBatchSize = held
+	startEngine(t, pool, cfg)
+	waitFor(t, "the free overdue run to be cancelled while the others are held", 20*time.Second, func() bool {
+		return count(t, pool, `SELECT count(*) FROM braid_runs WHERE id = $1 AND status = 'cancelled'`, free) == 1
+	})
+	if n := count(t, pool, `SELECT count(*) FROM braid_runs WHERE id::text = ANY($1) AND status = 'cancelled'`, ids[:held]); n != 0 {
+		t.Fatalf("%d held runs were cancelled while their tasks were held", n)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the held runs to be cancelled once released", 20*time.Second, func() bool {
+		return count(t, pool, `SELECT count(*) FROM braid_runs WHERE id::text = ANY($1) AND status = 'cancelled'`, ids[:held]) == held
+	})
+}
