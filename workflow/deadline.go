@@ -81,8 +81,10 @@ const overdueRunsSQL = `
 
 // deadlineLockTimeout bounds how long the delay processor waits for a row
 // lock while it cancels a run whose deadline passed. A run whose rows are
-// held longer (by a turn's outcome, Cancel, Retry) is left for the next
-// tick, so that it never holds back other deadlines; and once as long has
+// held longer (by a turn's outcome, Cancel, Retry, a caller's open
+// transaction) is set aside for a moment (setAside.busy) and tried again
+// after it, so that it never holds back other deadlines, not even when a
+// whole batch of them is held; and once as long has
 // passed since the delay processor last woke due delays, it wakes them
 // again before the next cancel, so that a pass of cancels that wait on
 // locks never holds back due delays either.
@@ -172,7 +174,10 @@ func (p *delayPass) cancelOverdueRuns(ctx context.Context) (cancelled, found int
 			// It finished (or was deleted), or Retry moved its deadline,
 			// meanwhile.
 		case isLockNotAvailable(err):
-			e.logger.DebugContext(ctx, "workflow: a run whose deadline passed is locked; cancelling it next tick", "run.id", r.id)
+			// Left out for a moment, so that runs that others hold do
+			// not fill every look ahead of the overdue runs after them.
+			p.runs.busy(r.id, time.Now())
+			e.logger.DebugContext(ctx, "workflow: a run whose deadline passed is locked; it is set aside for a moment and the others go on", "run.id", r.id)
 		case errors.Is(err, context.DeadlineExceeded):
 			p.runs.fail(r.id, time.Now())
 			e.logger.WarnContext(ctx, "workflow: cancelling a run whose deadline passed took longer than its bound; it is set aside and tried again with twice as long",

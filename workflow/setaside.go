@@ -18,8 +18,8 @@ const (
 
 // setAside are the rows (due delays by task and name, overdue runs by ID)
 // whose wake or cancel failed even in a transaction of its own, with a
-// fault of the row itself (see rowFault), and when each may be tried
-// again. Until then the delay processor's statements leave them out, so
+// fault of the row itself (see rowFault), or, for a moment, whose rows
+// another transaction held (busy), and when each may be tried again. Until then the delay processor's statements leave them out, so
 // that rows that always fail neither fill its batches, ahead of the due
 // rows behind them, nor hold it to a full poll interval. A row tried again
 // that fails again is set aside for longer; one that is woken or
@@ -54,6 +54,28 @@ func (s *setAside[K]) fail(k K, now time.Time) time.Duration {
 	a.failures++
 	s.rows[k] = a
 	return a.pause
+}
+
+// busy records that k's row was held by another transaction at now: it is
+// left out for setAsideMin, so that rows that others hold do not fill the
+// next batches ahead of the rows behind them. Unlike fail, it counts no
+// failure and does not lengthen the pause of the next failure: the row is
+// not at fault, and is tried again as soon as the pause is over.
+func (s *setAside[K]) busy(k K, now time.Time) {
+	if s.rows == nil {
+		s.rows = map[K]aside{}
+	}
+	a := s.rows[k]
+	a.until = later(a.until, now.Add(setAsideMin))
+	s.rows[k] = a
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // failures returns how often k failed since it was last done, or
