@@ -501,8 +501,8 @@
 // statement waited with NOWAIT, and fails, to be recorded again one outcome
 // at a time, when one is held; the delay processor claims delays and their
 // tasks with SKIP LOCKED, and cancels a run whose deadline passed as Cancel
-// does, under a short lock timeout, leaving a run whose rows are held for
-// its next tick; the reconciler, holding the task it fails, locks that
+// does, under a short lock timeout, setting a run whose rows are held
+// aside for a moment; the reconciler, holding the task it fails, locks that
 // task's DAG nodes and parent with NOWAIT and looks again later when one is
 // held; Retry, holding the tasks it resets, locks the finished children it
 // forgets (see "Failure and retry") with NOWAIT, and starts over a moment
