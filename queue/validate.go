@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -30,6 +31,20 @@ func ValidateQueueName(name string) error {
 	}
 	return nil
 }
+
+// TimeMin and TimeMax bound the times PostgreSQL's timestamptz stores
+// (4713 BC to 294276 AD), a little inside the range. pgx sends a time
+// outside it as another time, or PostgreSQL refuses it only at the write:
+// braid checks the times it is given (a delay's, a recurring job's next
+// run) against these where they are given.
+var (
+	TimeMin = time.Date(-4712, time.January, 1, 0, 0, 0, 0, time.UTC)
+	TimeMax = time.Date(294276, time.December, 30, 0, 0, 0, 0, time.UTC)
+)
+
+// InTimeRange reports whether t is from TimeMin to TimeMax, a time that
+// PostgreSQL's timestamptz stores as given.
+func InTimeRange(t time.Time) bool { return !t.Before(TimeMin) && !t.After(TimeMax) }
 
 // CheckJSONB reports why PostgreSQL's jsonb would refuse the JSON text b,
 // or nil when it would store it. encoding/json accepts all of these, and

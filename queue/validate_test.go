@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/braidflow/braid/internal/testdb"
@@ -115,4 +116,29 @@ func FuzzCheckJSONBOfMarshalledText(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestTimeRangeIsStoredAsGiven: TimeMin and TimeMax go through
+// PostgreSQL's timestamptz and come back as they were, and the times just
+// outside them are out of range.
+func TestTimeRangeIsStoredAsGiven(t *testing.T) {
+	t.Parallel()
+	pool := testdb.DB(t)
+	for _, at := range []time.Time{TimeMin, TimeMax} {
+		if !InTimeRange(at) {
+			t.Errorf("InTimeRange(%s) is false", at)
+		}
+		var back time.Time
+		if err := pool.QueryRow(context.Background(), `SELECT $1::timestamptz`, at).Scan(&back); err != nil {
+			t.Fatalf("storing %s: %v", at, err)
+		}
+		if !back.Equal(at) {
+			t.Errorf("%s came back from PostgreSQL as %s", at, back)
+		}
+	}
+	for _, at := range []time.Time{TimeMin.Add(-time.Microsecond), TimeMax.Add(time.Microsecond)} {
+		if InTimeRange(at) {
+			t.Errorf("InTimeRange(%s) is true", at)
+		}
+	}
 }

@@ -469,17 +469,17 @@ ORDER BY kind, key LIMIT $4 OFFSET $5`, p.Kind, p.Enabled, p.Dead, p.Limit, p.Of
 
 // RunAtMin and RunAtMax bound the times a recurring job is given to run at
 // (NextRunAt, EnsureTx's firstRunAt): the range of PostgreSQL's
-// timestamptz (4713 BC to 294276 AD), a little inside it. A time outside
-// it cannot be stored, or would be stored as another time.
+// timestamptz, queue.TimeMin to queue.TimeMax. A time outside it cannot be
+// stored, or would be stored as another time.
 var (
-	RunAtMin = time.Date(-4712, time.January, 1, 0, 0, 0, 0, time.UTC)
-	RunAtMax = time.Date(294276, time.December, 30, 0, 0, 0, 0, time.UTC)
+	RunAtMin = queue.TimeMin
+	RunAtMax = queue.TimeMax
 )
 
 // checkRunAt refuses a time outside RunAtMin to RunAtMax, naming what it
 // is the time of.
 func checkRunAt(what string, t time.Time) error {
-	if t.Before(RunAtMin) || t.After(RunAtMax) {
+	if !queue.InTimeRange(t) {
 		return fmt.Errorf("scheduler: %s at %s is outside the times PostgreSQL stores (%s to %s)",
 			what, t.UTC().Format(time.RFC3339), RunAtMin.Format(time.RFC3339), RunAtMax.Format(time.RFC3339))
 	}

@@ -13,6 +13,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/riverqueue/river/rivertype"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/braidflow/braid/queue"
 )
 
 // Task is one invocation of a durable function inside a run, as seen by
@@ -411,7 +413,7 @@ func (t *Task) DelayUntil(name string, at time.Time) error {
 	switch {
 	case at.IsZero():
 		return fmt.Errorf("workflow: delay %q has a zero time", name)
-	case at.Before(DelayUntilMin) || at.After(DelayUntilMax):
+	case !queue.InTimeRange(at):
 		return fmt.Errorf("workflow: delay %q is until %s, outside the times PostgreSQL stores (%s to %s)",
 			name, at.UTC().Format(time.RFC3339), DelayUntilMin.Format(time.RFC3339), DelayUntilMax.Format(time.RFC3339))
 	}
@@ -419,11 +421,10 @@ func (t *Task) DelayUntil(name string, at time.Time) error {
 }
 
 // DelayUntilMin and DelayUntilMax bound the time of Task.DelayUntil: the
-// range of PostgreSQL's timestamptz (4713 BC to 294276 AD), a little
-// inside it.
+// range of PostgreSQL's timestamptz, queue.TimeMin to queue.TimeMax.
 var (
-	DelayUntilMin = time.Date(-4712, time.January, 1, 0, 0, 0, 0, time.UTC)
-	DelayUntilMax = time.Date(294276, time.December, 30, 0, 0, 0, 0, time.UTC)
+	DelayUntilMin = queue.TimeMin
+	DelayUntilMax = queue.TimeMax
 )
 
 func (t *Task) delay(name string, d *pendingWait) error {
