@@ -11,7 +11,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/riverqueue/river/rivertype"
 
@@ -266,21 +265,6 @@ func (e *Engine) retryHeldCancelsEvery(ctx context.Context, interval time.Durati
 			e.logger.WarnContext(ctx, "workflow: cancelling held turn jobs again failed; the next pass retries them", "error", err)
 		}
 	})
-}
-
-// isLockNotAvailable reports whether err is PostgreSQL's
-// lock_not_available (55P03): a NOWAIT lock that was held, or a lock
-// timeout that passed.
-func isLockNotAvailable(err error) bool { return sqlState(err) == "55P03" }
-
-// sqlState is the SQLSTATE of the PostgreSQL error that err wraps, or ""
-// when it wraps none.
-func sqlState(err error) string {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return pgErr.Code
-	}
-	return ""
 }
 
 // cancelLockTimeout bounds how long cancelling a turn job waits for its
